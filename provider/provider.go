@@ -1,0 +1,141 @@
+// Package provider declares what payrecon needs from a payment provider,
+// in provider-neutral terms.
+//
+// Adapters (provider/stripe, fakeprovider) translate their provider's
+// answers and errors into these terms. The rule they follow: an error is
+// retryable (ErrRetryLater) only when the provider cannot have acted on the
+// request. Every other failure means the outcome is unknown, which is its
+// own result and never a decline.
+package provider
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// Outcome is a provider-neutral result of one call.
+type Outcome string
+
+const (
+	// Succeeded: the provider confirms the charge succeeded.
+	Succeeded Outcome = "succeeded"
+	// Declined: the provider confirms a definite, final negative result.
+	Declined Outcome = "declined"
+	// Pending: the provider has the payment but it is not final yet
+	// (processing, requires_action), or another request with the same key
+	// is in flight.
+	Pending Outcome = "pending"
+	// Unknown: the call failed in a way that leaves the outcome open
+	// (timeout, lost reply, 5xx, connection reset).
+	Unknown Outcome = "unknown"
+	// NotFound: a search or lookup found nothing. Search indexes lag, so
+	// this is never proof of a decline.
+	NotFound Outcome = "not_found"
+	// RetryLater: the provider refused the request before acting on it
+	// (rate limited, connection refused). Safe to send again, same key.
+	RetryLater Outcome = "retry_later"
+	// IdempotencyMismatch: the provider holds the key with other
+	// parameters. It is a bug: escalate, never retry with another key.
+	IdempotencyMismatch Outcome = "idempotency_mismatch"
+)
+
+// Final reports whether o settles the purchase.
+func (o Outcome) Final() bool { return o == Succeeded || o == Declined }
+
+// Errors an adapter wraps (with %w) so that callers can classify a failure.
+// Any other error from a Provider method means the outcome is unknown.
+var (
+	// ErrRetryLater means the provider did not act on the request and it
+	// may be sent again later with the same key.
+	ErrRetryLater = errors.New("provider: request not acted on, retry later")
+	// ErrIdempotencyMismatch means the key was reused with different
+	// parameters. Never retry it with another key.
+	ErrIdempotencyMismatch = errors.New("provider: idempotency key reused with different parameters")
+)
+
+// OutcomeOf classifies the result of a Provider call: the result's own
+// outcome when err is nil, otherwise the outcome the error implies.
+func OutcomeOf(res Result, err error) Outcome {
+	switch {
+	case err == nil:
+		return res.Outcome
+	case errors.Is(err, ErrRetryLater):
+		return RetryLater
+	case errors.Is(err, ErrIdempotencyMismatch):
+		return IdempotencyMismatch
+	default:
+		return Unknown
+	}
+}
+
+// CreateRequest is everything sent to create a charge. payrecon stores it,
+// with its hash and key, before the first call, and replays exactly the
+// stored request afterwards.
+type CreateRequest struct {
+	// IdempotencyKey is stable for the purchase: every attempt, replay and
+	// retry sends the same key.
+	IdempotencyKey string `json:"idempotency_key"`
+	// PurchaseID is payrecon's id, sent as metadata so that search can find
+	// the charge when its provider id is unknown.
+	PurchaseID    string `json:"purchase_id"`
+	Customer      string `json:"customer"`
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	Description   string `json:"description"`
+	PaymentMethod string `json:"payment_method"`
+}
+
+// Hash returns a stable hex SHA-256 of the request's parameters, key
+// included, for detecting a replay with different parameters.
+func (r CreateRequest) Hash() string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("provider: marshal CreateRequest: %v", err)) // plain struct: cannot fail
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Result is a provider-neutral answer.
+type Result struct {
+	Outcome Outcome `json:"outcome"`
+	// PaymentID is the provider's id for the charge, when known.
+	PaymentID string `json:"payment_id,omitempty"`
+	// Status is the provider's own status word, kept for the audit trail.
+	Status string `json:"status,omitempty"`
+	// Reason explains a decline or a failure (a decline code, an error
+	// message), for the audit trail.
+	Reason string `json:"reason,omitempty"`
+	// Amount and Currency are what the provider reports, when it does.
+	Amount   int64  `json:"amount,omitempty"`
+	Currency string `json:"currency,omitempty"`
+}
+
+// Provider is the small interface payrecon consumes. Implementations must
+// be safe for concurrent use.
+type Provider interface {
+	// Create charges with req.IdempotencyKey. Sending the same key and
+	// parameters again must not create a second charge while the provider
+	// retains the key.
+	Create(ctx context.Context, req CreateRequest) (Result, error)
+	// Status looks up a charge by the provider's payment id. An unknown id
+	// gives Outcome NotFound.
+	Status(ctx context.Context, paymentID string) (Result, error)
+	// Search finds the charge made for a purchase by its metadata. It may
+	// lag behind writes: NotFound is not proof that no charge exists.
+	Search(ctx context.Context, purchaseID string) (Result, error)
+}
+
+// Op names a provider operation, for the audit trail and metrics.
+type Op string
+
+// The operations of a Provider.
+const (
+	OpCreate Op = "create"
+	OpStatus Op = "status"
+	OpSearch Op = "search"
+)
