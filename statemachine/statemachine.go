@@ -8,7 +8,6 @@ package statemachine
 
 import (
 	"fmt"
-	"sort"
 	"strings"
 )
 
@@ -47,27 +46,16 @@ var table = map[State][]State{
 	Declined:    nil,
 }
 
-// Transitions returns every allowed move, in lifecycle order of the source
-// state and then of the target state. The returned slice is a fresh copy.
+// Transitions returns every allowed move, grouped by source state in
+// lifecycle order, targets in table order. The slice is a fresh copy.
 func Transitions() []Pair {
 	var out []Pair
 	for _, from := range States {
-		targets := append([]State(nil), table[from]...)
-		sort.Slice(targets, func(i, j int) bool { return order(targets[i]) < order(targets[j]) })
-		for _, to := range targets {
+		for _, to := range table[from] {
 			out = append(out, Pair{from, to})
 		}
 	}
 	return out
-}
-
-func order(s State) int {
-	for i, st := range States {
-		if st == s {
-			return i
-		}
-	}
-	return len(States)
 }
 
 // Valid reports whether s is one of the known states.
