@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Outcome is a provider-neutral result of one call.
@@ -139,3 +140,23 @@ const (
 	OpStatus Op = "status"
 	OpSearch Op = "search"
 )
+
+// Event is a provider's notification about a payment, verified and
+// translated by its adapter. Providers deliver events at least once, late
+// and out of order; the receiver applies them idempotently.
+type Event struct {
+	// ID is the provider's event id, stable across redeliveries.
+	ID string
+	// Type is the provider's event type, e.g. payment_intent.succeeded.
+	Type string
+	// Outcome is what the event reports about the payment: Succeeded,
+	// Declined or Pending. It is empty for event types payrecon does not
+	// act on.
+	Outcome Outcome
+	// PaymentID is the provider's id of the payment the event is about.
+	PaymentID string
+	// PurchaseID is payrecon's purchase id from the payment's metadata.
+	PurchaseID string
+	// Created is when the provider created the event.
+	Created time.Time
+}

@@ -1,0 +1,322 @@
+// Package stripe implements provider.Provider on Stripe PaymentIntents.
+//
+// It is the only package of payrecon that imports stripe-go. Every answer
+// and error of Stripe is translated here, by one table (func translate in
+// translate.go), into provider's neutral terms; no stripe-go type leaves
+// the package.
+//
+// A charge is one PaymentIntent, created and confirmed in one call with
+// the purchase's stored idempotency key, and tagged with metadata
+// purchase_id so that Search can find it when its id was never learnt.
+package stripe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	stripego "github.com/stripe/stripe-go/v82"
+
+	"github.com/payrecon/payrecon/provider"
+)
+
+// Defaults of Config.
+const (
+	// DefaultAPIBase is Stripe's API base URL.
+	DefaultAPIBase = stripego.APIURL
+	// DefaultHTTPTimeout bounds one HTTP exchange of the default client. It
+	// is a backstop for callers without a deadline: payrecon's worker bounds
+	// each provider call with its own, shorter, context deadline.
+	DefaultHTTPTimeout = 30 * time.Second
+)
+
+// Metadata keys set on every PaymentIntent this adapter creates.
+const (
+	// MetadataPurchaseID holds payrecon's purchase id; Search queries it.
+	MetadataPurchaseID = "purchase_id"
+	// MetadataCustomerRef holds the purchase's customer reference. It is
+	// not sent as Stripe's customer parameter, which must be a cus_ id.
+	MetadataCustomerRef = "customer_ref"
+)
+
+// ErrRejected means Stripe refused the request without acting on it (a 4xx
+// other than a decline, a key in use, an idempotency mismatch, a rate
+// limit or a missing PaymentIntent: invalid parameters, a bad or
+// under-privileged key), or that the adapter refused to send it. Sending
+// the same request again will not help.
+//
+// provider has no sentinel for this, so provider.OutcomeOf classifies it
+// as Unknown: the worker keeps reconciling and eventually escalates, which
+// is safe. Callers that know they talk to Stripe (start-up checks, the
+// demo) may test for it with errors.Is.
+var ErrRejected = errors.New("stripe: request rejected, not acted on")
+
+// Config configures a Provider. The zero value of every field but
+// SecretKey is a documented default.
+type Config struct {
+	// SecretKey is the Stripe secret (sk_…) or restricted (rk_…) key.
+	// Required. It is parsed elsewhere (STRIPE_SECRET_KEY) and never
+	// logged here.
+	SecretKey string
+
+	// APIBase overrides Stripe's API base URL, so that tests and the demo
+	// can point the client at a local server (stripe-mock, httptest). An
+	// absolute http or https URL; a trailing "/" or "/v1" is ignored.
+	// Default DefaultAPIBase.
+	APIBase string
+
+	// HTTPClient makes the requests. Default: a client with Timeout
+	// DefaultHTTPTimeout on http.DefaultTransport.
+	HTTPClient *http.Client
+
+	// MaxNetworkRetries is how many times stripe-go itself may resend a
+	// request. Default 0, deliberately, and payrecon should keep it so.
+	//
+	// What stripe-go v82.5.1 retries (BackendImplementation.shouldRetry):
+	// a Stripe JSON error is retried only when it is a 429 lock_timeout, so
+	// JSON 409s and 5xx are returned at once whatever this says (and the
+	// Stripe-Should-Retry header is never consulted for them); every other
+	// failure is retried — connection refused or reset, EOF, the
+	// http.Client timeout, and also any response whose body is not a Stripe
+	// JSON error (an HTML 502 from a proxy, even a non-JSON 4xx) — but not a
+	// cancelled or expired context. A retry reuses the request's
+	// Idempotency-Key, so it cannot charge twice; but it sleeps 0.5–5 s with
+	// time.Sleep, deaf to the caller's context, and hides the attempt from
+	// payrecon's audit trail and metrics. payrecon already reconciles every
+	// unknown outcome itself, with the same key, backoff and an attempt
+	// budget; a second retry layer below it adds latency and invisibility
+	// but no safety. So every failure is reported on its first occurrence.
+	// Negative values are refused.
+	MaxNetworkRetries int64
+
+	// Logger receives stripe-go's own log lines, with attribute
+	// component=stripe-go: its Info and Error lines at Debug, its Warn
+	// lines (retries, telemetry) at Warn. Its Error lines are demoted
+	// because every error also comes back to the caller, who logs it with
+	// context, and an expected answer (a 404 for an unknown id) would
+	// otherwise be logged as an error. Its Debug lines are dropped: they
+	// hold whole response bodies, client_secret included. Default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Provider is a provider.Provider backed by Stripe PaymentIntents. It is
+// safe for concurrent use.
+type Provider struct {
+	client *stripego.Client
+}
+
+var _ provider.Provider = (*Provider)(nil)
+
+// New returns a Provider configured by cfg, or an error if cfg is invalid.
+// It makes no request. It uses its own stripe-go client and never the
+// package-global stripe.Key or backends.
+func New(cfg Config) (*Provider, error) {
+	key := cfg.SecretKey
+	if key == "" {
+		return nil, errors.New("stripe: Config.SecretKey is required")
+	}
+	if strings.TrimSpace(key) != key || strings.ContainsAny(key, " \t\r\n") {
+		return nil, errors.New("stripe: Config.SecretKey contains white space")
+	}
+	base := cfg.APIBase
+	if base == "" {
+		base = DefaultAPIBase
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("stripe: Config.APIBase %q: want an absolute http or https URL", base)
+	}
+	if cfg.MaxNetworkRetries < 0 {
+		return nil, fmt.Errorf("stripe: Config.MaxNetworkRetries %d is negative", cfg.MaxNetworkRetries)
+	}
+	httpClient := cfg.HTTPClient
+	if httpClient == nil {
+		httpClient = &http.Client{Timeout: DefaultHTTPTimeout}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	backend := func(typ stripego.SupportedBackend, u *string) stripego.Backend {
+		return stripego.GetBackendWithConfig(typ, &stripego.BackendConfig{
+			HTTPClient:        httpClient,
+			LeveledLogger:     leveledLogger{logger.With("component", "stripe-go")},
+			MaxNetworkRetries: stripego.Int64(cfg.MaxNetworkRetries),
+			URL:               u,
+			// Request metrics sent to Stripe in later requests' headers:
+			// of no use to payrecon.
+			EnableTelemetry: stripego.Bool(false),
+		})
+	}
+	backends := &stripego.Backends{
+		API:         backend(stripego.APIBackend, stripego.String(base)),
+		Connect:     backend(stripego.ConnectBackend, nil),
+		Uploads:     backend(stripego.UploadsBackend, nil),
+		MeterEvents: backend(stripego.MeterEventsBackend, nil),
+	}
+	return &Provider{client: stripego.NewClient(key, stripego.WithBackends(backends))}, nil
+}
+
+// maxKeyLength is Stripe's limit on an idempotency key.
+const maxKeyLength = 255
+
+// Create creates and confirms a PaymentIntent for req with
+// req.IdempotencyKey, and translates the answer (see translate). The
+// parameters are a pure function of req, so a replay of the stored request
+// is the same Stripe request and Stripe answers it from its idempotency
+// cache while it keeps the key. A request without a key is refused before
+// sending (ErrRejected): stripe-go would invent a random key, and a replay
+// could then charge twice.
+func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Result, error) {
+	where := fmt.Sprintf("create payment intent (key %s)", req.IdempotencyKey)
+	switch key := req.IdempotencyKey; {
+	case key == "" || strings.TrimSpace(key) != key:
+		return provider.Result{}, fmt.Errorf("stripe: %s: empty or padded idempotency key: %w", where, ErrRejected)
+	case len(key) > maxKeyLength:
+		return provider.Result{}, fmt.Errorf("stripe: %s: idempotency key longer than %d bytes: %w", where, maxKeyLength, ErrRejected)
+	}
+	if err := ctx.Err(); err != nil {
+		return provider.Result{}, notSentYet(where, err)
+	}
+	pi, err := p.client.V1PaymentIntents.Create(ctx, createParams(req))
+	return translate(provider.OpCreate, where, pi, err)
+}
+
+// createParams returns the Stripe parameters for req. Changing what it
+// sends changes the parameters of requests whose keys Stripe still holds:
+// their replays would then fail as idempotency mismatches.
+func createParams(req provider.CreateRequest) *stripego.PaymentIntentCreateParams {
+	params := &stripego.PaymentIntentCreateParams{
+		Amount:        stripego.Int64(req.Amount),
+		Currency:      stripego.String(req.Currency),
+		PaymentMethod: stripego.String(req.PaymentMethod),
+		Confirm:       stripego.Bool(true),
+		// payrecon charges a card PaymentMethod it already holds, from the
+		// server, with nobody to redirect. Naming the type keeps Stripe
+		// from applying the Dashboard's automatic payment methods, which
+		// would demand a return_url on confirm (the alternative,
+		// automatic_payment_methods[allow_redirects]=never, still makes the
+		// accepted types depend on Dashboard settings). A card that needs
+		// 3-D Secure comes back requires_action (Pending); it needs no
+		// return_url.
+		PaymentMethodTypes: stripego.StringSlice([]string{"card"}),
+	}
+	if req.Description != "" {
+		params.Description = stripego.String(req.Description)
+	}
+	params.AddMetadata(MetadataPurchaseID, req.PurchaseID)
+	if req.Customer != "" {
+		params.AddMetadata(MetadataCustomerRef, req.Customer)
+	}
+	params.SetIdempotencyKey(req.IdempotencyKey)
+	return params
+}
+
+// Status retrieves the PaymentIntent paymentID and translates it (see
+// translate). An id Stripe does not know (404 resource_missing) gives
+// Outcome NotFound with Reason "resource_missing" and no error.
+func (p *Provider) Status(ctx context.Context, paymentID string) (provider.Result, error) {
+	where := fmt.Sprintf("retrieve payment intent %s", paymentID)
+	if paymentID == "" {
+		return provider.Result{}, fmt.Errorf("stripe: %s: empty payment id: %w", where, ErrRejected)
+	}
+	if err := ctx.Err(); err != nil {
+		return provider.Result{}, notSentYet(where, err)
+	}
+	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, paymentID, nil)
+	return translate(provider.OpStatus, where, pi, err)
+}
+
+// maxSearchResults caps how many PaymentIntents Search reads for one
+// purchase: one page. More than one is already a double charge to report.
+const maxSearchResults = 100
+
+// Search finds the PaymentIntents whose metadata purchase_id is purchaseID
+// with Stripe's search API, which lags writes (normally by under a minute,
+// more during incidents): no match gives Outcome NotFound, never a
+// decline. Of several matches it reports a succeeded one if any, else a
+// pending one, else a declined one, the oldest of its kind, and appends
+// "N charges for purchase ID" to Reason ("N+" past maxSearchResults).
+func (p *Provider) Search(ctx context.Context, purchaseID string) (provider.Result, error) {
+	where := fmt.Sprintf("search payment intents (purchase %s)", purchaseID)
+	if purchaseID == "" {
+		return provider.Result{}, fmt.Errorf("stripe: %s: empty purchase id: %w", where, ErrRejected)
+	}
+	if err := ctx.Err(); err != nil {
+		return provider.Result{}, notSentYet(where, err)
+	}
+	params := &stripego.PaymentIntentSearchParams{}
+	params.Query = searchQuery(purchaseID)
+	params.Limit = stripego.Int64(maxSearchResults)
+
+	var (
+		best     provider.Result
+		bestRank int
+		bestAt   int64
+		n        int
+	)
+	for pi, err := range p.client.V1PaymentIntents.Search(ctx, params) {
+		if err != nil {
+			return translate(provider.OpSearch, where, nil, err)
+		}
+		res, err := translate(provider.OpSearch, where, pi, nil)
+		if err != nil {
+			return res, err
+		}
+		n++
+		if rank := searchRank(res.Outcome); n == 1 || rank < bestRank || (rank == bestRank && pi.Created < bestAt) {
+			best, bestRank, bestAt = res, rank, pi.Created
+		}
+		if n == maxSearchResults {
+			break
+		}
+	}
+	switch {
+	case n == 0:
+		return provider.Result{Outcome: provider.NotFound}, nil
+	case n > 1:
+		count := fmt.Sprint(n)
+		if n == maxSearchResults {
+			count += "+"
+		}
+		many := fmt.Sprintf("%s charges for purchase %s", count, purchaseID)
+		if best.Reason != "" {
+			many = best.Reason + "; " + many
+		}
+		best.Reason = many
+	}
+	return best, nil
+}
+
+// notSentYet reports a call not sent because its context was already done.
+// The caller gave up, so no sentinel applies: the outcome is Unknown,
+// as for any other call cut short.
+func notSentYet(where string, err error) error {
+	return fmt.Errorf("stripe: %s: not sent: %w", where, err)
+}
+
+// searchQuery returns the search query for PaymentIntents with metadata
+// purchase_id equal to purchaseID. Stripe's query language quotes strings
+// with ' and escapes quotes inside them with a backslash; the backslash
+// itself is escaped too, so that no id can end the string early.
+func searchQuery(purchaseID string) string {
+	quoted := strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(purchaseID)
+	return fmt.Sprintf("metadata['%s']:'%s'", MetadataPurchaseID, quoted)
+}
+
+// searchRank orders the outcomes of several matches: lower is preferred.
+func searchRank(o provider.Outcome) int {
+	switch o {
+	case provider.Succeeded:
+		return 0
+	case provider.Pending:
+		return 1
+	}
+	return 2
+}

@@ -1,0 +1,241 @@
+package stripe
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+
+	stripego "github.com/stripe/stripe-go/v82"
+
+	"github.com/payrecon/payrecon/provider"
+)
+
+// Reasons a Provider reports when Stripe gives no more specific code.
+const (
+	// ReasonKeyInUse is the Reason of the Pending answer to a create whose
+	// key another request is still using (409 idempotency_key_in_use).
+	ReasonKeyInUse = "idempotency_key_in_use"
+	// ReasonNotFound is the Reason of a NotFound status lookup.
+	ReasonNotFound = "resource_missing"
+)
+
+// statusOutcomes maps a PaymentIntent status to an outcome. A status not
+// listed (one Stripe may add) is an error, so its outcome is Unknown.
+var statusOutcomes = map[stripego.PaymentIntentStatus]provider.Outcome{
+	stripego.PaymentIntentStatusSucceeded: provider.Succeeded,
+	stripego.PaymentIntentStatusCanceled:  provider.Declined,
+	// payrecon always creates with a payment method and confirm=true, so
+	// requires_payment_method means that the attempt failed and Stripe
+	// sent the intent back for another payment method, which payrecon
+	// never supplies: a decline, with last_payment_error telling why.
+	stripego.PaymentIntentStatusRequiresPaymentMethod: provider.Declined,
+	// Not final, no money taken yet: the bank is settling (processing),
+	// the customer must authenticate (requires_action), or confirmation
+	// did not happen (requires_confirmation; unexpected after
+	// confirm=true, and not a decline either).
+	stripego.PaymentIntentStatusProcessing:           provider.Pending,
+	stripego.PaymentIntentStatusRequiresAction:       provider.Pending,
+	stripego.PaymentIntentStatusRequiresConfirmation: provider.Pending,
+	// Authorised but not captured: funds are held, not taken, and the
+	// authorisation lapses into canceled if nobody captures it. payrecon
+	// creates with automatic capture, so this only passes while Stripe
+	// captures; it is not a success until then.
+	stripego.PaymentIntentStatusRequiresCapture: provider.Pending,
+}
+
+// translate is the one table from Stripe's answers to provider's terms,
+// for a call op described by where. With err nil it translates the
+// PaymentIntent pi:
+//
+//	succeeded                                      Succeeded
+//	canceled, requires_payment_method              Declined (Reason: decline code)
+//	processing, requires_action,
+//	requires_confirmation, requires_capture        Pending
+//	any other status                               error → Unknown
+//
+// With err not nil it translates the error (pi is then ignored):
+//
+//	card_error (402)                               Declined, nil error (PaymentID, Reason: decline code)
+//	409 idempotency_key_in_use                     Pending, Reason ReasonKeyInUse, nil error
+//	idempotency_error (400)                        error wrapping provider.ErrIdempotencyMismatch
+//	429 (rate_limit, lock_timeout)                 error wrapping provider.ErrRetryLater
+//	404 resource_missing on OpStatus               NotFound, Reason ReasonNotFound, nil error
+//	other 4xx but 409, 424 (400, 401, 403, 404…)   error wrapping ErrRejected → Unknown
+//	5xx, other 409, 424, a body that is no
+//	Stripe error, timeout, reset, EOF              error → Unknown
+//	connection never made (dial failed)            error wrapping provider.ErrRetryLater
+//
+// An error that carries a PaymentIntent also fills the Result's PaymentID,
+// Status, Amount and Currency, for the audit trail.
+func translate(op provider.Op, where string, pi *stripego.PaymentIntent, err error) (provider.Result, error) {
+	if err != nil {
+		return translateError(op, where, err)
+	}
+	if pi == nil {
+		return provider.Result{}, fmt.Errorf("stripe: %s: no payment intent in the answer", where)
+	}
+	res := resultOf(pi)
+	outcome, ok := statusOutcomes[pi.Status]
+	if !ok {
+		return res, fmt.Errorf("stripe: %s: payment intent %s has unrecognised status %q", where, pi.ID, pi.Status)
+	}
+	res.Outcome = outcome
+	if outcome == provider.Declined {
+		res.Reason = declineReason(pi)
+	}
+	return res, nil
+}
+
+func translateError(op provider.Op, where string, err error) (provider.Result, error) {
+	var se *stripego.Error
+	if !errors.As(err, &se) {
+		if notSent(err) {
+			return provider.Result{}, fmt.Errorf("stripe: %s: not sent: %w: %w", where, provider.ErrRetryLater, err)
+		}
+		return provider.Result{}, fmt.Errorf("stripe: %s: outcome unknown: %w", where, redactSecrets(err))
+	}
+	var res provider.Result
+	if pi := se.PaymentIntent; pi != nil {
+		res = resultOf(pi)
+	}
+	ae := &apiError{
+		where:     where,
+		status:    se.HTTPStatusCode,
+		typ:       string(se.Type),
+		code:      string(se.Code),
+		decline:   string(se.DeclineCode),
+		msg:       se.Msg,
+		requestID: se.RequestID,
+	}
+	status := se.HTTPStatusCode
+	switch {
+	case se.Type == stripego.ErrorTypeCard:
+		res.Outcome = provider.Declined
+		res.Reason = errorReason(se)
+		return res, nil
+	case se.Code == stripego.ErrorCodeIdempotencyKeyInUse:
+		res.Outcome = provider.Pending
+		res.Reason = ReasonKeyInUse
+		return res, nil
+	case se.Type == stripego.ErrorTypeIdempotency:
+		ae.kind = provider.ErrIdempotencyMismatch
+	case status == http.StatusTooManyRequests:
+		ae.kind = provider.ErrRetryLater
+	case op == provider.OpStatus && status == http.StatusNotFound && se.Code == stripego.ErrorCodeResourceMissing:
+		return provider.Result{Outcome: provider.NotFound, Reason: ReasonNotFound}, nil
+	case status >= 400 && status < 500 && status != http.StatusConflict && status != http.StatusFailedDependency:
+		// Refused before acting (Stripe keeps no idempotent result for a
+		// request that failed validation or authentication), and an
+		// unchanged request will be refused again.
+		ae.kind = ErrRejected
+	}
+	res.Reason = errorReason(se)
+	return res, ae
+}
+
+// resultOf returns pi's id, status, amount and currency, without outcome.
+func resultOf(pi *stripego.PaymentIntent) provider.Result {
+	return provider.Result{
+		PaymentID: pi.ID,
+		Status:    string(pi.Status),
+		Amount:    pi.Amount,
+		Currency:  string(pi.Currency),
+	}
+}
+
+// declineReason returns why pi failed: its last payment error's decline
+// code or error code, else its cancellation reason.
+func declineReason(pi *stripego.PaymentIntent) string {
+	if e := pi.LastPaymentError; e != nil {
+		if r := errorReason(e); r != "" {
+			return r
+		}
+	}
+	return string(pi.CancellationReason)
+}
+
+// errorReason returns e's decline code, else its error code, else its type.
+func errorReason(e *stripego.Error) string {
+	switch {
+	case e.DeclineCode != "":
+		return string(e.DeclineCode)
+	case e.Code != "":
+		return string(e.Code)
+	}
+	return string(e.Type)
+}
+
+// notSent reports whether err means that no connection was made, so that
+// Stripe cannot have received the request.
+func notSent(err error) bool {
+	var opErr *net.OpError
+	return errors.As(err, &opErr) && opErr.Op == "dial"
+}
+
+// apiError is a Stripe API error, translated: it keeps what the audit
+// trail needs and none of stripe-go's types (its error text would embed
+// the PaymentIntent, client_secret included). It unwraps to kind.
+type apiError struct {
+	where     string
+	status    int
+	typ       string
+	code      string
+	decline   string
+	msg       string
+	requestID string
+	// kind is the sentinel the error wraps, or nil when the outcome is
+	// unknown.
+	kind error
+}
+
+func (e *apiError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "stripe: %s: HTTP %d %s", e.where, e.status, e.typ)
+	if e.code != "" {
+		fmt.Fprintf(&b, " %s", e.code)
+	}
+	if e.decline != "" {
+		fmt.Fprintf(&b, " (%s)", e.decline)
+	}
+	if e.msg != "" {
+		fmt.Fprintf(&b, ": %s", e.msg)
+	}
+	if e.requestID != "" {
+		fmt.Fprintf(&b, " [%s]", e.requestID)
+	}
+	if e.kind != nil {
+		fmt.Fprintf(&b, ": %v", e.kind)
+	} else {
+		b.WriteString(": outcome unknown")
+	}
+	return b.String()
+}
+
+func (e *apiError) Unwrap() error { return e.kind }
+
+// clientSecret matches a PaymentIntent's client secret, which lets a
+// browser confirm the payment and belongs in no log or audit trail.
+var clientSecret = regexp.MustCompile(`_secret_[A-Za-z0-9]+`)
+
+// redactSecrets returns err, or, when its text holds a client secret (as
+// stripe-go's error for an unparsable body quotes the body), an error with
+// the secret masked that still unwraps to err.
+func redactSecrets(err error) error {
+	msg := err.Error()
+	if !clientSecret.MatchString(msg) {
+		return err
+	}
+	return &redactedError{msg: clientSecret.ReplaceAllString(msg, "_secret_REDACTED"), err: err}
+}
+
+// redactedError is err with the text msg.
+type redactedError struct {
+	msg string
+	err error
+}
+
+func (e *redactedError) Error() string { return e.msg }
+func (e *redactedError) Unwrap() error { return e.err }
