@@ -1,0 +1,567 @@
+// Package fakeprovider is an in-process payment provider that behaves like
+// Stripe, for tests that count real charges instead of mocking calls.
+//
+// A Fake implements provider.Provider over its own ledger of charges
+// (Stripe PaymentIntents) and honours idempotency keys as Stripe does: the
+// first create with a key saves its response, and a create with the same
+// key and parameters replays that response unchanged, without charging
+// again, until the key is older than Config.KeyRetention. Then the key is
+// forgotten and a replay charges a second time: the double charge payrecon
+// must never cause. The same key with other parameters is an error wrapping
+// provider.ErrIdempotencyMismatch; a create arriving while another with its
+// key is in flight answers Pending with Reason "idempotency_key_in_use".
+// The payment method "pm_card_chargeDeclined" is declined, as in Stripe
+// test mode; any other succeeds unless a fault says otherwise.
+//
+// Faults (see Fault and ParseConfig) make it misbehave the way real
+// providers do: refuse before acting, time out, lose the reply after
+// charging, leave a charge processing, answer a stale status, lag in
+// search, decline.
+//
+// Determinism: time comes only from Config.Now, so a test with a fake clock
+// decides when processing settles, when search catches up and when keys
+// expire; nothing sleeps. A Create call's fault comes from the purchase's
+// script (Fake.Script) when it has one, otherwise from the configured
+// probabilities, drawn from a math/rand/v2 source seeded by Config.Seed and
+// the purchase id: one source per purchase, one draw per Create call, so
+// the n-th Create for a purchase gets the same fault for a given seed
+// however calls for different purchases interleave. Payment ids are
+// sequential ("pi_fake00000000000000000001", ...).
+package fakeprovider
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+)
+
+// Stripe's PaymentIntent statuses that the fake uses.
+const (
+	StatusSucceeded             = "succeeded"
+	StatusProcessing            = "processing"
+	StatusRequiresAction        = "requires_action"
+	StatusRequiresPaymentMethod = "requires_payment_method" // declined
+	StatusCanceled              = "canceled"
+)
+
+// Stripe test-mode payment methods the fake understands.
+const (
+	// PaymentMethodVisa succeeds.
+	PaymentMethodVisa = "pm_card_visa"
+	// PaymentMethodDeclined is declined with code DeclineCode.
+	PaymentMethodDeclined = "pm_card_chargeDeclined"
+)
+
+// Reasons the fake reports.
+const (
+	// DeclineCode is the Reason of every decline.
+	DeclineCode = "card_declined"
+	// ReasonKeyInUse is the Reason of the Pending answer to a create whose
+	// key is in flight (Stripe's 409 idempotency_key_in_use).
+	ReasonKeyInUse = "idempotency_key_in_use"
+	// ReasonNotFound is the Reason of a NotFound status lookup (Stripe's
+	// 404 resource_missing).
+	ReasonNotFound = "resource_missing"
+)
+
+// ErrInvalidRequest is wrapped by the error of a create Stripe would reject
+// as invalid (amount not positive, no currency). The provider did not act,
+// but the request will never succeed, so it is not provider.ErrRetryLater.
+var ErrInvalidRequest = errors.New("fakeprovider: invalid request")
+
+// Config configures a Fake. The zero value is a well-behaved provider on
+// the real clock.
+type Config struct {
+	// Now is the fake's clock. Default time.Now; tests inject a fake clock.
+	Now func() time.Time
+	// KeyRetention is how long an idempotency key is remembered after its
+	// first create; a key older than this is forgotten, and a replay then
+	// creates a second charge. Default 24h, as Stripe.
+	KeyRetention time.Duration
+	// Faults are the probabilities of faults in Create calls. Default none.
+	Faults Faults
+	// Seed seeds the draws of Faults. Every seed, 0 included, is
+	// deterministic.
+	Seed int64
+	// SettleAfter is how long a processing charge stays processing.
+	// Default 1m.
+	SettleAfter time.Duration
+	// SearchLag is how long Search says NotFound for a charge after its
+	// creation. Default 0.
+	SearchLag time.Duration
+	// OnAccept, if set, is called without the fake's lock after a create is
+	// accepted (its key marked in flight) and before the charge is made.
+	// Blocking in it holds the request in flight, so that tests can send a
+	// concurrent create with the same key, or cancel the caller's context
+	// mid-call, without sleeping.
+	OnAccept func(req provider.CreateRequest)
+}
+
+// Charge is one charge in the ledger, as Stripe records a PaymentIntent:
+// declined charges are recorded too.
+type Charge struct {
+	ID             string // "pi_..."
+	PurchaseID     string // from the request's metadata
+	Customer       string
+	Amount         int64
+	Currency       string
+	Description    string
+	PaymentMethod  string
+	IdempotencyKey string
+	// Status is the charge's Stripe status now: succeeded, processing,
+	// requires_payment_method (declined) or canceled.
+	Status string
+	// FinalStatus is the status the charge has once settled: Status itself
+	// unless Status is processing. Only the simulator knows it in advance.
+	FinalStatus string
+	// DeclineCode is the decline code when FinalStatus is
+	// requires_payment_method, else "".
+	DeclineCode string
+	// Fault is the fault injected into the create that made the charge.
+	Fault     Fault
+	CreatedAt time.Time
+	// SettlesAt is when a processing charge settles; zero for a charge
+	// created final.
+	SettlesAt time.Time
+}
+
+// MoneyTaken reports whether the charge took the customer's money: it
+// succeeded, or is processing and will settle to succeeded. A declined
+// charge is in the ledger but took nothing.
+func (c Charge) MoneyTaken() bool { return c.FinalStatus == StatusSucceeded }
+
+// Fake is an in-process provider.Provider simulating Stripe. Create it with
+// New. Safe for concurrent use.
+type Fake struct {
+	cfg Config
+
+	mu       sync.Mutex
+	seq      int
+	ledger   []*entry // creation order
+	byID     map[string]*entry
+	keys     map[string]saved
+	inFlight map[string]bool
+	scripts  map[string][]Fault
+	rngs     map[string]*rand.Rand
+	calls    map[provider.Op]int
+	keyCalls map[string]int
+}
+
+type entry struct {
+	Charge
+	staleReads int // Status calls left that answer processing
+}
+
+// saved is the response Stripe saves for an idempotency key.
+type saved struct {
+	hash string
+	res  provider.Result
+	at   time.Time
+}
+
+var _ provider.Provider = (*Fake)(nil)
+
+// New returns a Fake with cfg's zero fields defaulted. It panics if cfg is
+// invalid (a negative duration, bad probabilities): that is a bug in the
+// test, and ParseConfig never returns such a Config.
+func New(cfg Config) *Fake {
+	if err := cfg.Faults.Validate(); err != nil {
+		panic(err)
+	}
+	if cfg.KeyRetention < 0 || cfg.SettleAfter < 0 || cfg.SearchLag < 0 {
+		panic(fmt.Sprintf("fakeprovider: negative duration in config (key retention %v, settle after %v, search lag %v)",
+			cfg.KeyRetention, cfg.SettleAfter, cfg.SearchLag))
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.KeyRetention == 0 {
+		cfg.KeyRetention = 24 * time.Hour
+	}
+	if cfg.SettleAfter == 0 {
+		cfg.SettleAfter = time.Minute
+	}
+	return &Fake{
+		cfg:      cfg,
+		byID:     make(map[string]*entry),
+		keys:     make(map[string]saved),
+		inFlight: make(map[string]bool),
+		scripts:  make(map[string][]Fault),
+		rngs:     make(map[string]*rand.Rand),
+		calls:    make(map[provider.Op]int),
+		keyCalls: make(map[string]int),
+	}
+}
+
+// Script queues faults for the next Create calls for purchaseID, one per
+// call in order, after any already queued; NoFault runs a call clean. A
+// scripted call ignores the probabilistic draw (which is still consumed).
+// Once the queue is empty, calls get probabilistic faults again.
+func (f *Fake) Script(purchaseID string, faults ...Fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.scripts[purchaseID] = append(f.scripts[purchaseID], faults...)
+}
+
+// Create implements provider.Provider. It charges unless the key's saved
+// response is replayed; the replay is the response as first sent (a
+// processing charge replays as Pending even once settled), as in Stripe.
+// After a LostReply fault, or when ctx ends while the request is in
+// flight, the charge is made but Create returns an unknown-outcome error.
+func (f *Fake) Create(ctx context.Context, req provider.CreateRequest) (provider.Result, error) {
+	if err := ctx.Err(); err != nil {
+		f.mu.Lock()
+		f.calls[provider.OpCreate]++
+		f.keyCalls[req.IdempotencyKey]++
+		f.mu.Unlock()
+		return provider.Result{}, fmt.Errorf("fakeprovider: create for %s: not sent: %w", req.PurchaseID, err)
+	}
+	a := f.create(req)
+	switch {
+	case a.fault == FailBefore || a.fault == Timeout || a.fault == LostReply:
+		return provider.Result{}, &FaultError{Fault: a.fault, PurchaseID: req.PurchaseID}
+	case a.err != nil:
+		return provider.Result{}, a.err
+	case ctx.Err() != nil: // the caller gave up while the provider acted
+		return provider.Result{}, fmt.Errorf("fakeprovider: create for %s: outcome unknown: %w", req.PurchaseID, ctx.Err())
+	}
+	return a.res, nil
+}
+
+// attempt is what one create did, before its reply reaches the caller.
+type attempt struct {
+	fault Fault // injected into this call
+	// res and err are the reply: a result, or a definite error (invalid
+	// request, key mismatch). Both are zero when FailBefore or Timeout
+	// stopped the call before the provider acted.
+	res provider.Result
+	err error
+}
+
+// create runs one create call up to its reply, leaving the fault for the
+// caller to act out: Create turns it into an error, an HTTP front end can
+// turn it into transport behaviour (a 429, a dropped connection).
+func (f *Fake) create(req provider.CreateRequest) attempt {
+	key := req.IdempotencyKey
+	f.mu.Lock()
+	f.calls[provider.OpCreate]++
+	f.keyCalls[key]++
+	a := attempt{fault: f.nextFault(req.PurchaseID)}
+	if a.fault == FailBefore || a.fault == Timeout {
+		f.mu.Unlock()
+		return a
+	}
+	if err := validate(req); err != nil {
+		f.mu.Unlock()
+		a.err = err
+		return a
+	}
+	if key != "" { // as in Stripe, a create without a key is never replayed
+		if f.inFlight[key] {
+			f.mu.Unlock()
+			a.res = provider.Result{Outcome: provider.Pending, Reason: ReasonKeyInUse}
+			return a
+		}
+		if s, ok := f.keys[key]; ok {
+			switch {
+			case f.cfg.Now().Sub(s.at) > f.cfg.KeyRetention:
+				delete(f.keys, key) // forgotten: this create charges again
+			case s.hash != req.Hash():
+				f.mu.Unlock()
+				a.err = fmt.Errorf("fakeprovider: create for %s: key %q: %w", req.PurchaseID, key, provider.ErrIdempotencyMismatch)
+				return a
+			default:
+				f.mu.Unlock()
+				a.res = s.res
+				return a
+			}
+		}
+		f.inFlight[key] = true
+	}
+	f.mu.Unlock()
+
+	// The lock is not held while the request is in flight, so that a
+	// concurrent create with the same key can see it there.
+	if f.cfg.OnAccept != nil {
+		f.cfg.OnAccept(req)
+	}
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.cfg.Now()
+	e := f.newCharge(req, a.fault, now)
+	a.res = e.result()
+	if key != "" {
+		delete(f.inFlight, key)
+		f.keys[key] = saved{hash: req.Hash(), res: a.res, at: now}
+	}
+	return a
+}
+
+func validate(req provider.CreateRequest) error {
+	switch {
+	case req.Amount <= 0:
+		return fmt.Errorf("%w: create for %s: amount %d must be positive", ErrInvalidRequest, req.PurchaseID, req.Amount)
+	case req.Currency == "":
+		return fmt.Errorf("%w: create for %s: currency is required", ErrInvalidRequest, req.PurchaseID)
+	}
+	return nil
+}
+
+// nextFault returns the fault of the next Create call for purchaseID. The
+// draw is taken even when a script decides, so that the n-th call always
+// uses the n-th draw. Call with f.mu held.
+func (f *Fake) nextFault(purchaseID string) Fault {
+	drawn := NoFault
+	if f.cfg.Faults.any() {
+		r := f.rngs[purchaseID]
+		if r == nil {
+			h := fnv.New64a()
+			h.Write([]byte(purchaseID))
+			r = rand.New(rand.NewPCG(uint64(f.cfg.Seed), h.Sum64()))
+			f.rngs[purchaseID] = r
+		}
+		drawn = f.cfg.Faults.pick(r.Float64())
+	}
+	if q := f.scripts[purchaseID]; len(q) > 0 {
+		if len(q) == 1 {
+			delete(f.scripts, purchaseID)
+		} else {
+			f.scripts[purchaseID] = q[1:]
+		}
+		return q[0]
+	}
+	return drawn
+}
+
+// newCharge records a charge made by req under fault. Call with f.mu held.
+func (f *Fake) newCharge(req provider.CreateRequest, fault Fault, now time.Time) *entry {
+	f.seq++
+	e := &entry{Charge: Charge{
+		ID:             fmt.Sprintf("pi_fake%020d", f.seq),
+		PurchaseID:     req.PurchaseID,
+		Customer:       req.Customer,
+		Amount:         req.Amount,
+		Currency:       req.Currency,
+		Description:    req.Description,
+		PaymentMethod:  req.PaymentMethod,
+		IdempotencyKey: req.IdempotencyKey,
+		FinalStatus:    StatusSucceeded,
+		Fault:          fault,
+		CreatedAt:      now,
+	}}
+	if req.PaymentMethod == PaymentMethodDeclined || fault == Decline || fault == ProcessingDecline {
+		e.FinalStatus = StatusRequiresPaymentMethod
+		e.DeclineCode = DeclineCode
+	}
+	e.Status = e.FinalStatus
+	if fault == Processing || fault == ProcessingDecline {
+		e.Status = StatusProcessing
+		e.SettlesAt = now.Add(f.cfg.SettleAfter)
+	}
+	if fault == StaleProcessing {
+		e.staleReads = 1
+	}
+	f.ledger = append(f.ledger, e)
+	f.byID[e.ID] = e
+	return e
+}
+
+// settle moves a processing charge to its final status once its time has
+// come. Call with f.mu held.
+func (e *entry) settle(now time.Time) {
+	if e.Status == StatusProcessing && !now.Before(e.SettlesAt) {
+		e.Status = e.FinalStatus
+	}
+}
+
+func (e *entry) result() provider.Result {
+	r := provider.Result{
+		Outcome:   outcomeOf(e.Status),
+		PaymentID: e.ID,
+		Status:    e.Status,
+		Amount:    e.Amount,
+		Currency:  e.Currency,
+	}
+	if e.Status == StatusRequiresPaymentMethod {
+		r.Reason = e.DeclineCode
+	}
+	return r
+}
+
+// outcomeOf maps a PaymentIntent status to a neutral outcome.
+func outcomeOf(status string) provider.Outcome {
+	switch status {
+	case StatusSucceeded:
+		return provider.Succeeded
+	case StatusProcessing, StatusRequiresAction:
+		return provider.Pending
+	case StatusRequiresPaymentMethod, StatusCanceled:
+		return provider.Declined
+	}
+	return provider.Unknown
+}
+
+// Status implements provider.Provider: the charge's current status, or
+// Outcome NotFound for an unknown id. After a StaleProcessing fault, the
+// first Status call for the charge answers processing.
+func (f *Fake) Status(ctx context.Context, paymentID string) (provider.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[provider.OpStatus]++
+	if err := ctx.Err(); err != nil {
+		return provider.Result{}, fmt.Errorf("fakeprovider: status of %s: not sent: %w", paymentID, err)
+	}
+	e := f.byID[paymentID]
+	if e == nil {
+		return provider.Result{Outcome: provider.NotFound, Reason: ReasonNotFound}, nil
+	}
+	e.settle(f.cfg.Now())
+	r := e.result()
+	if e.staleReads > 0 {
+		e.staleReads--
+		r.Outcome, r.Status, r.Reason = provider.Pending, StatusProcessing, ""
+	}
+	return r, nil
+}
+
+// Search implements provider.Provider: the charge made for purchaseID,
+// once Config.SearchLag has passed since its creation, else NotFound. If
+// several charges are visible (a double charge!), it returns a succeeded
+// one if any, else a processing one, else a declined one, the oldest of
+// its kind, and appends to Reason how many there are.
+func (f *Fake) Search(ctx context.Context, purchaseID string) (provider.Result, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[provider.OpSearch]++
+	if err := ctx.Err(); err != nil {
+		return provider.Result{}, fmt.Errorf("fakeprovider: search for %s: not sent: %w", purchaseID, err)
+	}
+	now := f.cfg.Now()
+	var best *entry
+	n := 0
+	for _, e := range f.ledger {
+		if e.PurchaseID != purchaseID || now.Sub(e.CreatedAt) < f.cfg.SearchLag {
+			continue
+		}
+		e.settle(now)
+		n++
+		if best == nil || searchRank(e.Status) < searchRank(best.Status) {
+			best = e
+		}
+	}
+	if best == nil {
+		return provider.Result{Outcome: provider.NotFound}, nil
+	}
+	r := best.result()
+	if n > 1 {
+		many := fmt.Sprintf("%d charges for purchase %s", n, purchaseID)
+		if r.Reason != "" {
+			many = r.Reason + "; " + many
+		}
+		r.Reason = many
+	}
+	return r, nil
+}
+
+func searchRank(status string) int {
+	switch outcomeOf(status) {
+	case provider.Succeeded:
+		return 0
+	case provider.Pending:
+		return 1
+	}
+	return 2
+}
+
+// Charges returns a copy of the ledger, oldest first, with processing
+// charges settled as of now.
+func (f *Fake) Charges() []Charge {
+	return f.charges(func(Charge) bool { return true })
+}
+
+// ChargesFor returns the charges made for purchaseID, oldest first.
+func (f *Fake) ChargesFor(purchaseID string) []Charge {
+	return f.charges(func(c Charge) bool { return c.PurchaseID == purchaseID })
+}
+
+func (f *Fake) charges(keep func(Charge) bool) []Charge {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.cfg.Now()
+	var out []Charge
+	for _, e := range f.ledger {
+		e.settle(now)
+		if keep(e.Charge) {
+			out = append(out, e.Charge)
+		}
+	}
+	return out
+}
+
+// MoneyTaken counts the charges for purchaseID that took money (see
+// Charge.MoneyTaken): the number tests compare with 1. Declines are not
+// counted.
+func (f *Fake) MoneyTaken(purchaseID string) int {
+	n := 0
+	for _, c := range f.ChargesFor(purchaseID) {
+		if c.MoneyTaken() {
+			n++
+		}
+	}
+	return n
+}
+
+// CountSucceeded counts the charges for purchaseID whose status is
+// succeeded now; unlike MoneyTaken, it omits processing charges.
+func (f *Fake) CountSucceeded(purchaseID string) int {
+	n := 0
+	for _, c := range f.ChargesFor(purchaseID) {
+		if c.Status == StatusSucceeded {
+			n++
+		}
+	}
+	return n
+}
+
+// DoubleCharged returns, sorted, the purchases with more than one charge
+// that took money.
+func (f *Fake) DoubleCharged() []string {
+	taken := make(map[string]int)
+	for _, c := range f.Charges() {
+		if c.MoneyTaken() {
+			taken[c.PurchaseID]++
+		}
+	}
+	var out []string
+	for p, n := range taken {
+		if n > 1 {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Calls returns how many calls of op the fake has received, including
+// those that failed.
+func (f *Fake) Calls(op provider.Op) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[op]
+}
+
+// CreateCalls returns how many Create calls the fake has received with
+// idempotency key key, including replays and failed calls.
+func (f *Fake) CreateCalls(key string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.keyCalls[key]
+}

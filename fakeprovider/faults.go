@@ -1,0 +1,262 @@
+package fakeprovider
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+)
+
+// Fault is a misbehaviour injected into one Create call. The zero value,
+// NoFault, means the call behaves.
+type Fault string
+
+// The faults. FailBefore, Timeout and LostReply act on the request and
+// apply to every Create, replays included; Processing, ProcessingDecline,
+// StaleProcessing and Decline shape a new charge and have no effect on a
+// call that makes none (a replay, a mismatch, a key in use).
+const (
+	NoFault Fault = ""
+	// FailBefore: the provider refuses before acting (a refused connection,
+	// a 429). No charge; the error wraps provider.ErrRetryLater.
+	FailBefore Fault = "fail_before"
+	// Timeout: the request times out before the provider acts. No charge,
+	// but the caller cannot know that: the error wraps
+	// context.DeadlineExceeded, not provider.ErrRetryLater.
+	Timeout Fault = "timeout"
+	// LostReply: the provider charges and saves the key's response, then
+	// the reply is lost. The error wraps io.ErrUnexpectedEOF.
+	LostReply Fault = "lost_reply"
+	// Processing: the charge is created processing and settles to
+	// succeeded once Config.SettleAfter has passed.
+	Processing Fault = "processing"
+	// ProcessingDecline: the charge is created processing and settles to
+	// declined (requires_payment_method, "card_declined") once
+	// Config.SettleAfter has passed, as a failed bank debit does.
+	ProcessingDecline Fault = "processing_decline"
+	// StaleProcessing: the charge is final at once, but the next Status
+	// call for it answers processing (a stale read); later ones the truth.
+	StaleProcessing Fault = "stale_processing"
+	// Decline: the card is declined: status requires_payment_method,
+	// Outcome Declined, Reason "card_declined".
+	Decline Fault = "decline"
+)
+
+// drawOrder is the fixed order in which one uniform draw in [0,1) is cut
+// into faults: changing it changes what every seed produces.
+var drawOrder = []Fault{FailBefore, Timeout, LostReply, Processing, ProcessingDecline, StaleProcessing, Decline}
+
+// Faults gives the probability, in [0,1], that a Create call gets each
+// fault. The probabilities must sum to at most 1: each call gets at most
+// one fault.
+type Faults struct {
+	FailBefore        float64
+	Timeout           float64
+	LostReply         float64
+	Processing        float64
+	ProcessingDecline float64
+	StaleProcessing   float64
+	Decline           float64
+}
+
+func (fs *Faults) prob(f Fault) *float64 {
+	switch f {
+	case FailBefore:
+		return &fs.FailBefore
+	case Timeout:
+		return &fs.Timeout
+	case LostReply:
+		return &fs.LostReply
+	case Processing:
+		return &fs.Processing
+	case ProcessingDecline:
+		return &fs.ProcessingDecline
+	case StaleProcessing:
+		return &fs.StaleProcessing
+	case Decline:
+		return &fs.Decline
+	}
+	return nil
+}
+
+// sumTolerance absorbs float rounding, so that 0.1+0.2+0.7 counts as 1.
+const sumTolerance = 1e-9
+
+// Validate reports the first probability outside [0,1], or a sum over 1.
+func (fs Faults) Validate() error {
+	var sum float64
+	for _, f := range drawOrder {
+		p := *fs.prob(f)
+		if !(p >= 0 && p <= 1) { // also rejects NaN
+			return fmt.Errorf("fake faults: %s=%v: probability must be in [0,1]", f, p)
+		}
+		sum += p
+	}
+	if sum > 1+sumTolerance {
+		return fmt.Errorf("fake faults: probabilities sum to %v, must be at most 1", sum)
+	}
+	return nil
+}
+
+func (fs Faults) any() bool { return fs != Faults{} }
+
+// pick maps a uniform draw u in [0,1) to a fault, cutting [0,1) into
+// consecutive intervals in drawOrder.
+func (fs Faults) pick(u float64) Fault {
+	var edge float64
+	for _, f := range drawOrder {
+		edge += *fs.prob(f)
+		if u < edge {
+			return f
+		}
+	}
+	return NoFault
+}
+
+// ParseConfig parses a fault spec into the Config fields it sets (Faults,
+// Seed, SearchLag, SettleAfter, KeyRetention); the other fields are left
+// zero for the caller to fill (Now) or for New to default.
+//
+// The spec is a comma-separated list of name=value items, for example
+//
+//	lost_reply=0.2,timeout=0.1,stale_processing=0.1,search_lag=30s,seed=7
+//
+// Names and values:
+//
+//	fail_before=P, timeout=P, lost_reply=P, processing=P,
+//	processing_decline=P, stale_processing=P, decline=P
+//	                   probability in [0,1] that a Create call gets the
+//	                   fault; together at most 1
+//	search_lag=DUR     Config.SearchLag, a Go duration >= 0 ("30s")
+//	settle_after=DUR   Config.SettleAfter, a Go duration > 0
+//	key_retention=DUR  Config.KeyRetention, a Go duration > 0 ("24h")
+//	seed=N             Config.Seed, a decimal int64
+//
+// Space around items, names and values is ignored. An empty (or blank)
+// spec means no faults. Each name may appear once. Errors name the
+// offending item, as in "fake faults: lost_reply=1.5: probability must be
+// in [0,1]".
+func ParseConfig(spec string) (Config, error) {
+	var cfg Config
+	if strings.TrimSpace(spec) == "" {
+		return cfg, nil
+	}
+	seen := make(map[string]bool)
+	for i, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return Config{}, fmt.Errorf("fake faults: item %d is empty", i+1)
+		}
+		name, value, ok := strings.Cut(item, "=")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || value == "" {
+			return Config{}, fmt.Errorf("fake faults: %q: want name=value", item)
+		}
+		item = name + "=" + value
+		if seen[name] {
+			return Config{}, fmt.Errorf("fake faults: %s: %s given twice", item, name)
+		}
+		seen[name] = true
+		if err := setItem(&cfg, name, value); err != nil {
+			return Config{}, fmt.Errorf("fake faults: %s: %w", item, err)
+		}
+	}
+	if err := cfg.Faults.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+func setItem(cfg *Config, name, value string) error {
+	if p := cfg.Faults.prob(Fault(name)); p != nil {
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return fmt.Errorf("not a number")
+		}
+		if !(v >= 0 && v <= 1) {
+			return fmt.Errorf("probability must be in [0,1]")
+		}
+		*p = v
+		return nil
+	}
+	switch name {
+	case "seed":
+		v, err := strconv.ParseInt(value, 10, 64)
+		if err != nil {
+			return fmt.Errorf("not an int64")
+		}
+		cfg.Seed = v
+		return nil
+	case "search_lag":
+		return setDuration(&cfg.SearchLag, value, true)
+	case "settle_after":
+		return setDuration(&cfg.SettleAfter, value, false)
+	case "key_retention":
+		return setDuration(&cfg.KeyRetention, value, false)
+	}
+	return fmt.Errorf("unknown name (want one of %s, search_lag, settle_after, key_retention, seed)", faultNames())
+}
+
+// setDuration parses value into *d. Zero is refused where the field's zero
+// value means "use the default", so that "0" cannot silently mean 1m.
+func setDuration(d *time.Duration, value string, zeroOK bool) error {
+	v, err := time.ParseDuration(value)
+	switch {
+	case err != nil:
+		return fmt.Errorf("not a duration (want e.g. 30s, 1m, 24h)")
+	case v < 0:
+		return fmt.Errorf("duration must not be negative")
+	case v == 0 && !zeroOK:
+		return fmt.Errorf("duration must be positive")
+	}
+	*d = v
+	return nil
+}
+
+func faultNames() string {
+	names := make([]string, len(drawOrder))
+	for i, f := range drawOrder {
+		names[i] = string(f)
+	}
+	return strings.Join(names, ", ")
+}
+
+// FaultError is the error Create returns when an injected fault leaves the
+// caller without an answer. Unwrap gives provider.ErrRetryLater for
+// FailBefore, context.DeadlineExceeded for Timeout and io.ErrUnexpectedEOF
+// for LostReply, so only FailBefore is retryable; after the others the
+// outcome is unknown (provider.OutcomeOf gives provider.Unknown).
+type FaultError struct {
+	Fault      Fault
+	PurchaseID string
+}
+
+func (e *FaultError) Error() string {
+	var what string
+	switch e.Fault {
+	case FailBefore:
+		what = "refused before acting"
+	case Timeout:
+		what = "timed out, outcome unknown"
+	case LostReply:
+		what = "reply lost, outcome unknown"
+	}
+	return fmt.Sprintf("fakeprovider: create for %s: injected %s: %s: %v", e.PurchaseID, e.Fault, what, e.Unwrap())
+}
+
+// Unwrap returns the error the fault imitates.
+func (e *FaultError) Unwrap() error {
+	switch e.Fault {
+	case FailBefore:
+		return provider.ErrRetryLater
+	case Timeout:
+		return context.DeadlineExceeded
+	case LostReply:
+		return io.ErrUnexpectedEOF
+	}
+	return nil
+}

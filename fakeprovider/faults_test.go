@@ -1,0 +1,155 @@
+package fakeprovider_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/provider"
+)
+
+func TestParseConfig(t *testing.T) {
+	tests := []struct {
+		spec string
+		want fakeprovider.Config
+	}{
+		{"", fakeprovider.Config{}},
+		{"  ", fakeprovider.Config{}},
+		{
+			"lost_reply=0.2,timeout=0.1,stale_processing=0.1,search_lag=30s,seed=7",
+			fakeprovider.Config{
+				Faults:    fakeprovider.Faults{LostReply: 0.2, Timeout: 0.1, StaleProcessing: 0.1},
+				SearchLag: 30 * time.Second,
+				Seed:      7,
+			},
+		},
+		{
+			"fail_before=0.1, timeout=0.1 ,lost_reply = 0.1,processing=0.1,processing_decline=0.1," +
+				"stale_processing=0.1,decline=0.1,search_lag=0s,settle_after=2m,key_retention=48h,seed=-3",
+			fakeprovider.Config{
+				Faults: fakeprovider.Faults{
+					FailBefore: 0.1, Timeout: 0.1, LostReply: 0.1, Processing: 0.1,
+					ProcessingDecline: 0.1, StaleProcessing: 0.1, Decline: 0.1,
+				},
+				SettleAfter:  2 * time.Minute,
+				KeyRetention: 48 * time.Hour,
+				Seed:         -3,
+			},
+		},
+		// Sums to 1.0000000000000002 in float64: rounding is tolerated.
+		{"timeout=0.1,lost_reply=0.2,decline=0.7", fakeprovider.Config{Faults: fakeprovider.Faults{Timeout: 0.1, LostReply: 0.2, Decline: 0.7}}},
+		{"decline=1", fakeprovider.Config{Faults: fakeprovider.Faults{Decline: 1}}},
+	}
+	for _, tc := range tests {
+		got, err := fakeprovider.ParseConfig(tc.spec)
+		if err != nil {
+			t.Errorf("ParseConfig(%q): %v", tc.spec, err)
+			continue
+		}
+		// Config holds a func, so compare field by field.
+		if got.Faults != tc.want.Faults || got.Seed != tc.want.Seed || got.SearchLag != tc.want.SearchLag ||
+			got.SettleAfter != tc.want.SettleAfter || got.KeyRetention != tc.want.KeyRetention ||
+			got.Now != nil || got.OnAccept != nil {
+			t.Errorf("ParseConfig(%q) = %+v, want %+v", tc.spec, got, tc.want)
+		}
+	}
+}
+
+func TestParseConfigErrors(t *testing.T) {
+	const names = "fail_before, timeout, lost_reply, processing, processing_decline, stale_processing, decline, search_lag, settle_after, key_retention, seed"
+	tests := []struct{ spec, want string }{
+		{"lost_reply=1.5", "fake faults: lost_reply=1.5: probability must be in [0,1]"},
+		{"timeout=-0.1", "fake faults: timeout=-0.1: probability must be in [0,1]"},
+		{"decline=NaN", "fake faults: decline=NaN: probability must be in [0,1]"},
+		{" lost_reply = 1.5 ", "fake faults: lost_reply=1.5: probability must be in [0,1]"},
+		{"lost_reply=abc", "fake faults: lost_reply=abc: not a number"},
+		{"bogus=1", "fake faults: bogus=1: unknown name (want one of " + names + ")"},
+		{"Lost_Reply=0.1", "fake faults: Lost_Reply=0.1: unknown name (want one of " + names + ")"},
+		{"lost_reply", `fake faults: "lost_reply": want name=value`},
+		{"lost_reply=", `fake faults: "lost_reply=": want name=value`},
+		{"=0.1", `fake faults: "=0.1": want name=value`},
+		{"lost_reply=0.1,,timeout=0.1", "fake faults: item 2 is empty"},
+		{"lost_reply=0.1,", "fake faults: item 2 is empty"},
+		{"timeout=0.1,timeout=0.2", "fake faults: timeout=0.2: timeout given twice"},
+		{"seed=1,seed=1", "fake faults: seed=1: seed given twice"},
+		{"lost_reply=0.6,timeout=0.5", "fake faults: probabilities sum to 1.1, must be at most 1"},
+		{"search_lag=soon", "fake faults: search_lag=soon: not a duration (want e.g. 30s, 1m, 24h)"},
+		{"search_lag=30", "fake faults: search_lag=30: not a duration (want e.g. 30s, 1m, 24h)"},
+		{"search_lag=-1s", "fake faults: search_lag=-1s: duration must not be negative"},
+		{"settle_after=0s", "fake faults: settle_after=0s: duration must be positive"},
+		{"settle_after=-1m", "fake faults: settle_after=-1m: duration must not be negative"},
+		{"key_retention=0", "fake faults: key_retention=0: duration must be positive"},
+		{"key_retention=1d", "fake faults: key_retention=1d: not a duration (want e.g. 30s, 1m, 24h)"},
+		{"seed=1.5", "fake faults: seed=1.5: not an int64"},
+		{"seed=99999999999999999999", "fake faults: seed=99999999999999999999: not an int64"},
+	}
+	for _, tc := range tests {
+		_, err := fakeprovider.ParseConfig(tc.spec)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("ParseConfig(%q) error = %v, want %q", tc.spec, err, tc.want)
+		}
+	}
+}
+
+func TestFaultsValidate(t *testing.T) {
+	for _, fs := range []fakeprovider.Faults{{}, {Decline: 1}, {LostReply: 0.5, Timeout: 0.5}} {
+		if err := fs.Validate(); err != nil {
+			t.Errorf("%+v.Validate() = %v, want nil", fs, err)
+		}
+	}
+	tests := []struct {
+		fs   fakeprovider.Faults
+		want string
+	}{
+		{fakeprovider.Faults{ProcessingDecline: 2}, "fake faults: processing_decline=2: probability must be in [0,1]"},
+		{fakeprovider.Faults{FailBefore: -1}, "fake faults: fail_before=-1: probability must be in [0,1]"},
+		{fakeprovider.Faults{Processing: 0.75, Decline: 0.5}, "fake faults: probabilities sum to 1.25, must be at most 1"},
+	}
+	for _, tc := range tests {
+		if err := tc.fs.Validate(); err == nil || err.Error() != tc.want {
+			t.Errorf("%+v.Validate() = %v, want %q", tc.fs, err, tc.want)
+		}
+	}
+}
+
+func TestNewPanicsOnInvalidConfig(t *testing.T) {
+	for _, cfg := range []fakeprovider.Config{
+		{Faults: fakeprovider.Faults{LostReply: 1.5}},
+		{KeyRetention: -time.Hour},
+		{SettleAfter: -time.Second},
+		{SearchLag: -time.Second},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("New(%+v) did not panic", cfg)
+				}
+			}()
+			fakeprovider.New(cfg)
+		}()
+	}
+}
+
+func TestFaultErrorClassification(t *testing.T) {
+	tests := []struct {
+		fault   fakeprovider.Fault
+		wrapped error
+		outcome provider.Outcome
+	}{
+		{fakeprovider.FailBefore, provider.ErrRetryLater, provider.RetryLater},
+		{fakeprovider.Timeout, context.DeadlineExceeded, provider.Unknown},
+		{fakeprovider.LostReply, io.ErrUnexpectedEOF, provider.Unknown},
+	}
+	for _, tc := range tests {
+		err := &fakeprovider.FaultError{Fault: tc.fault, PurchaseID: "pur_1"}
+		if !errors.Is(err, tc.wrapped) {
+			t.Errorf("%s: error %q does not wrap %v", tc.fault, err, tc.wrapped)
+		}
+		if got := provider.OutcomeOf(provider.Result{}, err); got != tc.outcome {
+			t.Errorf("%s: OutcomeOf = %q, want %q", tc.fault, got, tc.outcome)
+		}
+	}
+}
