@@ -1,0 +1,59 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// codeForbiddenTransition is the SQLSTATE the schema's state trigger
+// raises (migrations/postgres; PR002, for writes to the append-only
+// audit, is never expected from this package and is left untranslated).
+const codeForbiddenTransition = "PR001"
+
+// kindOf returns the reconcile error a database error stands for, or nil.
+func kindOf(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil
+	}
+	switch pgErr.Code {
+	case codeForbiddenTransition:
+		return reconcile.ErrForbiddenTransition
+	case "23505": // unique_violation
+		return reconcile.ErrDuplicate
+	case "23502", // not_null_violation
+		"23503", // foreign_key_violation
+		"23514", // check_violation
+		"22P02", // invalid_text_representation
+		"22001", // string_data_right_truncation
+		"22003": // numeric_value_out_of_range
+		return reconcile.ErrInvalid
+	}
+	return nil
+}
+
+// wrap adds "postgres: <what>: " to err and, when err is a database error
+// with a meaning in package reconcile, that error too, keeping the
+// database's message: "postgres: update purchase pur_1: forbidden
+// transition: ERROR: forbidden transition succeeded -> uncertain ...".
+func wrap(err error, format string, args ...any) error {
+	what := fmt.Sprintf(format, args...)
+	if kind := kindOf(err); kind != nil {
+		return fmt.Errorf("postgres: %s: %w: %w", what, kind, err)
+	}
+	return fmt.Errorf("postgres: %s: %w", what, err)
+}
+
+// wrapRef is wrap for inserts whose only foreign key is the purchase: a
+// foreign key violation means the purchase does not exist.
+func wrapRef(err error, format string, args ...any) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+		return fmt.Errorf("postgres: %s: purchase %w: %w", fmt.Sprintf(format, args...), reconcile.ErrNotFound, err)
+	}
+	return wrap(err, format, args...)
+}

@@ -1,0 +1,356 @@
+package postgres_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/postgres"
+	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
+	"github.com/payrecon/payrecon/reconcile/storetest"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// openStore opens a store on a new, empty database, closed when t ends.
+func openStore(t *testing.T) (*postgres.Store, string) {
+	t.Helper()
+	url := pgtest.NewDatabase(t)
+	s, err := postgres.Open(t.Context(), postgres.Config{URL: url})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, url
+}
+
+// newStore opens a store on a new, migrated database.
+func newStore(t *testing.T) (*postgres.Store, string) {
+	t.Helper()
+	s, url := openStore(t)
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s, url
+}
+
+// rawConn connects to url directly, bypassing the store.
+func rawConn(t *testing.T, url string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}
+
+func exec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
+	t.Helper()
+	if _, err := conn.Exec(t.Context(), sql, args...); err != nil {
+		t.Fatalf("%s: %v", sql, err)
+	}
+}
+
+// wantSQLState fails unless err is a database error with SQLSTATE code
+// whose message contains every one of parts.
+func wantSQLState(t *testing.T, what string, err error, code string, parts ...string) {
+	t.Helper()
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != code {
+		t.Fatalf("%s: got %v, want SQLSTATE %s", what, err, code)
+	}
+	for _, p := range parts {
+		if !strings.Contains(pgErr.Message, p) {
+			t.Fatalf("%s: message %q does not mention %q", what, pgErr.Message, p)
+		}
+	}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) reconcile.Store {
+		s, _ := newStore(t)
+		return s
+	})
+}
+
+// insertRaw inserts a purchase by SQL and walks it along allowed moves.
+func insertRaw(t *testing.T, conn *pgx.Conn, id string, path ...statemachine.State) {
+	t.Helper()
+	exec(t, conn, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES ($1, 'cus_1', 100, 'eur', 'created', 1, $2, $2)`, id, base)
+	for _, st := range path {
+		exec(t, conn, `UPDATE purchases SET state = $2 WHERE id = $1`, id, string(st))
+	}
+}
+
+func TestSchemaTransitionTableMatchesStatemachine(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	rows, _ := conn.Query(t.Context(), `SELECT from_state, to_state FROM allowed_transitions`)
+	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (statemachine.Pair, error) {
+		var from, to string
+		err := r.Scan(&from, &to)
+		return statemachine.Pair{From: statemachine.State(from), To: statemachine.State(to)}, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := statemachine.Transitions()
+	cmp := func(a, b statemachine.Pair) int { return strings.Compare(a.String(), b.String()) }
+	slices.SortFunc(got, cmp)
+	slices.SortFunc(want, cmp)
+	if !slices.Equal(got, want) {
+		t.Fatalf("allowed_transitions = %v, statemachine.Transitions() = %v", got, want)
+	}
+
+	rows, _ = conn.Query(t.Context(), `SELECT state FROM purchase_states`)
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantStates []string
+	for _, s := range statemachine.States {
+		wantStates = append(wantStates, string(s))
+	}
+	slices.Sort(states)
+	slices.Sort(wantStates)
+	if !slices.Equal(states, wantStates) {
+		t.Fatalf("purchase_states = %v, want %v", states, wantStates)
+	}
+}
+
+// TestRawSQLCannotWriteForbiddenMove checks that the guard is the
+// database's: statements the store never wrote are refused too.
+func TestRawSQLCannotWriteForbiddenMove(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	ctx := t.Context()
+	insertRaw(t, conn, "pur_ok", statemachine.Submitted, statemachine.Succeeded)
+	insertRaw(t, conn, "pur_new")
+
+	_, err := conn.Exec(ctx, `UPDATE purchases SET state = 'uncertain' WHERE id = 'pur_ok'`)
+	wantSQLState(t, "succeeded -> uncertain", err, "PR001", "forbidden transition succeeded -> uncertain", "pur_ok")
+
+	_, err = conn.Exec(ctx, `UPDATE purchases SET state = 'succeeded' WHERE id = 'pur_new'`)
+	wantSQLState(t, "created -> succeeded", err, "PR001", "forbidden transition created -> succeeded")
+
+	// One bad row refuses the whole statement.
+	_, err = conn.Exec(ctx, `UPDATE purchases SET state = 'submitted'`)
+	wantSQLState(t, "bulk update", err, "PR001", "succeeded -> submitted")
+
+	_, err = conn.Exec(ctx, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES ('pur_x', 'cus_1', 100, 'eur', 'succeeded', 1, now(), now())`)
+	wantSQLState(t, "insert in succeeded", err, "PR001", "succeeded")
+
+	// Writing the same state is no move, and other columns are free.
+	exec(t, conn, `UPDATE purchases SET state = state, description = 'x' WHERE id = 'pur_ok'`)
+	exec(t, conn, `UPDATE purchases SET state = 'submitted' WHERE id = 'pur_new'`)
+
+	var state string
+	if err := conn.QueryRow(ctx, `SELECT state FROM purchases WHERE id = 'pur_ok'`).Scan(&state); err != nil || state != "succeeded" {
+		t.Fatalf("pur_ok state = %q, %v; want succeeded", state, err)
+	}
+}
+
+func TestAuditTablesAreAppendOnly(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	insertRaw(t, conn, "pur_1")
+	exec(t, conn, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at) VALUES ('pur_1', 'created', 'submitted', 'submit', now())`)
+	exec(t, conn, `INSERT INTO provider_attempts (purchase_id, op, outcome, applied, at) VALUES ('pur_1', 'create', 'unknown', true, now())`)
+	exec(t, conn, `INSERT INTO operator_actions (purchase_id, operator, action, at) VALUES ('pur_1', 'alice', 'note', now())`)
+
+	for _, table := range []string{"transitions", "provider_attempts", "operator_actions"} {
+		for _, stmt := range []string{
+			"UPDATE " + table + " SET at = now() - interval '1 day'",
+			"UPDATE " + table + " SET at = now() WHERE false", // refused even when it would touch nothing
+			"DELETE FROM " + table,
+			"TRUNCATE " + table,
+		} {
+			_, err := conn.Exec(t.Context(), stmt)
+			wantSQLState(t, stmt, err, "PR002", table, "append-only")
+		}
+		var n int
+		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 1 {
+			t.Fatalf("%s has %d rows (%v), want 1", table, n, err)
+		}
+	}
+}
+
+func TestReady(t *testing.T) {
+	s, url := openStore(t)
+	err := s.Ready(t.Context())
+	if !errors.Is(err, reconcile.ErrNotMigrated) {
+		t.Fatalf("Ready on an empty database: %v, want ErrNotMigrated", err)
+	}
+	var exists bool
+	if err := rawConn(t, url).QueryRow(t.Context(), `SELECT to_regclass('goose_db_version') IS NOT NULL`).Scan(&exists); err != nil || exists {
+		t.Fatalf("Ready wrote to the database: goose_db_version exists = %v (%v)", exists, err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if err := s.Ready(t.Context()); err != nil {
+		t.Fatalf("Ready after Migrate: %v", err)
+	}
+}
+
+func TestOpenUnreachable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	_, err = postgres.Open(t.Context(), postgres.Config{URL: "postgres://payrecon:secret@" + addr + "/payrecon?sslmode=disable&connect_timeout=5"})
+	if err == nil {
+		t.Fatal("Open on a closed port succeeded")
+	}
+	msg := err.Error()
+	for _, want := range []string{"postgres: open: cannot reach database", addr, "payrecon"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("Open error %q does not mention %q", msg, want)
+		}
+	}
+	if strings.Contains(msg, "secret") {
+		t.Fatalf("Open error leaks the password: %q", msg)
+	}
+}
+
+func TestOpenInvalidConfig(t *testing.T) {
+	for _, cfg := range []postgres.Config{
+		{},
+		{URL: "postgres://localhost/x", MaxConns: -1},
+		{URL: "postgres://localhost:notaport/x"},
+	} {
+		if _, err := postgres.Open(t.Context(), cfg); !errors.Is(err, reconcile.ErrInvalid) {
+			t.Errorf("Open(%+v) = %v, want ErrInvalid", cfg, err)
+		}
+	}
+}
+
+func TestErrorsNameTheFailure(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	p := reconcile.Purchase{ID: "pur_1", Customer: "cus_1", Amount: 100, Currency: "eur", State: statemachine.Created, Version: 1, CreatedAt: base, UpdatedAt: base}
+	if err := s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertPurchase(ctx, p) }); err != nil {
+		t.Fatal(err)
+	}
+	p.State = statemachine.Succeeded
+	err := s.InTx(ctx, func(tx reconcile.Tx) error { return tx.UpdatePurchase(ctx, p, statemachine.Created) })
+	if !errors.Is(err, reconcile.ErrForbiddenTransition) {
+		t.Fatalf("got %v, want ErrForbiddenTransition", err)
+	}
+	for _, want := range []string{"postgres: update purchase pur_1", "forbidden transition created -> succeeded"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not mention %q", err, want)
+		}
+	}
+
+	bad := p
+	bad.ID, bad.State, bad.Amount = "pur_2", statemachine.Created, 0
+	err = s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertPurchase(ctx, bad) })
+	if !errors.Is(err, reconcile.ErrInvalid) || !strings.Contains(err.Error(), "amount") {
+		t.Fatalf("non-positive amount: got %v, want ErrInvalid naming amount", err)
+	}
+
+	if _, err := s.ClaimJobs(ctx, "", 1, base, time.Second); !errors.Is(err, reconcile.ErrInvalid) {
+		t.Fatalf("ClaimJobs with no owner: %v, want ErrInvalid", err)
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertJob(ctx, reconcile.Job{PurchaseID: "pur_missing", RunAt: base})
+	})
+	if !errors.Is(err, reconcile.ErrNotFound) {
+		t.Fatalf("InsertJob for an unknown purchase: %v, want ErrNotFound", err)
+	}
+}
+
+// TestCheckLeaseHoldsOffClaims shows the fence: while a transaction that
+// checked its lease is open, the job cannot be claimed, even once the
+// lease has expired; after it commits, it can.
+func TestCheckLeaseHoldsOffClaims(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	err := s.InTx(ctx, func(tx reconcile.Tx) error {
+		p := reconcile.Purchase{ID: "pur_1", Customer: "cus_1", Amount: 100, Currency: "eur", State: statemachine.Created, Version: 1, CreatedAt: base, UpdatedAt: base}
+		if err := tx.InsertPurchase(ctx, p); err != nil {
+			return err
+		}
+		return tx.InsertJob(ctx, reconcile.Job{PurchaseID: "pur_1", RunAt: base})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leases, err := s.ClaimJobs(ctx, "w1", 1, base, time.Minute)
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("ClaimJobs = %v, %v", leases, err)
+	}
+	l := leases[0]
+	late := l.ExpiresAt.Add(time.Second)
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		if err := tx.CheckLease(ctx, l, l.ExpiresAt.Add(-time.Second)); err != nil {
+			return err
+		}
+		// Another worker, on another connection, tries to take over.
+		got, err := s.ClaimJobs(ctx, "w2", 1, late, time.Minute)
+		if err != nil {
+			return err
+		}
+		if len(got) != 0 {
+			return fmt.Errorf("job claimed while a transaction holds its checked lease: %+v", got)
+		}
+		return tx.RescheduleJob(ctx, "pur_1", late)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.ClaimJobs(ctx, "w2", 1, late, time.Minute)
+	if err != nil || len(got) != 1 || got[0].TakenOver {
+		t.Fatalf("claim after commit = %+v, %v; want the released job", got, err)
+	}
+}
+
+func TestInTxRetriesSerializationFailures(t *testing.T) {
+	s, _ := newStore(t)
+	for _, code := range []string{"40001", "40P01"} {
+		calls := 0
+		err := s.InTx(t.Context(), func(tx reconcile.Tx) error {
+			calls++
+			if calls < 3 {
+				return fmt.Errorf("wrapped: %w", &pgconn.PgError{Code: code})
+			}
+			return nil
+		})
+		if err != nil || calls != 3 {
+			t.Fatalf("SQLSTATE %s: InTx = %v after %d calls; want nil after 3", code, err, calls)
+		}
+	}
+	calls := 0
+	boom := errors.New("boom")
+	err := s.InTx(t.Context(), func(tx reconcile.Tx) error { calls++; return boom })
+	if !errors.Is(err, boom) || calls != 1 {
+		t.Fatalf("plain error: InTx = %v after %d calls; want boom after 1", err, calls)
+	}
+	calls = 0
+	err = s.InTx(t.Context(), func(tx reconcile.Tx) error { calls++; return &pgconn.PgError{Code: "40001"} })
+	if err == nil || calls != 4 {
+		t.Fatalf("persistent serialization failure: InTx = %v after %d calls; want an error after 4", err, calls)
+	}
+}
