@@ -144,6 +144,31 @@ type Attempt struct {
 	At      time.Time
 }
 
+// IdempotencyKey is a purchase API client's key, remembered with the
+// response it got so that a retry gets the same answer.
+type IdempotencyKey struct {
+	Client      string // the API client the key belongs to; keys are scoped per client
+	Key         string
+	RequestHash string // hex SHA-256 of the request, to refuse the key with another body
+	StatusCode  int    // HTTP status of the saved response; 0 until saved
+	Response    []byte // saved response body
+	PurchaseID  string // the purchase the request created, if any
+	CreatedAt   time.Time
+}
+
+// OperatorAction is one row of the operator audit: who did what, when,
+// and what they saw before doing it.
+type OperatorAction struct {
+	ID         int64
+	PurchaseID string
+	Operator   string
+	Action     string // recheck, resolve or note
+	Saw        string // the provider's live view shown before confirming
+	Did        string // what was done, e.g. "uncertain→reconciling→succeeded"
+	Evidence   string // the operator's evidence or note text
+	At         time.Time
+}
+
 // Job is the leased unit of work that moves one purchase.
 type Job struct {
 	PurchaseID     string

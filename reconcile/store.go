@@ -30,6 +30,18 @@ type Store interface {
 	// same job. Due jobs come oldest run_at first.
 	ClaimJobs(ctx context.Context, owner string, limit int, now time.Time, leaseFor time.Duration) ([]Lease, error)
 
+	// ClaimExpiredJobs is ClaimJobs restricted to jobs whose lease expired
+	// without being released (their worker died or stalled). The rescue
+	// sweep uses it to move such purchases on promptly.
+	ClaimExpiredJobs(ctx context.Context, owner string, limit int, now time.Time, leaseFor time.Duration) ([]Lease, error)
+
+	// ClaimJob leases the one job of purchaseID, whether due or not, if it
+	// is not done and not leased (or its lease expired), with a new fencing
+	// token as ClaimJobs does. For an operator's recheck. Returns
+	// ErrConflict if another owner holds an unexpired lease or the job is
+	// done, ErrNotFound if there is no such job.
+	ClaimJob(ctx context.Context, purchaseID, owner string, now time.Time, leaseFor time.Duration) (Lease, error)
+
 	// ReleaseLeases gives up every lease owner holds, making those jobs due
 	// at now. Used on shutdown so that another worker picks them up at
 	// once. Returns how many were released.
@@ -44,10 +56,14 @@ type Store interface {
 }
 
 // Tx is the set of operations available inside one transaction. Reads see
-// the transaction's own writes.
+// the transaction's own writes. A refused write (ErrDuplicate, ErrConflict,
+// ErrForbiddenTransition, ...) leaves the transaction usable: the caller
+// may read on and decide. Times round-trip exactly to the microsecond, in
+// UTC; a zero time.Time is stored as NULL.
 type Tx interface {
 	// InsertPurchase stores a new purchase. Returns ErrDuplicate if its id,
-	// or its (customer, reference) when reference is set, exists.
+	// or its (customer, reference) when reference is set, exists, and
+	// ErrForbiddenTransition if its state is not created.
 	InsertPurchase(ctx context.Context, p Purchase) error
 
 	// GetPurchase returns the purchase with id, or ErrNotFound.
@@ -61,7 +77,8 @@ type Tx interface {
 	// updated_at) if the stored row is still in state from at version
 	// p.Version; it stores version p.Version+1. Returns ErrConflict if the
 	// row moved on, ErrNotFound if there is no such row, and
-	// ErrForbiddenTransition if the database refuses from → p.State.
+	// ErrForbiddenTransition if the database refuses from → p.State, and
+	// ErrDuplicate if p's provider payment id belongs to another purchase.
 	UpdatePurchase(ctx context.Context, p Purchase, from statemachine.State) error
 
 	// InsertTransition appends to the transition audit.
@@ -97,6 +114,75 @@ type Tx interface {
 	// escalation first.
 	ListEscalated(ctx context.Context) ([]Purchase, error)
 
-	// CountByState returns how many purchases are in each state.
+	// CountByState returns how many purchases are in each state; every
+	// state is present, with 0 when it has none.
 	CountByState(ctx context.Context) (map[statemachine.State]int, error)
+
+	// CountEscalated returns how many purchases are on the operator list.
+	CountEscalated(ctx context.Context) (int, error)
+
+	// OldestUncertainSince returns the earliest UncertainSince of the
+	// purchases now in uncertain or reconciling, or the zero time if there
+	// are none.
+	OldestUncertainSince(ctx context.Context) (time.Time, error)
+
+	// ListOverdueUncertain returns up to limit purchases in state uncertain,
+	// not escalated, that became uncertain before the given time, oldest
+	// first.
+	ListOverdueUncertain(ctx context.Context, uncertainBefore time.Time, limit int) ([]Purchase, error)
+
+	// FindPurchaseByReference returns the customer's purchase with that
+	// reference, or ErrNotFound.
+	FindPurchaseByReference(ctx context.Context, customer, reference string) (Purchase, error)
+
+	// InsertInboxEvent stores a provider event unless one with the same
+	// (Provider, EventID) exists, and reports whether it stored it. It never
+	// reads before writing: the unique key decides, and a concurrent insert
+	// of the same key waits for the other transaction and then reports
+	// false (or true, if that one rolled back).
+	InsertInboxEvent(ctx context.Context, e InboxEvent) (inserted bool, err error)
+	// GetInboxEvent returns the stored event, or ErrNotFound.
+	GetInboxEvent(ctx context.Context, provider, eventID string) (InboxEvent, error)
+	// UpdateInboxEvent records what became of an event: its matched
+	// purchase (empty if none yet), its outcome and when it was processed.
+	// Returns ErrNotFound if there is no such event.
+	UpdateInboxEvent(ctx context.Context, provider, eventID, purchaseID string, outcome EventOutcome, processedAt time.Time) error
+	// ListInboxEvents returns the events matched to a purchase, oldest
+	// received first.
+	ListInboxEvents(ctx context.Context, purchaseID string) ([]InboxEvent, error)
+	// ListUnmatchedEvents returns up to limit events whose outcome is
+	// unmatched, oldest received first.
+	ListUnmatchedEvents(ctx context.Context, limit int) ([]InboxEvent, error)
+	// DeleteInboxEventsBefore deletes up to limit events received before
+	// the given time and returns how many it deleted.
+	DeleteInboxEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// InsertIdempotencyKey stores a client's key with its request hash
+	// unless the (Client, Key) pair exists, and reports whether it stored
+	// it. Like InsertInboxEvent it never reads first, and a concurrent
+	// insert of the same pair waits for the other transaction.
+	InsertIdempotencyKey(ctx context.Context, k IdempotencyKey) (inserted bool, err error)
+	// GetIdempotencyKey returns the stored key, or ErrNotFound.
+	GetIdempotencyKey(ctx context.Context, client, key string) (IdempotencyKey, error)
+	// SaveIdempotencyResponse stores the response to replay for a key.
+	// Returns ErrNotFound if there is no such key.
+	SaveIdempotencyResponse(ctx context.Context, client, key string, statusCode int, body []byte, purchaseID string) error
+	// DeleteIdempotencyKeysBefore deletes up to limit keys created before
+	// the given time and returns how many it deleted. Purchases are never
+	// touched.
+	DeleteIdempotencyKeysBefore(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// InsertOperatorAction appends to the operator audit.
+	InsertOperatorAction(ctx context.Context, a OperatorAction) error
+	// ListOperatorActions returns a purchase's operator actions, oldest
+	// first.
+	ListOperatorActions(ctx context.Context, purchaseID string) ([]OperatorAction, error)
+
+	// AcquireSweepLock takes the named lock for owner until now+ttl and
+	// reports whether it got it: it is free, expired, or already owner's.
+	// With several replicas, each sweep runs under its lock, so at most one
+	// runs at a time.
+	AcquireSweepLock(ctx context.Context, name, owner string, now time.Time, ttl time.Duration) (bool, error)
+	// ReleaseSweepLock frees the named lock if owner holds it.
+	ReleaseSweepLock(ctx context.Context, name, owner string) error
 }

@@ -1,0 +1,192 @@
+package reconcile
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"time"
+)
+
+// Config configures a Service. The zero value of every field means its
+// documented default.
+type Config struct {
+	// WorkerID names this worker in leases and in the audit.
+	// Default: the host name and process id, "host-1234".
+	WorkerID string
+
+	// LeaseDuration is how long a claim on a job is valid. It must exceed
+	// ProviderTimeout by enough for two commits, because a worker whose lease
+	// has expired may not write. Default 30s.
+	LeaseDuration time.Duration
+
+	// ProviderTimeout bounds one provider call. Default 10s.
+	ProviderTimeout time.Duration
+
+	// Backoff lists the delays before successive checks of a purchase whose
+	// outcome is unknown; the last one repeats. Default 30s, 2m, 10m, 1h
+	// (then hourly).
+	Backoff []time.Duration
+
+	// MaxAttempts is how many times a job may run before an unresolved
+	// purchase is escalated to the operators. Default 10.
+	MaxAttempts int
+
+	// MaxUncertainAge is how long a purchase may stay uncertain before it is
+	// escalated. Default 24h.
+	MaxUncertainAge time.Duration
+
+	// EscalatedInterval is the slow cadence at which an escalated purchase
+	// keeps being checked, so that a late answer still resolves it.
+	// Default 6h.
+	EscalatedInterval time.Duration
+
+	// KeyRetention is how long the provider keeps an idempotency key,
+	// measured from the first attempt. Default 24h (Stripe's).
+	KeyRetention time.Duration
+
+	// KeyReplayMargin stops replays this long before KeyRetention ends, so
+	// that a replay never reaches a provider that has just forgotten the key
+	// (which would create a second charge). Default 1h.
+	KeyReplayMargin time.Duration
+
+	// BatchSize caps the jobs claimed by one poll. Default 16.
+	BatchSize int
+
+	// Concurrency is how many jobs one worker runs at once. Default 4.
+	Concurrency int
+
+	// PollInterval is the wait between polls when no job is due.
+	// Default 1s.
+	PollInterval time.Duration
+
+	// ShutdownGrace is how long in-flight jobs may finish after the worker
+	// is told to stop; after it their provider calls are cancelled (their
+	// outcome recorded as unknown) and every remaining lease is released.
+	// Default 15s.
+	ShutdownGrace time.Duration
+
+	// MaxAmount caps a purchase's amount, in minor units. Default
+	// 99_999_999 (999,999.99 in a two-decimal currency).
+	MaxAmount int64
+
+	// DefaultPaymentMethod is used when a purchase names none. Default
+	// "pm_card_visa", Stripe's test-mode card.
+	DefaultPaymentMethod string
+
+	// Now is the clock. Default time.Now. Tests inject a fake one.
+	Now func() time.Time
+
+	// Logger receives structured logs. Default slog.Default().
+	Logger *slog.Logger
+
+	// Observer is told about transitions, provider calls and claims, for
+	// metrics. Default: none.
+	Observer Observer
+}
+
+// withDefaults returns c with every zero field set to its default, or an
+// error naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	if c.WorkerID == "" {
+		c.WorkerID = DefaultWorkerID()
+	}
+	setDuration(&c.LeaseDuration, 30*time.Second)
+	setDuration(&c.ProviderTimeout, 10*time.Second)
+	if len(c.Backoff) == 0 {
+		c.Backoff = []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = 10
+	}
+	setDuration(&c.MaxUncertainAge, 24*time.Hour)
+	setDuration(&c.EscalatedInterval, 6*time.Hour)
+	setDuration(&c.KeyRetention, 24*time.Hour)
+	setDuration(&c.KeyReplayMargin, time.Hour)
+	if c.BatchSize == 0 {
+		c.BatchSize = 16
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = 4
+	}
+	setDuration(&c.PollInterval, time.Second)
+	setDuration(&c.ShutdownGrace, 15*time.Second)
+	if c.MaxAmount == 0 {
+		c.MaxAmount = 99_999_999
+	}
+	if c.DefaultPaymentMethod == "" {
+		c.DefaultPaymentMethod = "pm_card_visa"
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+
+	var errs []error
+	for i, d := range c.Backoff {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("backoff[%d] = %s: must be positive", i, d))
+		}
+	}
+	if c.LeaseDuration < 2*c.ProviderTimeout {
+		errs = append(errs, fmt.Errorf("lease duration %s must be at least twice the provider timeout %s", c.LeaseDuration, c.ProviderTimeout))
+	}
+	if c.KeyReplayMargin >= c.KeyRetention {
+		errs = append(errs, fmt.Errorf("key replay margin %s must be shorter than the key retention %s", c.KeyReplayMargin, c.KeyRetention))
+	}
+	for name, v := range map[string]int{"max attempts": c.MaxAttempts, "batch size": c.BatchSize, "concurrency": c.Concurrency} {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("%s %d: must be positive", name, v))
+		}
+	}
+	for name, d := range map[string]time.Duration{
+		"lease duration": c.LeaseDuration, "provider timeout": c.ProviderTimeout,
+		"max uncertain age": c.MaxUncertainAge, "escalated interval": c.EscalatedInterval,
+		"key retention": c.KeyRetention, "key replay margin": c.KeyReplayMargin,
+		"poll interval": c.PollInterval, "shutdown grace": c.ShutdownGrace,
+	} {
+		if d < 0 {
+			errs = append(errs, fmt.Errorf("%s %s: must be positive", name, d))
+		}
+	}
+	if c.MaxAmount < 0 {
+		errs = append(errs, fmt.Errorf("max amount %d: must be positive", c.MaxAmount))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("reconcile: config: %w", err)
+	}
+	return c, nil
+}
+
+func setDuration(d *time.Duration, def time.Duration) {
+	if *d == 0 {
+		*d = def
+	}
+}
+
+// DefaultWorkerID returns "host-pid", the default Config.WorkerID.
+func DefaultWorkerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "payrecon"
+	}
+	return host + "-" + strconv.Itoa(os.Getpid())
+}
+
+// backoff returns the delay before check number n (0-based) of an
+// unresolved purchase.
+func (c Config) backoff(n int) time.Duration {
+	if n < 0 {
+		n = 0
+	}
+	if n >= len(c.Backoff) {
+		return c.Backoff[len(c.Backoff)-1]
+	}
+	return c.Backoff[n]
+}

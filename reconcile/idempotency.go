@@ -1,0 +1,150 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Errors of CreatePurchaseOnce.
+var (
+	// ErrKeyMismatch: the client reused an idempotency key with a
+	// different request. Never answered with the other request's response.
+	ErrKeyMismatch = errors.New("idempotency key reused with a different request")
+	// ErrKeyInFlight: the first request with this key has not finished.
+	ErrKeyInFlight = errors.New("a request with this idempotency key is still in flight")
+)
+
+// ReferenceConflictError reports a reference the customer already used.
+// It wraps ErrDuplicate.
+type ReferenceConflictError struct {
+	Reference          string
+	ExistingPurchaseID string
+}
+
+func (e *ReferenceConflictError) Error() string {
+	return fmt.Sprintf("reference %q is already used by purchase %s", e.Reference, e.ExistingPurchaseID)
+}
+
+// Unwrap makes errors.Is(err, ErrDuplicate) true.
+func (e *ReferenceConflictError) Unwrap() error { return ErrDuplicate }
+
+// SavedResponse is the response remembered for an idempotency key.
+type SavedResponse struct {
+	StatusCode int
+	Body       []byte
+	PurchaseID string
+	// Replayed is true when the response was saved by an earlier request
+	// and nothing was created now.
+	Replayed bool
+}
+
+// RenderFunc turns a created purchase into the response to save and send.
+type RenderFunc func(Purchase) (statusCode int, body []byte, err error)
+
+// CreatePurchaseOnce creates a purchase at most once per (client, key).
+//
+// In one transaction it inserts the key with requestHash (the unique key
+// decides; nothing is read first), creates the purchase and its job, and
+// saves the response render gives: all of it commits, or none. A later
+// call with the same client, key and hash gets the saved response with
+// Replayed set, and creates nothing. A concurrent call with the same key
+// waits for the first transaction and then replays its answer.
+//
+// Returns an error wrapping ErrKeyMismatch if the key was used with
+// another hash (the caller gets the saved response too, to name the
+// difference); ErrInvalid for bad input and a *ReferenceConflictError for
+// a reused reference, in both of which cases nothing is stored, so a
+// corrected retry runs as a first attempt.
+func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHash string, np NewPurchase, render RenderFunc) (SavedResponse, error) {
+	if _, err := s.Validate(np); err != nil {
+		return SavedResponse{}, fmt.Errorf("reconcile: create purchase: %w", err)
+	}
+	var out SavedResponse
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		out = SavedResponse{}
+		now := s.cfg.Now().UTC()
+		inserted, err := tx.InsertIdempotencyKey(ctx, IdempotencyKey{
+			Client: client, Key: key, RequestHash: requestHash, CreatedAt: now,
+		})
+		if err != nil {
+			return err
+		}
+		if !inserted {
+			prev, err := tx.GetIdempotencyKey(ctx, client, key)
+			if err != nil {
+				return err
+			}
+			out = SavedResponse{StatusCode: prev.StatusCode, Body: prev.Response, PurchaseID: prev.PurchaseID, Replayed: true}
+			switch {
+			case prev.RequestHash != requestHash:
+				return ErrKeyMismatch
+			case prev.StatusCode == 0:
+				return ErrKeyInFlight
+			}
+			return nil
+		}
+		p, err := s.CreatePurchaseTx(ctx, tx, np)
+		if errors.Is(err, ErrDuplicate) && np.Reference != "" {
+			existing, ferr := tx.FindPurchaseByReference(ctx, np.Customer, np.Reference)
+			if ferr != nil {
+				return errors.Join(err, ferr)
+			}
+			return &ReferenceConflictError{Reference: np.Reference, ExistingPurchaseID: existing.ID}
+		}
+		if err != nil {
+			return err
+		}
+		status, body, err := render(p)
+		if err != nil {
+			return fmt.Errorf("render response: %w", err)
+		}
+		out = SavedResponse{StatusCode: status, Body: body, PurchaseID: p.ID}
+		return tx.SaveIdempotencyResponse(ctx, client, key, status, body, p.ID)
+	})
+	if err != nil {
+		return out, fmt.Errorf("reconcile: create purchase with key %q: %w", key, err)
+	}
+	return out, nil
+}
+
+// SweepIdempotencyKeys deletes keys created before now-retention, in
+// batches of batch, and returns how many it deleted. Purchases stay.
+func (s *Service) SweepIdempotencyKeys(ctx context.Context, retention time.Duration, batch int) (int, error) {
+	return s.sweep(ctx, batch, func(tx Tx, before time.Time, n int) (int, error) {
+		return tx.DeleteIdempotencyKeysBefore(ctx, before, n)
+	}, s.cfg.Now().UTC().Add(-retention))
+}
+
+// SweepInbox deletes webhook inbox rows received before now-retention, in
+// batches of batch, and returns how many it deleted.
+func (s *Service) SweepInbox(ctx context.Context, retention time.Duration, batch int) (int, error) {
+	return s.sweep(ctx, batch, func(tx Tx, before time.Time, n int) (int, error) {
+		return tx.DeleteInboxEventsBefore(ctx, before, n)
+	}, s.cfg.Now().UTC().Add(-retention))
+}
+
+// sweep runs del in its own transaction per batch until a batch comes back
+// short, so no transaction holds locks on a large table for long.
+func (s *Service) sweep(ctx context.Context, batch int, del func(Tx, time.Time, int) (int, error), before time.Time) (int, error) {
+	if batch <= 0 {
+		batch = 1000
+	}
+	total := 0
+	for {
+		var n int
+		err := s.store.InTx(ctx, func(tx Tx) error {
+			var err error
+			n, err = del(tx, before, batch)
+			return err
+		})
+		if err != nil {
+			return total, fmt.Errorf("reconcile: sweep: %w", err)
+		}
+		total += n
+		if n < batch {
+			return total, nil
+		}
+	}
+}

@@ -1,0 +1,315 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// Errors of the operator actions.
+var (
+	// ErrAlreadyFinal: the purchase is terminal; the action does not apply.
+	ErrAlreadyFinal = errors.New("purchase is already final")
+	// ErrStale: the purchase changed since the operator looked at it.
+	ErrStale = errors.New("purchase changed since it was shown")
+	// ErrBusy: a worker holds the purchase's job right now.
+	ErrBusy = errors.New("a worker is checking this purchase right now")
+)
+
+// Case is an escalated purchase with everything an operator needs to
+// decide: its attempts, transitions, webhooks and earlier operator actions.
+type Case struct {
+	Detail
+	Events  []InboxEvent
+	Actions []OperatorAction
+	// Age is how long the purchase has been uncertain, or since it was
+	// escalated when it never was uncertain (a contradiction).
+	Age time.Duration
+}
+
+// Escalations returns the cases on the operator list, oldest escalation
+// first.
+func (s *Service) Escalations(ctx context.Context) ([]Case, error) {
+	var ids []string
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		ps, err := tx.ListEscalated(ctx)
+		for _, p := range ps {
+			ids = append(ids, p.ID)
+		}
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: escalations: %w", err)
+	}
+	cases := make([]Case, 0, len(ids))
+	for _, id := range ids {
+		c, err := s.Case(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		cases = append(cases, c)
+	}
+	return cases, nil
+}
+
+// Case returns the purchase with id and its full record, escalated or not.
+// Returns an error wrapping ErrNotFound if there is none.
+func (s *Service) Case(ctx context.Context, id string) (Case, error) {
+	var c Case
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		if c.Purchase, err = tx.GetPurchase(ctx, id); err != nil {
+			return err
+		}
+		if c.Transitions, err = tx.ListTransitions(ctx, id); err != nil {
+			return err
+		}
+		if c.Attempts, err = tx.ListAttempts(ctx, id); err != nil {
+			return err
+		}
+		if c.Job, err = tx.GetJob(ctx, id); err != nil {
+			return err
+		}
+		if c.Events, err = tx.ListInboxEvents(ctx, id); err != nil {
+			return err
+		}
+		c.Actions, err = tx.ListOperatorActions(ctx, id)
+		return err
+	})
+	if err != nil {
+		return Case{}, fmt.Errorf("reconcile: case %q: %w", id, err)
+	}
+	since := c.Purchase.UncertainSince
+	if since.IsZero() {
+		since = c.Purchase.EscalatedAt
+	}
+	if !since.IsZero() {
+		c.Age = s.cfg.Now().Sub(since)
+	}
+	return c, nil
+}
+
+// LiveView asks the provider now what it knows of the purchase's charge:
+// by payment id when known, else by search. It changes nothing; the
+// operator sees it before confirming a resolution.
+func (s *Service) LiveView(ctx context.Context, id string) (provider.Result, error) {
+	p, err := s.read(ctx, id)
+	if err != nil {
+		return provider.Result{}, err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
+	defer cancel()
+	op := provider.OpSearch
+	var res provider.Result
+	if p.ProviderPaymentID != "" {
+		op = provider.OpStatus
+		res, err = s.provider.Status(callCtx, p.ProviderPaymentID)
+	} else {
+		res, err = s.provider.Search(callCtx, p.ID)
+	}
+	s.cfg.Observer.ProviderCall(op, provider.OutcomeOf(res, err), 0)
+	if err != nil {
+		return provider.Result{Outcome: provider.OutcomeOf(res, err), Reason: err.Error()}, nil
+	}
+	return res, nil
+}
+
+// DescribeView renders a provider answer for the operator audit.
+func DescribeView(r provider.Result) string {
+	parts := []string{"outcome=" + string(r.Outcome)}
+	if r.Status != "" {
+		parts = append(parts, "status="+r.Status)
+	}
+	if r.PaymentID != "" {
+		parts = append(parts, "payment="+r.PaymentID)
+	}
+	if r.Amount != 0 {
+		parts = append(parts, fmt.Sprintf("amount=%d %s", r.Amount, r.Currency))
+	}
+	if r.Reason != "" {
+		parts = append(parts, "reason="+r.Reason)
+	}
+	return strings.Join(parts, " ")
+}
+
+// Resolution is an operator's decision about a purchase.
+type Resolution struct {
+	PurchaseID string
+	Operator   string
+	To         statemachine.State // succeeded or declined
+	Evidence   string             // required: what the decision rests on
+	Saw        string             // the provider's live view shown to the operator
+	// Version is the purchase version the operator was shown; 0 skips the
+	// check.
+	Version int64
+}
+
+// Resolve settles a purchase by an operator's decision, through the state
+// machine: an uncertain purchase moves through reconciling, each move
+// recorded with cause operator, the operator's name and the evidence. The
+// job completes and the purchase leaves the operator list. Nothing here
+// can charge.
+//
+// Returns an error wrapping ErrInvalid without evidence, an operator name,
+// or with a target other than succeeded or declined; ErrAlreadyFinal for
+// a terminal purchase; ErrForbiddenTransition when the table allows no
+// path (a purchase never submitted); ErrStale when the purchase changed
+// since the operator was shown Version; ErrNotFound for an unknown id.
+// Nothing changes when it returns an error.
+func (s *Service) Resolve(ctx context.Context, r Resolution) (Purchase, error) {
+	r.Evidence = strings.TrimSpace(r.Evidence)
+	r.Operator = strings.TrimSpace(r.Operator)
+	switch {
+	case r.Evidence == "":
+		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, &FieldError{"evidence", "is required: say what the decision rests on"})
+	case r.Operator == "":
+		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, &FieldError{"operator", "is required"})
+	case r.To != statemachine.Succeeded && r.To != statemachine.Declined:
+		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID,
+			&FieldError{"to", fmt.Sprintf("%q: an operator resolves to succeeded or declined only", r.To)})
+	}
+	var (
+		out   Purchase
+		moves []move
+	)
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		moves = nil
+		now := s.cfg.Now().UTC()
+		p, err := tx.GetPurchase(ctx, r.PurchaseID)
+		if err != nil {
+			return err
+		}
+		if r.Version != 0 && p.Version != r.Version {
+			return fmt.Errorf("%w: shown version %d, now %d in state %s", ErrStale, r.Version, p.Version, p.State)
+		}
+		if p.State.Terminal() {
+			return fmt.Errorf("%w: %s is %s; an operator cannot change a final state", ErrAlreadyFinal, p.ID, p.State)
+		}
+		path := []statemachine.State{r.To}
+		if p.State == statemachine.Uncertain {
+			path = []statemachine.State{statemachine.Reconciling, r.To}
+		}
+		evidence := fmt.Sprintf("operator %s: %s (provider showed: %s)", r.Operator, r.Evidence, r.Saw)
+		cur := p
+		did := []string{string(p.State)}
+		for _, to := range path {
+			if err := statemachine.Transition(cur.State, to); err != nil {
+				return fmt.Errorf("%w: %w", ErrForbiddenTransition, err)
+			}
+			next := cur
+			next.State, next.UpdatedAt = to, now
+			if to.Terminal() {
+				next.EscalatedAt, next.EscalationReason = time.Time{}, ""
+			}
+			if err := s.update(ctx, tx, "operator:"+r.Operator, 0, cur, next, CauseOperator, evidence); err != nil {
+				return err
+			}
+			moves = append(moves, move{from: cur.State, to: to, cause: CauseOperator, p: next})
+			next.Version++
+			cur = next
+			did = append(did, string(to))
+		}
+		if err := tx.CompleteJob(ctx, p.ID, now); err != nil {
+			return err
+		}
+		out = cur
+		return tx.InsertOperatorAction(ctx, OperatorAction{
+			PurchaseID: p.ID, Operator: r.Operator, Action: "resolve", Saw: r.Saw,
+			Did: strings.Join(did, "→"), Evidence: r.Evidence, At: now,
+		})
+	})
+	if err != nil {
+		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, err)
+	}
+	s.observeMoves(moves)
+	s.cfg.Logger.Info("operator resolved purchase", "purchase", r.PurchaseID, "operator", r.Operator, "to", r.To)
+	return out, nil
+}
+
+// Note adds an operator's note to a purchase's record. With close, it also
+// takes the purchase off the operator list: for a contradiction, once the
+// separate refund process has started, or a terminal case already handled.
+// An open, non-terminal case cannot be closed by a note: resolve it.
+func (s *Service) Note(ctx context.Context, id, operator, text string, close bool) error {
+	text, operator = strings.TrimSpace(text), strings.TrimSpace(operator)
+	switch {
+	case text == "":
+		return fmt.Errorf("reconcile: note %s: %w", id, &FieldError{"text", "is required"})
+	case operator == "":
+		return fmt.Errorf("reconcile: note %s: %w", id, &FieldError{"operator", "is required"})
+	}
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		now := s.cfg.Now().UTC()
+		p, err := tx.GetPurchase(ctx, id)
+		if err != nil {
+			return err
+		}
+		did := "note"
+		if close {
+			if !p.State.Terminal() {
+				return fmt.Errorf("%w: %s is %s; resolve it instead of closing it with a note", ErrInvalid, id, p.State)
+			}
+			if p.Escalated() {
+				next := p
+				next.EscalatedAt, next.EscalationReason, next.UpdatedAt = time.Time{}, "", now
+				if err := tx.UpdatePurchase(ctx, next, p.State); err != nil {
+					return err
+				}
+				did = "note; closed escalation " + string(p.EscalationReason)
+			}
+		}
+		return tx.InsertOperatorAction(ctx, OperatorAction{
+			PurchaseID: id, Operator: operator, Action: "note", Did: did, Evidence: text, At: now,
+		})
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: note %s: %w", id, err)
+	}
+	return nil
+}
+
+// Recheck reconciles a purchase now, on the operator's request: it takes
+// the purchase's job (unless a worker holds it) and works it at once.
+// Returns the purchase as it stands afterwards; ErrAlreadyFinal for a
+// terminal purchase, ErrBusy when a worker holds the job.
+func (s *Service) Recheck(ctx context.Context, id, operator string) (Purchase, error) {
+	operator = strings.TrimSpace(operator)
+	if operator == "" {
+		return Purchase{}, fmt.Errorf("reconcile: recheck %s: %w", id, &FieldError{"operator", "is required"})
+	}
+	p, err := s.read(ctx, id)
+	if err != nil {
+		return Purchase{}, err
+	}
+	if p.State.Terminal() {
+		return p, fmt.Errorf("reconcile: recheck %s: %w: it is %s", id, ErrAlreadyFinal, p.State)
+	}
+	l, err := s.store.ClaimJob(ctx, id, s.cfg.WorkerID, s.cfg.Now().UTC(), s.cfg.LeaseDuration)
+	if errors.Is(err, ErrConflict) {
+		return p, fmt.Errorf("reconcile: recheck %s: %w", id, ErrBusy)
+	}
+	if err != nil {
+		return p, fmt.Errorf("reconcile: recheck %s: %w", id, err)
+	}
+	s.cfg.Observer.JobsClaimed(1)
+	s.Process(ctx, l)
+	after, err := s.read(ctx, id)
+	if err != nil {
+		return p, err
+	}
+	err = s.store.InTx(ctx, func(tx Tx) error {
+		return tx.InsertOperatorAction(ctx, OperatorAction{
+			PurchaseID: id, Operator: operator, Action: "recheck",
+			Did: fmt.Sprintf("checked: %s → %s", p.State, after.State), At: s.cfg.Now().UTC(),
+		})
+	})
+	if err != nil {
+		return after, fmt.Errorf("reconcile: recheck %s: record action: %w", id, err)
+	}
+	return after, nil
+}

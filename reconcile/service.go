@@ -1,0 +1,185 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// Service runs payrecon's protocol over a Store and a Provider. It creates
+// purchases, works their leased jobs, and answers questions about them.
+// Safe for concurrent use.
+type Service struct {
+	store    Store
+	provider provider.Provider
+	cfg      Config
+}
+
+// New returns a Service. It returns an error naming the field if cfg is
+// invalid.
+func New(store Store, p provider.Provider, cfg Config) (*Service, error) {
+	if store == nil {
+		return nil, errors.New("reconcile: nil store")
+	}
+	if p == nil {
+		return nil, errors.New("reconcile: nil provider")
+	}
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return &Service{store: store, provider: p, cfg: cfg}, nil
+}
+
+// Config returns the service's configuration with defaults applied.
+func (s *Service) Config() Config { return s.cfg }
+
+// Store returns the service's store.
+func (s *Service) Store() Store { return s.store }
+
+// NewPurchase is what a caller gives to create a purchase.
+type NewPurchase struct {
+	Customer      string
+	Reference     string // optional; unique per customer
+	Amount        int64  // minor units
+	Currency      string // ISO 4217, any case
+	Description   string
+	PaymentMethod string // optional; Config.DefaultPaymentMethod if empty
+}
+
+// FieldError is an invalid input field. It wraps ErrInvalid.
+type FieldError struct {
+	Field   string
+	Message string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Message }
+
+// Unwrap makes errors.Is(err, ErrInvalid) true.
+func (e *FieldError) Unwrap() error { return ErrInvalid }
+
+// Validate checks np against the limits in cfg and returns a normalised
+// copy, or an error joining one *FieldError per bad field.
+func (s *Service) Validate(np NewPurchase) (NewPurchase, error) {
+	var errs []error
+	bad := func(field, format string, args ...any) {
+		errs = append(errs, &FieldError{Field: field, Message: fmt.Sprintf(format, args...)})
+	}
+	np.Customer = strings.TrimSpace(np.Customer)
+	np.Reference = strings.TrimSpace(np.Reference)
+	np.Currency = strings.ToLower(strings.TrimSpace(np.Currency))
+	np.PaymentMethod = strings.TrimSpace(np.PaymentMethod)
+	if np.PaymentMethod == "" {
+		np.PaymentMethod = s.cfg.DefaultPaymentMethod
+	}
+	checkText := func(field, v string, required bool, max int) {
+		switch {
+		case v == "" && required:
+			bad(field, "is required")
+		case !utf8.ValidString(v):
+			bad(field, "is not valid UTF-8")
+		case utf8.RuneCountInString(v) > max:
+			bad(field, "is longer than %d characters", max)
+		case strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+			bad(field, "contains control characters")
+		}
+	}
+	checkText("customer", np.Customer, true, 255)
+	checkText("reference", np.Reference, false, 255)
+	checkText("description", np.Description, false, 1000)
+	checkText("payment_method", np.PaymentMethod, true, 255)
+	switch {
+	case np.Amount <= 0:
+		bad("amount", "must be a positive number of minor units, got %d", np.Amount)
+	case np.Amount > s.cfg.MaxAmount:
+		bad("amount", "%d is over the maximum of %d", np.Amount, s.cfg.MaxAmount)
+	}
+	switch {
+	case np.Currency == "":
+		bad("currency", "is required")
+	case !SupportedCurrency(np.Currency):
+		bad("currency", "%q is not a supported currency", np.Currency)
+	}
+	return np, errors.Join(errs...)
+}
+
+// CreatePurchase validates np and stores a new purchase in state created,
+// with its job due now, in one transaction. Returns an error wrapping
+// ErrInvalid for bad input (nothing is stored) and ErrDuplicate if the
+// customer already used the reference.
+func (s *Service) CreatePurchase(ctx context.Context, np NewPurchase) (Purchase, error) {
+	var p Purchase
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		p, err = s.CreatePurchaseTx(ctx, tx, np)
+		return err
+	})
+	return p, err
+}
+
+// CreatePurchaseTx is CreatePurchase inside a caller's transaction, so that
+// callers (the purchase API's idempotency keys) can commit more with it.
+func (s *Service) CreatePurchaseTx(ctx context.Context, tx Tx, np NewPurchase) (Purchase, error) {
+	np, err := s.Validate(np)
+	if err != nil {
+		return Purchase{}, fmt.Errorf("reconcile: create purchase: %w", err)
+	}
+	now := s.cfg.Now().UTC()
+	p := Purchase{
+		ID:            NewID("pur_"),
+		Customer:      np.Customer,
+		Reference:     np.Reference,
+		Amount:        np.Amount,
+		Currency:      np.Currency,
+		Description:   np.Description,
+		PaymentMethod: np.PaymentMethod,
+		State:         statemachine.Created,
+		Version:       1,
+		CreatedAt:     now,
+		UpdatedAt:     now,
+	}
+	if err := tx.InsertPurchase(ctx, p); err != nil {
+		return Purchase{}, fmt.Errorf("reconcile: create purchase: %w", err)
+	}
+	if err := tx.InsertJob(ctx, Job{PurchaseID: p.ID, RunAt: now}); err != nil {
+		return Purchase{}, fmt.Errorf("reconcile: create purchase %s: job: %w", p.ID, err)
+	}
+	return p, nil
+}
+
+// Detail is a purchase with its full audit trail.
+type Detail struct {
+	Purchase    Purchase
+	Transitions []TransitionRecord
+	Attempts    []Attempt
+	Job         Job
+}
+
+// Purchase returns the purchase with id and its audit trail. Returns an
+// error wrapping ErrNotFound if there is none.
+func (s *Service) Purchase(ctx context.Context, id string) (Detail, error) {
+	var d Detail
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		if d.Purchase, err = tx.GetPurchase(ctx, id); err != nil {
+			return err
+		}
+		if d.Transitions, err = tx.ListTransitions(ctx, id); err != nil {
+			return err
+		}
+		if d.Attempts, err = tx.ListAttempts(ctx, id); err != nil {
+			return err
+		}
+		d.Job, err = tx.GetJob(ctx, id)
+		return err
+	})
+	if err != nil {
+		return Detail{}, fmt.Errorf("reconcile: purchase %q: %w", id, err)
+	}
+	return d, nil
+}
