@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+func runMigrate(ctx context.Context, e *env, args []string) error {
+	if _, err := e.parse("migrate", args, nil); err != nil {
+		return err
+	}
+	st, err := openStore(ctx, e, false)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if err := st.migrate(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "schema is up to date (%s)\n", st.kind)
+	return nil
+}
+
+func runWorker(ctx context.Context, e *env, args []string) error {
+	if _, err := e.parse("worker", args, nil); err != nil {
+		return err
+	}
+	svc, cleanup, err := newService(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	return svc.Work(ctx)
+}
+
+// newService opens the store, checks that it is migrated, and builds the
+// provider and the reconcile service from the settings.
+func newService(ctx context.Context, e *env) (*reconcile.Service, func(), error) {
+	cfg, err := e.settings.reconcileConfig()
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	cfg.Logger = e.log
+	p, err := newProvider(e)
+	if err != nil {
+		return nil, nil, err
+	}
+	st, err := openStore(ctx, e, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	svc, err := reconcile.New(st.Store, p, cfg)
+	if err != nil {
+		st.Close()
+		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return svc, func() { st.Close() }, nil
+}
+
+func runPurchase(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: want `purchase create` or `purchase show ID`", errUsage)
+	}
+	switch args[0] {
+	case "create":
+		return runPurchaseCreate(ctx, e, args[1:])
+	case "show":
+		return runPurchaseShow(ctx, e, args[1:])
+	default:
+		return fmt.Errorf("%w: unknown purchase subcommand %q: want create or show", errUsage, args[0])
+	}
+}
+
+func runPurchaseCreate(ctx context.Context, e *env, args []string) error {
+	var np reconcile.NewPurchase
+	var amount string
+	rest, err := e.parse("purchase create", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&np.Customer, "customer", "", "customer reference (required)")
+		fs.StringVar(&amount, "amount", "", "amount in minor units, e.g. 300 for 3.00 (required)")
+		fs.StringVar(&np.Currency, "currency", "", "ISO 4217 currency code, e.g. usd (required)")
+		fs.StringVar(&np.Description, "description", "", "what is bought")
+		fs.StringVar(&np.Reference, "reference", "", "optional business reference, unique per customer")
+		fs.StringVar(&np.PaymentMethod, "payment-method", "", "provider payment method (default pm_card_visa, Stripe's test card)")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, rest)
+	}
+	if amount == "" {
+		return fmt.Errorf("%w: amount: is required", reconcile.ErrInvalid)
+	}
+	if _, err := fmt.Sscan(amount, &np.Amount); err != nil || fmt.Sprint(np.Amount) != strings.TrimPrefix(amount, "+") {
+		return fmt.Errorf("%w: amount: %q is not a whole number of minor units", reconcile.ErrInvalid, amount)
+	}
+	svc, cleanup, err := newService(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	p, err := svc.CreatePurchase(ctx, np)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout, p.ID)
+	return nil
+}
+
+func runPurchaseShow(ctx context.Context, e *env, args []string) error {
+	var asJSON bool
+	rest, err := e.parse("purchase show", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&asJSON, "json", false, "print JSON")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return fmt.Errorf("%w: want exactly one purchase id", errUsage)
+	}
+	svc, cleanup, err := newService(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	d, err := svc.Purchase(ctx, rest[0])
+	if errors.Is(err, reconcile.ErrNotFound) {
+		return fmt.Errorf("no purchase with id %q", rest[0])
+	}
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(d)
+	}
+	printDetail(e, d)
+	return nil
+}
+
+func printDetail(e *env, d reconcile.Detail) {
+	p := d.Purchase
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "purchase\t%s\n", p.ID)
+	fmt.Fprintf(w, "state\t%s (version %d)\n", p.State, p.Version)
+	fmt.Fprintf(w, "customer\t%s\n", p.Customer)
+	if p.Reference != "" {
+		fmt.Fprintf(w, "reference\t%s\n", p.Reference)
+	}
+	fmt.Fprintf(w, "amount\t%d %s (minor units)\n", p.Amount, p.Currency)
+	fmt.Fprintf(w, "description\t%s\n", p.Description)
+	fmt.Fprintf(w, "provider key\t%s\n", dash(p.ProviderKey))
+	fmt.Fprintf(w, "provider payment id\t%s\n", dash(p.ProviderPaymentID))
+	fmt.Fprintf(w, "created\t%s\n", stamp(p.CreatedAt))
+	if !p.UncertainSince.IsZero() {
+		fmt.Fprintf(w, "uncertain since\t%s\n", stamp(p.UncertainSince))
+	}
+	if p.Escalated() {
+		fmt.Fprintf(w, "escalated\t%s (%s)\n", stamp(p.EscalatedAt), p.EscalationReason)
+	}
+	switch {
+	case !d.Job.DoneAt.IsZero():
+		fmt.Fprintf(w, "job\tdone at %s after %d runs\n", stamp(d.Job.DoneAt), d.Job.Checks)
+	default:
+		fmt.Fprintf(w, "job\tnext run %s, %d runs so far\n", stamp(d.Job.RunAt), d.Job.Checks)
+	}
+	w.Flush()
+
+	fmt.Fprintln(e.stdout, "\ntransitions:")
+	w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	for _, t := range d.Transitions {
+		fmt.Fprintf(w, "  %s\t%s → %s\t%s\tby %s (lease %d)\t%s\n", stamp(t.At), t.From, t.To, t.Cause, t.Actor, t.LeaseToken, t.Evidence)
+	}
+	w.Flush()
+
+	fmt.Fprintln(e.stdout, "\nprovider calls:")
+	w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	for _, a := range d.Attempts {
+		applied := "applied"
+		if !a.Applied {
+			applied = "not applied"
+		}
+		extra := a.Note
+		if a.Error != "" {
+			extra = strings.TrimSpace("error: " + a.Error + " " + extra)
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\tstatus=%s\tpayment=%s\t%s\t%s\t%s\n",
+			stamp(a.At), a.Op, a.Outcome, dash(a.Status), dash(a.PaymentID), a.Latency.Round(time.Millisecond), applied, extra)
+	}
+	w.Flush()
+}
+
+func runStatemachine(ctx context.Context, e *env, args []string) error {
+	var mermaid bool
+	if _, err := e.parse("statemachine", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&mermaid, "mermaid", false, "print a Mermaid state diagram")
+	}); err != nil {
+		return err
+	}
+	if mermaid {
+		fmt.Fprint(e.stdout, statemachine.Mermaid())
+		return nil
+	}
+	for _, p := range statemachine.Transitions() {
+		fmt.Fprintln(e.stdout, p)
+	}
+	return nil
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}

@@ -1,0 +1,174 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// setting is one configuration value with a flag, an environment variable
+// and a default. A flag given on the command line wins over the
+// environment, which wins over the default.
+type setting struct {
+	name  string // flag name, without dashes
+	env   string
+	def   string
+	usage string
+	value string // resolved value
+}
+
+// settings holds every setting payrecon knows, so that `payrecon help`
+// lists them all and every command resolves them the same way.
+type settings struct {
+	list  []*setting
+	byKey map[string]*setting
+}
+
+func newSettings() *settings {
+	s := &settings{byKey: map[string]*setting{}}
+	add := func(name, env, def, usage string) {
+		st := &setting{name: name, env: env, def: def, usage: usage}
+		s.list = append(s.list, st)
+		s.byKey[name] = st
+	}
+	add("database-url", "PAYRECON_DATABASE_URL", "", "database: postgres://… (default: a SQLite file in the user's data directory, sqlite:PATH)")
+	add("addr", "PAYRECON_ADDR", "127.0.0.1:8080", "HTTP listen address of `serve`")
+	add("worker-id", "PAYRECON_WORKER_ID", "", "worker name in leases and the audit (default: host-pid)")
+	add("lease-duration", "PAYRECON_LEASE_DURATION", "30s", "how long a job claim is valid; at least twice --provider-timeout")
+	add("provider-timeout", "PAYRECON_PROVIDER_TIMEOUT", "10s", "deadline of one provider call")
+	add("backoff", "PAYRECON_BACKOFF", "30s,2m,10m,1h", "delays between checks of an uncertain purchase; the last repeats")
+	add("max-attempts", "PAYRECON_MAX_ATTEMPTS", "10", "job runs before an unresolved purchase is escalated")
+	add("max-uncertain-age", "PAYRECON_MAX_UNCERTAIN_AGE", "24h", "time in uncertainty before escalation")
+	add("escalated-interval", "PAYRECON_ESCALATED_INTERVAL", "6h", "check cadence of an escalated purchase")
+	add("key-retention", "PAYRECON_KEY_RETENTION", "24h", "how long the provider keeps idempotency keys, from the first attempt")
+	add("key-replay-margin", "PAYRECON_KEY_REPLAY_MARGIN", "1h", "stop replaying this long before the key retention ends")
+	add("batch-size", "PAYRECON_BATCH_SIZE", "16", "jobs claimed per poll")
+	add("concurrency", "PAYRECON_CONCURRENCY", "4", "jobs one worker runs at once")
+	add("poll-interval", "PAYRECON_POLL_INTERVAL", "1s", "wait between polls when idle")
+	add("shutdown-grace", "PAYRECON_SHUTDOWN_GRACE", "15s", "how long in-flight jobs may finish on SIGTERM")
+	add("max-amount", "PAYRECON_MAX_AMOUNT", "99999999", "largest purchase amount, in minor units")
+	add("provider", "PAYRECON_PROVIDER", "fake", "payment provider: fake (in-process simulator) or stripe")
+	add("fake-faults", "PAYRECON_FAKE_FAULTS", "", "fault mix of the fake provider, e.g. lost_reply=0.2,timeout=0.1,stale_processing=0.1,search_lag=30s,seed=7")
+	add("log-level", "PAYRECON_LOG_LEVEL", "info", "debug, info, warn or error")
+	add("log-format", "PAYRECON_LOG_FORMAT", "text", "text or json")
+	return s
+}
+
+// register adds every setting to fs as a string flag.
+func (s *settings) register(fs *flag.FlagSet) {
+	for _, st := range s.list {
+		fs.StringVar(&st.value, st.name, "", st.usage)
+	}
+}
+
+// resolve fills unset flags from the environment, then from defaults.
+func (s *settings) resolve(fs *flag.FlagSet) {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, st := range s.list {
+		if set[st.name] {
+			continue
+		}
+		if v, ok := os.LookupEnv(st.env); ok {
+			st.value = v
+			continue
+		}
+		st.value = st.def
+	}
+}
+
+func (s *settings) str(name string) string { return s.byKey[name].value }
+
+func (s *settings) duration(name string) (time.Duration, error) {
+	st := s.byKey[name]
+	d, err := time.ParseDuration(st.value)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("--%s / %s = %q: want a positive duration such as 30s or 2m", st.name, st.env, st.value)
+	}
+	return d, nil
+}
+
+func (s *settings) integer(name string) (int64, error) {
+	st := s.byKey[name]
+	n, err := strconv.ParseInt(st.value, 10, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("--%s / %s = %q: want a positive whole number", st.name, st.env, st.value)
+	}
+	return n, nil
+}
+
+func (s *settings) durations(name string) ([]time.Duration, error) {
+	st := s.byKey[name]
+	var out []time.Duration
+	for _, part := range strings.Split(st.value, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil || d <= 0 {
+			return nil, fmt.Errorf("--%s / %s = %q: want positive durations separated by commas, such as 30s,2m,10m,1h", st.name, st.env, st.value)
+		}
+		out = append(out, d)
+	}
+	return out, nil
+}
+
+// reconcileConfig builds the protocol's configuration from the settings.
+func (s *settings) reconcileConfig() (reconcile.Config, error) {
+	var (
+		cfg  reconcile.Config
+		errs []error
+	)
+	dur := func(dst *time.Duration, name string) {
+		d, err := s.duration(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		*dst = d
+	}
+	num := func(name string) int64 {
+		n, err := s.integer(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return n
+	}
+	cfg.WorkerID = s.str("worker-id")
+	dur(&cfg.LeaseDuration, "lease-duration")
+	dur(&cfg.ProviderTimeout, "provider-timeout")
+	dur(&cfg.MaxUncertainAge, "max-uncertain-age")
+	dur(&cfg.EscalatedInterval, "escalated-interval")
+	dur(&cfg.KeyRetention, "key-retention")
+	dur(&cfg.KeyReplayMargin, "key-replay-margin")
+	dur(&cfg.PollInterval, "poll-interval")
+	dur(&cfg.ShutdownGrace, "shutdown-grace")
+	backoff, err := s.durations("backoff")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.Backoff = backoff
+	cfg.MaxAttempts = int(num("max-attempts"))
+	cfg.BatchSize = int(num("batch-size"))
+	cfg.Concurrency = int(num("concurrency"))
+	cfg.MaxAmount = num("max-amount")
+	return cfg, errors.Join(errs...)
+}
+
+// printSettings writes the table `payrecon help` shows.
+func (s *settings) printSettings(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "FLAG\tENVIRONMENT\tDEFAULT\tMEANING")
+	for _, st := range s.list {
+		def := st.def
+		if def == "" {
+			def = "-"
+		}
+		fmt.Fprintf(tw, "--%s\t%s\t%s\t%s\n", st.name, st.env, def, st.usage)
+	}
+	tw.Flush()
+}
