@@ -192,6 +192,11 @@ func (s *Service) observeMoves(moves []move) {
 // applyEventTx applies ev, already in the inbox, to its purchase and
 // records the outcome on the inbox row.
 func (s *Service) applyEventTx(ctx context.Context, tx Tx, ev Event, now time.Time) (EventOutcome, []move, error) {
+	if ev.Outcome == "" {
+		// A type payrecon does not act on: kept for the record, never
+		// retried as unmatched.
+		return EventIgnored, nil, tx.UpdateInboxEvent(ctx, ev.Provider, ev.ID, ev.PurchaseID, EventIgnored, now)
+	}
 	p, err := s.matchEvent(ctx, tx, ev)
 	if errors.Is(err, ErrNotFound) {
 		return EventUnmatched, nil, tx.UpdateInboxEvent(ctx, ev.Provider, ev.ID, ev.PurchaseID, EventUnmatched, now)
