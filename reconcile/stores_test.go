@@ -3,11 +3,13 @@ package reconcile_test
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
+	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -28,6 +30,25 @@ func newPostgresStore(t testing.TB) reconcile.Store {
 	t.Cleanup(func() { st.Close() })
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatalf("migrate postgres: %v", err)
+	}
+	return st
+}
+
+func init() {
+	storeFactories["sqlite"] = newSQLiteStore
+}
+
+// newSQLiteStore returns a migrated store over a fresh file.
+func newSQLiteStore(t testing.TB) reconcile.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "payrecon.db")})
+	if err != nil {
+		t.Fatalf("open sqlite: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatalf("migrate sqlite: %v", err)
 	}
 	return st
 }

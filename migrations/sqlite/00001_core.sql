@@ -6,7 +6,8 @@
 -- that is not in it (and a purchase inserted in another state than
 -- created), so that no SQL path (the store, a script, an operator's
 -- sqlite3 shell) can record a forbidden move. The audit tables
--- (transitions, provider_attempts) are append-only.
+-- (transitions, provider_attempts) are append-only: triggers refuse
+-- UPDATE, DELETE and an INSERT OR REPLACE over an existing row.
 --
 -- SQLite has no SQLSTATEs: the triggers RAISE(ABORT, ...), which fails
 -- the statement (not the transaction) with SQLITE_CONSTRAINT_TRIGGER, and
@@ -141,6 +142,18 @@ BEGIN
 END;
 -- +goose StatementEnd
 
+-- INSERT OR REPLACE would delete the row it collides with without firing
+-- the DELETE trigger (recursive_triggers is off): refuse the collision.
+-- +goose StatementBegin
+CREATE TRIGGER transitions_no_replace
+BEFORE INSERT ON transitions
+FOR EACH ROW
+WHEN EXISTS (SELECT 1 FROM transitions WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'transitions is append-only: REPLACE of row ' || NEW.id || ' refused');
+END;
+-- +goose StatementEnd
+
 CREATE TABLE provider_attempts (
     id          INTEGER NOT NULL PRIMARY KEY, -- the rowid: numbered in insertion order
     purchase_id TEXT    NOT NULL REFERENCES purchases (id),
@@ -175,6 +188,18 @@ BEFORE DELETE ON provider_attempts
 FOR EACH ROW
 BEGIN
     SELECT RAISE(ABORT, 'provider_attempts is append-only: DELETE refused');
+END;
+-- +goose StatementEnd
+
+-- INSERT OR REPLACE would delete the row it collides with without firing
+-- the DELETE trigger (recursive_triggers is off): refuse the collision.
+-- +goose StatementBegin
+CREATE TRIGGER provider_attempts_no_replace
+BEFORE INSERT ON provider_attempts
+FOR EACH ROW
+WHEN EXISTS (SELECT 1 FROM provider_attempts WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'provider_attempts is append-only: REPLACE of row ' || NEW.id || ' refused');
 END;
 -- +goose StatementEnd
 

@@ -90,6 +90,18 @@ BEGIN
 END;
 -- +goose StatementEnd
 
+-- INSERT OR REPLACE would delete the row it collides with without firing
+-- the DELETE trigger (recursive_triggers is off): refuse the collision.
+-- +goose StatementBegin
+CREATE TRIGGER operator_actions_no_replace
+BEFORE INSERT ON operator_actions
+FOR EACH ROW
+WHEN EXISTS (SELECT 1 FROM operator_actions WHERE id = NEW.id)
+BEGIN
+    SELECT RAISE(ABORT, 'operator_actions is append-only: REPLACE of row ' || NEW.id || ' refused');
+END;
+-- +goose StatementEnd
+
 -- One row per named sweep; a row whose expires_at has passed is free.
 CREATE TABLE sweep_locks (
     name       TEXT    NOT NULL PRIMARY KEY CHECK (name <> ''),

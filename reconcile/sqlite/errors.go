@@ -1,0 +1,71 @@
+package sqlite
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// forbiddenMessage starts the message of every RAISE by the schema's
+// state triggers (migrations/sqlite). The append-only triggers' messages
+// ("<table> is append-only: ...") are never expected from this package
+// and are left untranslated.
+const forbiddenMessage = "forbidden transition"
+
+// kindOf returns the error a driver error stands for (one of reconcile's,
+// or ErrBusy), or nil. The driver reports extended result codes.
+func kindOf(err error) error {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return nil
+	}
+	switch se.Code() {
+	case sqlite3.SQLITE_CONSTRAINT_TRIGGER:
+		if strings.Contains(se.Error(), forbiddenMessage) {
+			return reconcile.ErrForbiddenTransition
+		}
+		return nil
+	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
+		return reconcile.ErrDuplicate
+	case sqlite3.SQLITE_CONSTRAINT_NOTNULL,
+		sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY,
+		sqlite3.SQLITE_CONSTRAINT_CHECK,
+		sqlite3.SQLITE_CONSTRAINT_DATATYPE: // a value of the wrong type in a STRICT table
+		return reconcile.ErrInvalid
+	}
+	switch se.Code() & 0xff {
+	case sqlite3.SQLITE_BUSY:
+		return ErrBusy
+	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
+		return reconcile.ErrInvalid
+	}
+	return nil
+}
+
+// wrap adds "sqlite: <what>: " to err and, when err is a driver error
+// with a meaning in package reconcile, that error too, keeping SQLite's
+// message: "sqlite: update purchase pur_1 (created -> succeeded):
+// forbidden transition: constraint failed: forbidden transition created
+// -> succeeded (purchase pur_1) (1811)".
+func wrap(err error, format string, args ...any) error {
+	what := fmt.Sprintf(format, args...)
+	if kind := kindOf(err); kind != nil {
+		return fmt.Errorf("sqlite: %s: %w: %w", what, kind, err)
+	}
+	return fmt.Errorf("sqlite: %s: %w", what, err)
+}
+
+// wrapRef is wrap for inserts whose only foreign key is the purchase: a
+// foreign key violation means the purchase does not exist.
+func wrapRef(err error, format string, args ...any) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+		return fmt.Errorf("sqlite: %s: purchase %w: %w", fmt.Sprintf(format, args...), reconcile.ErrNotFound, err)
+	}
+	return wrap(err, format, args...)
+}

@@ -1,0 +1,7 @@
+package sqlite
+
+import "database/sql"
+
+// DB exposes the store's connection pool to the tests: its one
+// connection, with the store's settings.
+func (s *Store) DB() *sql.DB { return s.db }

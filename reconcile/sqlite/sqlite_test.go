@@ -1,0 +1,785 @@
+package sqlite_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pressly/goose/v3"
+	driver "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"github.com/payrecon/payrecon/migrations"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/sqlite"
+	"github.com/payrecon/payrecon/reconcile/storetest"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// dbPath returns the path of a database file, not yet created, in a new
+// temporary directory.
+func dbPath(t testing.TB) string {
+	t.Helper()
+	return filepath.Join(t.TempDir(), "payrecon.db")
+}
+
+// openAt opens a store on path, closed when t ends.
+func openAt(t testing.TB, cfg sqlite.Config) *sqlite.Store {
+	t.Helper()
+	s, err := sqlite.Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatalf("Open(%+v): %v", cfg, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// newStore opens a store on a new, migrated database file.
+func newStore(t testing.TB) (*sqlite.Store, string) {
+	t.Helper()
+	path := dbPath(t)
+	s := openAt(t, sqlite.Config{Path: path})
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s, path
+}
+
+// rawDB opens the file directly, bypassing the store, as another process
+// (a script, the sqlite3 shell) would.
+func rawDB(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", path+"?_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func exec(t *testing.T, db *sql.DB, query string, args ...any) {
+	t.Helper()
+	if _, err := db.ExecContext(t.Context(), query, args...); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+// wantRaise fails unless err is a trigger's RAISE whose message contains
+// every one of parts.
+func wantRaise(t *testing.T, what string, err error, parts ...string) {
+	t.Helper()
+	var se *driver.Error
+	if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_TRIGGER {
+		t.Fatalf("%s: got %v, want a trigger's RAISE (SQLITE_CONSTRAINT_TRIGGER)", what, err)
+	}
+	for _, p := range parts {
+		if !strings.Contains(se.Error(), p) {
+			t.Fatalf("%s: message %q does not mention %q", what, se.Error(), p)
+		}
+	}
+}
+
+// insertRaw inserts a purchase by SQL and walks it along allowed moves.
+func insertRaw(t *testing.T, db *sql.DB, id string, path ...statemachine.State) {
+	t.Helper()
+	exec(t, db, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES (?1, 'cus_1', 100, 'eur', 'created', 1, ?2, ?2)`, id, base.UnixMicro())
+	for _, st := range path {
+		exec(t, db, `UPDATE purchases SET state = ?2 WHERE id = ?1`, id, string(st))
+	}
+}
+
+func queryString(t *testing.T, db *sql.DB, query string, args ...any) string {
+	t.Helper()
+	var s string
+	if err := db.QueryRowContext(t.Context(), query, args...).Scan(&s); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	return s
+}
+
+// purchase returns a valid purchase in state created.
+func purchase(id string) reconcile.Purchase {
+	return reconcile.Purchase{ID: id, Customer: "cus_1", Amount: 100, Currency: "eur", State: statemachine.Created, Version: 1, CreatedAt: base, UpdatedAt: base}
+}
+
+// purchasesWithJobs inserts n purchases, pur_000..., each with a job due
+// at base + i ms, in one transaction.
+func purchasesWithJobs(t testing.TB, s reconcile.Store, n int) {
+	t.Helper()
+	ctx := context.Background()
+	err := s.InTx(ctx, func(tx reconcile.Tx) error {
+		for i := range n {
+			id := fmt.Sprintf("pur_%03d", i)
+			if err := tx.InsertPurchase(ctx, purchase(id)); err != nil {
+				return err
+			}
+			if err := tx.InsertJob(ctx, reconcile.Job{PurchaseID: id, RunAt: base.Add(time.Duration(i) * time.Millisecond)}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("insert %d purchases with jobs: %v", n, err)
+	}
+}
+
+func TestConformance(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) reconcile.Store {
+		s, _ := newStore(t)
+		return s
+	})
+}
+
+func TestSchemaTransitionTableMatchesStatemachine(t *testing.T) {
+	t.Parallel()
+	_, path := newStore(t)
+	db := rawDB(t, path)
+	rows, err := db.QueryContext(t.Context(), `SELECT from_state, to_state FROM allowed_transitions`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []statemachine.Pair
+	for rows.Next() {
+		var from, to string
+		if err := rows.Scan(&from, &to); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, statemachine.Pair{From: statemachine.State(from), To: statemachine.State(to)})
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := statemachine.Transitions()
+	cmp := func(a, b statemachine.Pair) int { return strings.Compare(a.String(), b.String()) }
+	slices.SortFunc(got, cmp)
+	slices.SortFunc(want, cmp)
+	if !slices.Equal(got, want) {
+		t.Fatalf("allowed_transitions = %v, statemachine.Transitions() = %v", got, want)
+	}
+
+	var states []string
+	rows, err = db.QueryContext(t.Context(), `SELECT state FROM purchase_states ORDER BY state`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		states = append(states, s)
+	}
+	var wantStates []string
+	for _, s := range statemachine.States {
+		wantStates = append(wantStates, string(s))
+	}
+	slices.Sort(wantStates)
+	if !slices.Equal(states, wantStates) {
+		t.Fatalf("purchase_states = %v, want %v", states, wantStates)
+	}
+}
+
+// TestRawSQLCannotWriteForbiddenMove checks that the guard is the
+// database's: statements the store never wrote are refused too.
+func TestRawSQLCannotWriteForbiddenMove(t *testing.T) {
+	t.Parallel()
+	_, path := newStore(t)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	insertRaw(t, db, "pur_ok", statemachine.Submitted, statemachine.Succeeded)
+	insertRaw(t, db, "pur_new")
+
+	_, err := db.ExecContext(ctx, `UPDATE purchases SET state = 'uncertain' WHERE id = 'pur_ok'`)
+	wantRaise(t, "succeeded -> uncertain", err, "forbidden transition succeeded -> uncertain", "pur_ok")
+
+	_, err = db.ExecContext(ctx, `UPDATE purchases SET state = 'succeeded' WHERE id = 'pur_new'`)
+	wantRaise(t, "created -> succeeded", err, "forbidden transition created -> succeeded", "pur_new")
+
+	_, err = db.ExecContext(ctx, `UPDATE purchases SET state = 'bogus' WHERE id = 'pur_new'`)
+	wantRaise(t, "created -> unknown state", err, "forbidden transition created -> bogus")
+
+	// One bad row refuses the whole statement: pur_new's allowed move is
+	// undone with it.
+	_, err = db.ExecContext(ctx, `UPDATE purchases SET state = 'submitted'`)
+	wantRaise(t, "bulk update", err, "succeeded -> submitted")
+	if st := queryString(t, db, `SELECT state FROM purchases WHERE id = 'pur_new'`); st != "created" {
+		t.Fatalf("pur_new is %s after the refused bulk update, want created", st)
+	}
+
+	_, err = db.ExecContext(ctx, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES ('pur_x', 'cus_1', 100, 'eur', 'succeeded', 1, 0, 0)`)
+	wantRaise(t, "insert in succeeded", err, "forbidden transition", "pur_x", "succeeded")
+	_, err = db.ExecContext(ctx, `INSERT OR REPLACE INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES ('pur_ok', 'cus_1', 100, 'eur', 'submitted', 1, 0, 0)`)
+	wantRaise(t, "insert or replace in submitted", err, "forbidden transition", "submitted")
+
+	// Writing the same state is no move, and other columns are free.
+	exec(t, db, `UPDATE purchases SET state = state, description = 'x' WHERE id = 'pur_ok'`)
+	exec(t, db, `UPDATE purchases SET state = 'submitted' WHERE id = 'pur_new'`)
+
+	if st := queryString(t, db, `SELECT state FROM purchases WHERE id = 'pur_ok'`); st != "succeeded" {
+		t.Fatalf("pur_ok state = %q; want succeeded", st)
+	}
+}
+
+// TestRefusalUndoesOnlyTheStatement checks, in raw SQL, what the store's
+// "a refused write leaves the transaction usable" rests on: RAISE(ABORT)
+// and constraint failures undo their statement, not the transaction.
+func TestRefusalUndoesOnlyTheStatement(t *testing.T) {
+	t.Parallel()
+	_, path := newStore(t)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback()
+	ins := `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES (?1, 'cus_1', 100, 'eur', 'created', 1, 0, 0)`
+	if _, err := tx.ExecContext(ctx, ins, "pur_a"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.ExecContext(ctx, `UPDATE purchases SET state = 'succeeded' WHERE id = 'pur_a'`)
+	wantRaise(t, "forbidden move in a transaction", err, "forbidden transition created -> succeeded")
+	if _, err := tx.ExecContext(ctx, ins, "pur_a"); err == nil {
+		t.Fatal("duplicate insert succeeded")
+	}
+	if _, err := tx.ExecContext(ctx, ins, "pur_b"); err != nil {
+		t.Fatalf("insert after two refusals: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatalf("commit after refusals: %v", err)
+	}
+	if n := queryString(t, db, `SELECT group_concat(id || ':' || state, ',') FROM (SELECT id, state FROM purchases ORDER BY id)`); n != "pur_a:created,pur_b:created" {
+		t.Fatalf("purchases after commit: %s", n)
+	}
+}
+
+func TestAuditTablesAreAppendOnly(t *testing.T) {
+	t.Parallel()
+	_, path := newStore(t)
+	db := rawDB(t, path)
+	insertRaw(t, db, "pur_1")
+	exec(t, db, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at) VALUES ('pur_1', 'created', 'submitted', 'submit', 0)`)
+	exec(t, db, `INSERT INTO provider_attempts (purchase_id, op, outcome, applied, at) VALUES ('pur_1', 'create', 'unknown', 1, 0)`)
+	exec(t, db, `INSERT INTO operator_actions (purchase_id, operator, action, at) VALUES ('pur_1', 'alice', 'note', 0)`)
+
+	for table, col := range map[string]string{"transitions": "actor", "provider_attempts": "actor", "operator_actions": "operator"} {
+		for _, stmt := range []string{
+			"UPDATE " + table + " SET " + col + " = 'someone else'",
+			"UPDATE " + table + " SET id = id + 100 WHERE id = 1",
+			"DELETE FROM " + table, // no TRUNCATE in SQLite: a DELETE without WHERE fires the triggers too
+			"DELETE FROM " + table + " WHERE id = 1",
+			"REPLACE INTO " + table + " SELECT * FROM " + table,
+			"INSERT OR REPLACE INTO " + table + " (id, purchase_id, " + col + ") SELECT id, purchase_id, 'mallory' FROM " + table,
+		} {
+			_, err := db.ExecContext(t.Context(), stmt)
+			wantRaise(t, stmt, err, table, "append-only")
+		}
+		if n := queryString(t, db, "SELECT count(*) || ':' || min(id) FROM "+table); n != "1:1" {
+			t.Fatalf("%s has count:min(id) %s, want 1:1", table, n)
+		}
+	}
+	// The purchase they refer to cannot go either.
+	if _, err := db.ExecContext(t.Context(), `DELETE FROM purchases WHERE id = 'pur_1'`); err == nil {
+		t.Fatal("deleting a purchase with an audit trail succeeded")
+	}
+}
+
+func TestReady(t *testing.T) {
+	t.Parallel()
+	path := dbPath(t)
+	s := openAt(t, sqlite.Config{Path: path})
+	err := s.Ready(t.Context())
+	if !errors.Is(err, reconcile.ErrNotMigrated) {
+		t.Fatalf("Ready on a fresh file: %v, want ErrNotMigrated", err)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Fatalf("Ready's error %q does not name the file", err)
+	}
+	db := rawDB(t, path)
+	if n := queryString(t, db, `SELECT count(*) FROM sqlite_schema`); n != "0" {
+		t.Fatalf("Ready wrote to the database: %s schema objects", n)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if err := s.Ready(t.Context()); err != nil {
+		t.Fatalf("Ready after Migrate: %v", err)
+	}
+	current, latest, err := migrations.Version(t.Context(), db, migrations.SQLite)
+	if err != nil || current != latest || latest < 2 {
+		t.Fatalf("Version = %d, %d, %v; want the latest (at least 2) twice", current, latest, err)
+	}
+}
+
+// TestMigrationsDownUp checks that every Down undoes its Up.
+func TestMigrationsDownUp(t *testing.T) {
+	t.Parallel()
+	s, path := newStore(t)
+	db := rawDB(t, path)
+	fsys, err := migrations.FS(migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(goose.DialectSQLite3, db, fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(t.Context(), 0); err != nil {
+		t.Fatalf("down to 0: %v", err)
+	}
+	left := queryString(t, db, `SELECT group_concat(name, ',') FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'`)
+	if left != goose.DefaultTablename {
+		t.Fatalf("after down to 0, the schema has %q; want only %s", left, goose.DefaultTablename)
+	}
+	if err := s.Ready(t.Context()); !errors.Is(err, reconcile.ErrNotMigrated) {
+		t.Fatalf("Ready after down to 0: %v, want ErrNotMigrated", err)
+	}
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatalf("Migrate after Down: %v", err)
+	}
+	if err := s.Ready(t.Context()); err != nil {
+		t.Fatalf("Ready after Migrate again: %v", err)
+	}
+}
+
+func TestOpenErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+
+	missing := filepath.Join(dir, "no", "such", "dir")
+	_, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(missing, "payrecon.db")})
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open in a missing directory: %v, want an error wrapping fs.ErrNotExist", err)
+	}
+	for _, want := range []string{"sqlite: open", missing, "does not exist"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("Open error %q does not mention %q", err, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "no")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("Open created the missing directory (stat: %v)", err)
+	}
+
+	file := filepath.Join(dir, "a-file")
+	if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(file, "payrecon.db")}); err == nil || !strings.Contains(err.Error(), "not a directory") {
+		t.Fatalf("Open under a file: %v, want an error saying it is not a directory", err)
+	}
+
+	garbage := filepath.Join(dir, "garbage.db")
+	if err := os.WriteFile(garbage, []byte(strings.Repeat("this is not a database\n", 100)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sqlite.Open(t.Context(), sqlite.Config{Path: garbage}); err == nil || !strings.Contains(err.Error(), garbage) {
+		t.Fatalf("Open of a file that is not a database: %v, want an error naming it", err)
+	}
+
+	for _, cfg := range []sqlite.Config{
+		{},
+		{Path: ":memory:"},
+		{Path: "file:payrecon.db?mode=memory"},
+		{Path: filepath.Join(dir, "what?.db")},
+		{Path: filepath.Join(dir, "x.db"), BusyTimeout: -time.Second},
+	} {
+		if _, err := sqlite.Open(t.Context(), cfg); !errors.Is(err, reconcile.ErrInvalid) {
+			t.Errorf("Open(%+v) = %v, want ErrInvalid", cfg, err)
+		}
+	}
+}
+
+func TestOpenRelativePath(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	s := openAt(t, sqlite.Config{Path: "payrecon.db"})
+	if want := filepath.Join(dir, "payrecon.db"); s.Path() != want {
+		t.Fatalf("Path() = %q, want %q", s.Path(), want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "payrecon.db")); err != nil {
+		t.Fatalf("the database file: %v", err)
+	}
+}
+
+func TestConnectionSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		busy     time.Duration
+		wantBusy string
+	}{{0, "5000"}, {250 * time.Millisecond, "250"}} {
+		s := openAt(t, sqlite.Config{Path: dbPath(t), BusyTimeout: tc.busy})
+		db := s.DB()
+		for pragma, want := range map[string]string{
+			"journal_mode": "wal",
+			"foreign_keys": "1",
+			"synchronous":  "1", // NORMAL
+			"busy_timeout": tc.wantBusy,
+		} {
+			if got := queryString(t, db, "PRAGMA "+pragma); got != want {
+				t.Errorf("BusyTimeout %s: PRAGMA %s = %s, want %s", tc.busy, pragma, got, want)
+			}
+		}
+		if n := db.Stats().MaxOpenConnections; n != 1 {
+			t.Errorf("MaxOpenConnections = %d, want 1", n)
+		}
+	}
+}
+
+// TestInTxHoldsTheWriteLock shows BEGIN IMMEDIATE: even a transaction that
+// only reads holds the write lock from its start, so no other connection
+// can begin writing until it ends.
+func TestInTxHoldsTheWriteLock(t *testing.T) {
+	t.Parallel()
+	s, path := newStore(t)
+	other, err := sql.Open("sqlite", path) // no busy timeout: fail at once
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	ctx := t.Context()
+	tryWrite := func() error {
+		c, err := other.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+			return err
+		}
+		_, err = c.ExecContext(ctx, "ROLLBACK")
+		return err
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		if _, err := tx.CountByState(ctx); err != nil {
+			return err
+		}
+		err := tryWrite()
+		var se *driver.Error
+		if !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY {
+			return fmt.Errorf("another connection began writing during InTx: %v, want SQLITE_BUSY", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tryWrite(); err != nil {
+		t.Fatalf("another connection after InTx: %v", err)
+	}
+}
+
+// TestBusyTimeout: a process that cannot get the write lock within its busy
+// timeout gets ErrBusy, naming the file, and its transaction never ran.
+func TestBusyTimeout(t *testing.T) {
+	t.Parallel()
+	holder, path := newStore(t)
+	waiter := openAt(t, sqlite.Config{Path: path, BusyTimeout: 50 * time.Millisecond})
+	holding, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- holder.InTx(context.Background(), func(reconcile.Tx) error {
+			close(holding)
+			<-release
+			return nil
+		})
+	}()
+	<-holding
+	ran := false
+	err := waiter.InTx(t.Context(), func(reconcile.Tx) error { ran = true; return nil })
+	close(release)
+	if herr := <-done; herr != nil {
+		t.Fatalf("the holder's InTx: %v", herr)
+	}
+	if !errors.Is(err, sqlite.ErrBusy) || ran {
+		t.Fatalf("InTx while another process holds the write lock: %v (fn ran: %v), want ErrBusy without running fn", err, ran)
+	}
+	if !strings.Contains(err.Error(), path) {
+		t.Fatalf("ErrBusy error %q does not name the file", err)
+	}
+	if err := waiter.InTx(t.Context(), func(reconcile.Tx) error { return nil }); err != nil {
+		t.Fatalf("InTx once the lock is free: %v", err)
+	}
+}
+
+// TestStoreCallInsideInTx: a Store method called from inside InTx needs
+// the connection the transaction holds. It fails with ErrBusy after the
+// busy timeout instead of waiting forever.
+func TestStoreCallInsideInTx(t *testing.T) {
+	t.Parallel()
+	path := dbPath(t)
+	s := openAt(t, sqlite.Config{Path: path, BusyTimeout: 50 * time.Millisecond})
+	if err := s.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	err := s.InTx(t.Context(), func(reconcile.Tx) error {
+		_, err := s.ClaimJobs(t.Context(), "w1", 1, base, time.Minute)
+		return err
+	})
+	if !errors.Is(err, sqlite.ErrBusy) || !strings.Contains(err.Error(), "inside InTx") {
+		t.Fatalf("ClaimJobs inside InTx: %v, want ErrBusy explaining the nesting", err)
+	}
+}
+
+// TestConcurrentProcesses has four stores on one file, as four processes
+// would, claim and complete 200 jobs at once: each job is handed out
+// exactly once, and no SQLITE_BUSY escapes (the writers queue on the
+// write lock within the busy timeout).
+func TestConcurrentProcesses(t *testing.T) {
+	t.Parallel()
+	const (
+		jobs      = 200
+		processes = 4
+	)
+	first, path := newStore(t)
+	purchasesWithJobs(t, first, jobs)
+	stores := []*sqlite.Store{first}
+	for len(stores) < processes {
+		stores = append(stores, openAt(t, sqlite.Config{Path: path}))
+	}
+	now := base.Add(time.Hour)
+	ctx := t.Context()
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	got := make([][]reconcile.Lease, processes)
+	errs := make([]error, processes)
+	for p, s := range stores {
+		wg.Go(func() {
+			<-start
+			owner := fmt.Sprintf("w%d", p)
+			for {
+				leases, err := s.ClaimJobs(ctx, owner, 7, now, time.Minute)
+				if err != nil {
+					errs[p] = err
+					return
+				}
+				if len(leases) == 0 {
+					return
+				}
+				got[p] = append(got[p], leases...)
+				// Finish each job under its lease, as a worker does.
+				for _, l := range leases {
+					err := s.InTx(ctx, func(tx reconcile.Tx) error {
+						if err := tx.CheckLease(ctx, l, now); err != nil {
+							return err
+						}
+						return tx.CompleteJob(ctx, l.PurchaseID, now)
+					})
+					if err != nil {
+						errs[p] = err
+						return
+					}
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatalf("concurrent processes: %v", err)
+	}
+	seen := map[string]string{}
+	for p, leases := range got {
+		owner := fmt.Sprintf("w%d", p)
+		for _, l := range leases {
+			if prev, dup := seen[l.PurchaseID]; dup {
+				t.Fatalf("job %s handed to %s and %s", l.PurchaseID, prev, owner)
+			}
+			if l.Owner != owner || l.Token != 1 || l.TakenOver {
+				t.Fatalf("lease %+v: want owner %s, token 1, not taken over", l, owner)
+			}
+			seen[l.PurchaseID] = owner
+		}
+	}
+	if len(seen) != jobs {
+		t.Fatalf("%d jobs handed out, want %d", len(seen), jobs)
+	}
+	var open int
+	err := first.InTx(ctx, func(tx reconcile.Tx) error {
+		for i := range jobs {
+			j, err := tx.GetJob(ctx, fmt.Sprintf("pur_%03d", i))
+			if err != nil {
+				return err
+			}
+			if j.DoneAt.IsZero() {
+				open++
+			}
+		}
+		return nil
+	})
+	if err != nil || open != 0 {
+		t.Fatalf("after the race: %d jobs not done (%v)", open, err)
+	}
+}
+
+// TestCheckedLeaseHoldsOffOtherProcesses shows the fence: while a
+// transaction that checked its lease is open, another process's claim
+// waits for it, and then sees what it committed (the job released, not a
+// lease to take over).
+func TestCheckedLeaseHoldsOffOtherProcesses(t *testing.T) {
+	t.Parallel()
+	s, path := newStore(t)
+	other := openAt(t, sqlite.Config{Path: path})
+	ctx := t.Context()
+	purchasesWithJobs(t, s, 1)
+	leases, err := s.ClaimJobs(ctx, "w1", 1, base, time.Minute)
+	if err != nil || len(leases) != 1 {
+		t.Fatalf("ClaimJobs = %v, %v", leases, err)
+	}
+	l := leases[0]
+	late := l.ExpiresAt.Add(time.Second) // the lease has expired by then
+	type result struct {
+		leases []reconcile.Lease
+		err    error
+	}
+	claimed := make(chan result, 1)
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		if err := tx.CheckLease(ctx, l, l.ExpiresAt.Add(-time.Second)); err != nil {
+			return err
+		}
+		go func() {
+			got, err := other.ClaimJobs(ctx, "w2", 1, late, time.Minute)
+			claimed <- result{got, err}
+		}()
+		return tx.RescheduleJob(ctx, l.PurchaseID, late)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-claimed
+	if r.err != nil || len(r.leases) != 1 || r.leases[0].TakenOver || r.leases[0].Token != 2 {
+		t.Fatalf("the other process's claim = %+v, %v; want the released job, token 2, not taken over", r.leases, r.err)
+	}
+}
+
+func TestErrorsNameTheFailure(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := t.Context()
+	p := purchase("pur_1")
+	if err := s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertPurchase(ctx, p) }); err != nil {
+		t.Fatal(err)
+	}
+	p.State = statemachine.Succeeded
+	err := s.InTx(ctx, func(tx reconcile.Tx) error { return tx.UpdatePurchase(ctx, p, statemachine.Created) })
+	if !errors.Is(err, reconcile.ErrForbiddenTransition) {
+		t.Fatalf("got %v, want ErrForbiddenTransition", err)
+	}
+	for _, want := range []string{"sqlite: update purchase pur_1", "forbidden transition created -> succeeded"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not mention %q", err, want)
+		}
+	}
+
+	err = s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertPurchase(ctx, purchase("pur_1")) })
+	if !errors.Is(err, reconcile.ErrDuplicate) || !strings.Contains(err.Error(), "purchases.id") {
+		t.Fatalf("duplicate id: got %v, want ErrDuplicate naming purchases.id", err)
+	}
+
+	bad := purchase("pur_2")
+	bad.Amount = 0
+	err = s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertPurchase(ctx, bad) })
+	if !errors.Is(err, reconcile.ErrInvalid) || !strings.Contains(err.Error(), "amount") {
+		t.Fatalf("non-positive amount: got %v, want ErrInvalid naming amount", err)
+	}
+	bad = purchase("pur_3")
+	bad.CreatedAt = time.Time{}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertPurchase(ctx, bad) })
+	if !errors.Is(err, reconcile.ErrInvalid) || !strings.Contains(err.Error(), "created_at") {
+		t.Fatalf("zero CreatedAt: got %v, want ErrInvalid naming created_at", err)
+	}
+
+	if _, err := s.ClaimJobs(ctx, "", 1, base, time.Second); !errors.Is(err, reconcile.ErrInvalid) {
+		t.Fatalf("ClaimJobs with no owner: %v, want ErrInvalid", err)
+	}
+	for what, fn := range map[string]func(tx reconcile.Tx) error{
+		"InsertJob": func(tx reconcile.Tx) error {
+			return tx.InsertJob(ctx, reconcile.Job{PurchaseID: "pur_missing", RunAt: base})
+		},
+		"InsertTransition": func(tx reconcile.Tx) error {
+			return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_missing", From: "created", To: "submitted", Cause: reconcile.CauseSubmit, At: base})
+		},
+		"InsertOperatorAction": func(tx reconcile.Tx) error {
+			return tx.InsertOperatorAction(ctx, reconcile.OperatorAction{PurchaseID: "pur_missing", Operator: "alice", Action: "note", At: base})
+		},
+	} {
+		if err := s.InTx(ctx, fn); !errors.Is(err, reconcile.ErrNotFound) {
+			t.Fatalf("%s for an unknown purchase: %v, want ErrNotFound", what, err)
+		}
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertOperatorAction(ctx, reconcile.OperatorAction{PurchaseID: "pur_1", Operator: "alice", Action: "delete", At: base})
+	})
+	if !errors.Is(err, reconcile.ErrInvalid) {
+		t.Fatalf("unknown operator action: %v, want ErrInvalid", err)
+	}
+}
+
+// TestTimesTruncateToTheMicrosecond: finer digits are dropped (toward the
+// past, also before 1970), and the result comes back exactly, in UTC.
+func TestTimesTruncateToTheMicrosecond(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	ctx := t.Context()
+	for i, tc := range []struct{ in, want time.Time }{
+		{base.Add(999 * time.Nanosecond), base},
+		{base.Add(time.Microsecond + 1), base.Add(time.Microsecond)},
+		{time.Date(1969, 12, 31, 23, 59, 59, 999_999_500, time.UTC), time.Date(1969, 12, 31, 23, 59, 59, 999_999_000, time.UTC)},
+		{time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.FixedZone("x", 3600)), time.Date(9999, 12, 31, 22, 59, 59, 999_999_000, time.UTC)},
+	} {
+		p := purchase(fmt.Sprintf("pur_%d", i))
+		p.CreatedAt = tc.in
+		var got reconcile.Purchase
+		err := s.InTx(ctx, func(tx reconcile.Tx) error {
+			if err := tx.InsertPurchase(ctx, p); err != nil {
+				return err
+			}
+			var err error
+			got, err = tx.GetPurchase(ctx, p.ID)
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.CreatedAt != tc.want {
+			t.Errorf("CreatedAt %s came back as %s, want %s", tc.in, got.CreatedAt, tc.want)
+		}
+	}
+}
+
+// BenchmarkClaimJobs measures one claim of 10 due jobs out of 1000 and the
+// release of their leases: two write transactions.
+func BenchmarkClaimJobs(b *testing.B) {
+	s, _ := newStore(b)
+	purchasesWithJobs(b, s, 1000)
+	ctx := context.Background()
+	now := base.Add(time.Hour)
+	for b.Loop() {
+		leases, err := s.ClaimJobs(ctx, "w1", 10, now, time.Minute)
+		if err != nil || len(leases) != 10 {
+			b.Fatalf("ClaimJobs = %d leases, %v", len(leases), err)
+		}
+		if _, err := s.ReleaseLeases(ctx, "w1", now); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
