@@ -27,6 +27,11 @@
 // the n-th Create for a purchase gets the same fault for a given seed
 // however calls for different purchases interleave. Payment ids are
 // sequential ("pi_fake00000000000000000001", ...).
+//
+// A Server (NewServer) serves a Fake over HTTP in Stripe's wire format, for
+// the real Stripe adapter (provider/stripe) to talk to, and sends signed
+// Stripe webhooks for the ledger's changes, with delivery faults of their
+// own (WebhookFaults).
 package fakeprovider
 
 import (
@@ -243,12 +248,23 @@ type attempt struct {
 	// stopped the call before the provider acted.
 	res provider.Result
 	err error
+	// created reports that this call made a new charge: a result with a
+	// payment id and created false is a replay of the key's saved
+	// response.
+	created bool
 }
 
 // create runs one create call up to its reply, leaving the fault for the
 // caller to act out: Create turns it into an error, an HTTP front end can
 // turn it into transport behaviour (a 429, a dropped connection).
 func (f *Fake) create(req provider.CreateRequest) attempt {
+	return f.createHashed(req, req.Hash())
+}
+
+// createHashed is create with hash standing for the request's parameters
+// in the key store, for a front end whose requests carry parameters that
+// CreateRequest does not hold (Stripe compares them all).
+func (f *Fake) createHashed(req provider.CreateRequest, hash string) attempt {
 	key := req.IdempotencyKey
 	f.mu.Lock()
 	f.calls[provider.OpCreate]++
@@ -273,7 +289,7 @@ func (f *Fake) create(req provider.CreateRequest) attempt {
 			switch {
 			case f.cfg.Now().Sub(s.at) > f.cfg.KeyRetention:
 				delete(f.keys, key) // forgotten: this create charges again
-			case s.hash != req.Hash():
+			case s.hash != hash:
 				f.mu.Unlock()
 				a.err = fmt.Errorf("fakeprovider: create for %s: key %q: %w", req.PurchaseID, key, provider.ErrIdempotencyMismatch)
 				return a
@@ -298,9 +314,10 @@ func (f *Fake) create(req provider.CreateRequest) attempt {
 	now := f.cfg.Now()
 	e := f.newCharge(req, a.fault, now)
 	a.res = e.result()
+	a.created = true
 	if key != "" {
 		delete(f.inFlight, key)
-		f.keys[key] = saved{hash: req.Hash(), res: a.res, at: now}
+		f.keys[key] = saved{hash: hash, res: a.res, at: now}
 	}
 	return a
 }

@@ -1,0 +1,828 @@
+package fakeprovider
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Webhooks.
+//
+// When ServerConfig.WebhookURL is set, every state change of a charge in
+// the Fake's ledger becomes a Stripe event, POSTed to the URL signed with
+// ServerConfig.WebhookSecret:
+//
+//	charge created succeeded                 payment_intent.succeeded
+//	charge created declined                  payment_intent.payment_failed (requires_payment_method)
+//	charge created processing                payment_intent.processing
+//	processing charge settles                payment_intent.succeeded or .payment_failed
+//	(canceled, never made by the Fake)       payment_intent.canceled
+//
+// The server finds changes by looking at the ledger: after each create it
+// serves, and at each Tick, so charges made by direct Fake.Create calls
+// are announced too, at the next look; charges already in the ledger when
+// NewServer is called are not. A charge's creation event carries the
+// request's idempotency key (request.idempotency_key); a settlement
+// event, like Stripe's automatic ones, carries none, and is created at
+// the charge's SettlesAt. request.id is always null.
+//
+// Delivery is Stripe's: a copy of an event is retried, with backoff, until
+// a 2xx answer or WebhookMaxAttempts attempts; each attempt is signed
+// anew (t= of the attempt), the payload byte-identical. Nothing is given
+// up silently: see WebhookStats.
+
+// WebhookFault is a misbehaviour of webhook delivery. The names are those
+// of the fault spec (ParseServerConfig).
+type WebhookFault string
+
+// The webhook faults.
+const (
+	// WebhookDrop: the event is never sent.
+	WebhookDrop WebhookFault = "webhook_drop"
+	// WebhookDuplicate: the event is sent twice: same id, byte-identical
+	// payload, two copies delivered independently.
+	WebhookDuplicate WebhookFault = "webhook_duplicate"
+	// WebhookReorder: an event of a charge that is not final yet
+	// (processing) is held until the charge's next event, and sent after
+	// it: processing after succeeded. It does not apply to final events.
+	WebhookReorder WebhookFault = "webhook_reorder"
+	// WebhookDelay: the event is held until the next Tick, and sent after
+	// the events that Tick emits.
+	WebhookDelay WebhookFault = "webhook_delay"
+	// WebhookStaleProcessing: after a final event (succeeded,
+	// payment_failed, canceled), a payment_intent.processing event for
+	// the same PaymentIntent is sent too, with a new event id, the
+	// PaymentIntent in processing and created at the charge's creation, as
+	// a late event would be. The extra event is marked with this fault.
+	WebhookStaleProcessing WebhookFault = "webhook_stale_processing"
+)
+
+// WebhookFaults gives the probability, in [0,1], that an event gets each
+// fault. Unlike Faults, they are independent: an event may be both
+// duplicated and delayed. A dropped event gets no other fault (its stale
+// follower, if drawn, is still sent). Every event takes one draw of each,
+// in the order Drop, Duplicate, Reorder, Delay, StaleProcessing, from a
+// math/rand/v2 source seeded by the Fake's Config.Seed and the purchase
+// id, so a purchase's n-th event gets the same faults for a given seed
+// however purchases interleave.
+type WebhookFaults struct {
+	Drop            float64
+	Duplicate       float64
+	Reorder         float64
+	Delay           float64
+	StaleProcessing float64
+}
+
+var webhookFaultOrder = []WebhookFault{WebhookDrop, WebhookDuplicate, WebhookReorder, WebhookDelay, WebhookStaleProcessing}
+
+func (fs *WebhookFaults) prob(f WebhookFault) *float64 {
+	switch f {
+	case WebhookDrop:
+		return &fs.Drop
+	case WebhookDuplicate:
+		return &fs.Duplicate
+	case WebhookReorder:
+		return &fs.Reorder
+	case WebhookDelay:
+		return &fs.Delay
+	case WebhookStaleProcessing:
+		return &fs.StaleProcessing
+	}
+	return nil
+}
+
+// Validate reports the first probability outside [0,1].
+func (fs WebhookFaults) Validate() error {
+	for _, f := range webhookFaultOrder {
+		if p := *fs.prob(f); !(p >= 0 && p <= 1) {
+			return fmt.Errorf("fake faults: %s=%v: probability must be in [0,1]", f, p)
+		}
+	}
+	return nil
+}
+
+func (fs WebhookFaults) any() bool { return fs != WebhookFaults{} }
+
+// WebhookEvent is an event the server emitted, sent or not.
+type WebhookEvent struct {
+	ID         string // "evt_..."
+	Type       string // "payment_intent.succeeded", ...
+	PaymentID  string
+	PurchaseID string
+	// Status is the PaymentIntent's status in the payload.
+	Status  string
+	Created time.Time
+	// Payload is the exact body POSTed, every copy and attempt alike.
+	Payload []byte
+	// Faults are the faults the event got, in WebhookFaults' draw order.
+	Faults []WebhookFault
+}
+
+// Has reports whether e got fault f.
+func (e WebhookEvent) Has(f WebhookFault) bool { return slices.Contains(e.Faults, f) }
+
+// Delivery is one POST of an event (an attempt of one of its copies).
+type Delivery struct {
+	EventID   string
+	Type      string
+	PaymentID string
+	// Copy is 1, or 2 for the second copy of a duplicated event.
+	Copy int
+	// Attempt counts the copy's POSTs, from 1.
+	Attempt int
+	// Signature is the Stripe-Signature header sent.
+	Signature string
+	// StatusCode is the receiver's answer, 0 if none came (Err).
+	StatusCode int
+	Err        string
+	// Acked: the receiver answered 2xx; the copy is delivered.
+	Acked bool
+	// GaveUp: this was the copy's last attempt and it failed.
+	GaveUp bool
+}
+
+// WebhookStats counts what became of the events. Every copy to send (one
+// per event not dropped, two for a duplicated one) ends acked, failed or
+// is still pending: Emitted - Dropped + Duplicated = Acked + Failed +
+// Pending.
+type WebhookStats struct {
+	Emitted    int // events emitted, stale ones included
+	Sent       int // POST attempts made, retries included
+	Retries    int // attempts after a copy's first
+	Acked      int // copies acknowledged with a 2xx
+	Failed     int // copies given up after WebhookMaxAttempts attempts
+	Pending    int // copies held, queued, in flight, or abandoned at Close
+	Dropped    int // events dropped by fault
+	Duplicated int // events sent twice by fault
+	Reordered  int // events held behind a later one by fault
+	Delayed    int // events held until the next Tick by fault
+	Stale      int // stale processing events added by fault
+}
+
+// SignatureHeader returns the Stripe-Signature header that signs payload
+// with secret at t: "t=<unix seconds>,v1=<hex HMAC-SHA256(secret,
+// "<t>.<payload>")>", as Stripe computes it.
+func SignatureHeader(payload []byte, secret string, t time.Time) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(secret))
+	mac.Write([]byte(ts))
+	mac.Write([]byte("."))
+	mac.Write(payload)
+	return "t=" + ts + ",v1=" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// Tick emits the events of the changes since the last look at the ledger
+// (charges that settled by the Fake's clock, charges made by direct
+// Fake.Create calls) and releases the events held by WebhookDelay, after
+// the new ones. With SyncDelivery it delivers them before returning;
+// otherwise the background goroutine does. Tests call it after moving a
+// fake clock; on the real clock the background ticker calls it every
+// TickEvery. It does nothing without webhooks or after Close.
+func (s *Server) Tick() {
+	if s.wh == nil || s.closed() {
+		return
+	}
+	s.wh.scan(true)
+	s.afterEmit()
+}
+
+// emit looks for new changes after a create, without releasing delayed
+// events.
+func (s *Server) emit() {
+	if s.wh == nil || s.closed() {
+		return
+	}
+	s.wh.scan(false)
+	s.afterEmit()
+}
+
+func (s *Server) afterEmit() {
+	if s.cfg.SyncDelivery {
+		s.wh.drainSync()
+		return
+	}
+	select {
+	case s.wh.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Events returns the events emitted so far, in emission order, dropped
+// ones included.
+func (s *Server) Events() []WebhookEvent {
+	if s.wh == nil {
+		return nil
+	}
+	w := s.wh
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]WebhookEvent, len(w.events))
+	for i, ev := range w.events {
+		out[i] = ev.WebhookEvent
+		out[i].Payload = slices.Clone(ev.Payload)
+		out[i].Faults = slices.Clone(ev.Faults)
+	}
+	return out
+}
+
+// Deliveries returns every POST made so far, in order of completion.
+func (s *Server) Deliveries() []Delivery {
+	if s.wh == nil {
+		return nil
+	}
+	s.wh.mu.Lock()
+	defer s.wh.mu.Unlock()
+	return slices.Clone(s.wh.deliveries)
+}
+
+// WebhookStats returns the delivery counts so far.
+func (s *Server) WebhookStats() WebhookStats {
+	if s.wh == nil {
+		return WebhookStats{}
+	}
+	s.wh.mu.Lock()
+	defer s.wh.mu.Unlock()
+	st := s.wh.stats
+	st.Pending = s.wh.pending
+	return st
+}
+
+// Drain waits until every copy released for delivery has been acked or
+// given up, or ctx ends. Events held by WebhookDelay (until the next Tick)
+// or WebhookReorder (behind a later event) are not waited for.
+func (s *Server) Drain(ctx context.Context) error {
+	if s.wh == nil {
+		return nil
+	}
+	w := s.wh
+	for {
+		w.mu.Lock()
+		busy := len(w.queue) + w.inflight
+		changed := w.changed
+		w.mu.Unlock()
+		if busy == 0 {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("fakeprovider: drain webhooks: %d deliveries outstanding: %w", busy, ctx.Err())
+		case <-s.closing:
+			return fmt.Errorf("fakeprovider: drain webhooks: server closed with %d deliveries outstanding", busy)
+		}
+	}
+}
+
+// webhooks is the webhook half of a Server.
+type webhooks struct {
+	s *Server
+
+	deliverMu sync.Mutex // SyncDelivery: one goroutine delivers at a time
+	wake      chan struct{}
+
+	mu         sync.Mutex // guards the rest; taken before Fake.mu
+	seen       int        // ledger entries looked at
+	open       []*entry   // charges emitted processing, to settle
+	rngs       map[string]*rand.Rand
+	nextID     int
+	events     []*event
+	delayed    []*event            // until the next Tick
+	reordered  map[string][]*event // by PaymentIntent, until its next event
+	queue      []*outCopy
+	seq        int64
+	inflight   int
+	pending    int // copies not yet acked or failed
+	deliveries []Delivery
+	stats      WebhookStats
+	changed    chan struct{} // closed and replaced at each delivery
+}
+
+type event struct {
+	WebhookEvent
+	copies    int      // copies to send: 0 (dropped), 1 or 2
+	followers []*event // released right after it
+}
+
+// outCopy is one copy of an event to deliver.
+type outCopy struct {
+	ev       *event
+	n        int // 1 or 2
+	attempts int
+	due      time.Time // zero: now
+	seq      int64     // FIFO among copies due together
+}
+
+func newWebhooks(s *Server) *webhooks {
+	f := s.fake
+	f.mu.Lock()
+	seen := len(f.ledger)
+	f.mu.Unlock()
+	return &webhooks{
+		s:         s,
+		wake:      make(chan struct{}, 1),
+		seen:      seen,
+		rngs:      make(map[string]*rand.Rand),
+		reordered: make(map[string][]*event),
+		changed:   make(chan struct{}),
+	}
+}
+
+// change is one state change of a charge.
+type change struct {
+	c       Charge
+	status  string
+	at      time.Time
+	created bool // the charge's creation, not its settlement
+}
+
+// scan emits the events of the ledger's changes, then, with
+// releaseDelayed, the events held until this Tick.
+func (w *webhooks) scan(releaseDelayed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var held []*event
+	if releaseDelayed {
+		held, w.delayed = w.delayed, nil
+	}
+	for _, ch := range w.changes() {
+		w.emit(ch)
+	}
+	for _, ev := range held {
+		w.release(ev)
+	}
+}
+
+// changes returns the ledger's changes since the last call, oldest first.
+// Call with w.mu held.
+func (w *webhooks) changes() []change {
+	f := w.s.fake
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.cfg.Now()
+	var out []change
+	for ; w.seen < len(f.ledger); w.seen++ {
+		e := f.ledger[w.seen]
+		if e.SettlesAt.IsZero() {
+			out = append(out, change{c: e.Charge, status: e.Status, at: e.CreatedAt, created: true})
+			continue
+		}
+		out = append(out, change{c: e.Charge, status: StatusProcessing, at: e.CreatedAt, created: true})
+		w.open = append(w.open, e)
+	}
+	still := w.open[:0]
+	for _, e := range w.open {
+		e.settle(now)
+		if e.Status == StatusProcessing {
+			still = append(still, e)
+			continue
+		}
+		out = append(out, change{c: e.Charge, status: e.Status, at: e.SettlesAt})
+	}
+	clear(w.open[len(still):])
+	w.open = still
+	return out
+}
+
+// emit makes the event of ch, draws its faults and releases or holds it.
+// Call with w.mu held.
+func (w *webhooks) emit(ch change) {
+	var u [5]float64
+	for i := range u {
+		u[i] = 1 // no fault
+	}
+	p := w.s.cfg.WebhookFaults
+	if p.any() {
+		r := w.rng(ch.c)
+		for i := range u {
+			u[i] = r.Float64()
+		}
+	}
+	ev := w.newEvent(ch.c, ch.status, ch.at, ch.created)
+	pi := ch.c.ID
+	ev.followers, ev.copies = w.reordered[pi], 1
+	delete(w.reordered, pi)
+	final := ch.status != StatusProcessing && ch.status != StatusRequiresAction
+	if final && u[4] < p.StaleProcessing {
+		stale := w.newEvent(ch.c, StatusProcessing, ch.c.CreatedAt, true)
+		stale.Faults = []WebhookFault{WebhookStaleProcessing}
+		stale.copies = 1
+		w.pending++
+		w.stats.Stale++
+		ev.followers = append(ev.followers, stale)
+	}
+	if u[0] < p.Drop {
+		ev.copies = 0
+		ev.Faults = append(ev.Faults, WebhookDrop)
+		w.stats.Dropped++
+		w.release(ev) // its followers go now
+		return
+	}
+	if u[1] < p.Duplicate {
+		ev.copies = 2
+		ev.Faults = append(ev.Faults, WebhookDuplicate)
+		w.stats.Duplicated++
+	}
+	w.pending += ev.copies
+	switch {
+	case !final && u[2] < p.Reorder:
+		ev.Faults = append(ev.Faults, WebhookReorder)
+		w.stats.Reordered++
+		w.reordered[pi] = append(w.reordered[pi], ev)
+	case u[3] < p.Delay:
+		ev.Faults = append(ev.Faults, WebhookDelay)
+		w.stats.Delayed++
+		w.delayed = append(w.delayed, ev)
+	default:
+		w.release(ev)
+	}
+}
+
+// webhookSalt separates the webhook draws from the create draws of the
+// same seed and purchase.
+const webhookSalt = 0x77656268_6f6f6b73 // "webhooks"
+
+// rng returns the fault source of c's purchase. Call with w.mu held.
+func (w *webhooks) rng(c Charge) *rand.Rand {
+	key := c.PurchaseID
+	if key == "" {
+		key = c.ID
+	}
+	r := w.rngs[key]
+	if r == nil {
+		h := fnv.New64a()
+		h.Write([]byte(key))
+		r = rand.New(rand.NewPCG(uint64(w.s.fake.cfg.Seed), h.Sum64()^webhookSalt))
+		w.rngs[key] = r
+	}
+	return r
+}
+
+// newEvent records the event of c in status. Call with w.mu held.
+func (w *webhooks) newEvent(c Charge, status string, at time.Time, withKey bool) *event {
+	w.nextID++
+	w.stats.Emitted++
+	ev := &event{WebhookEvent: WebhookEvent{
+		ID:         fmt.Sprintf("evt_fake%020d", w.nextID),
+		Type:       eventType(status),
+		PaymentID:  c.ID,
+		PurchaseID: c.PurchaseID,
+		Status:     status,
+		Created:    at,
+	}}
+	body := stripeEvent{
+		ID:              ev.ID,
+		Object:          "event",
+		APIVersion:      APIVersion,
+		Created:         at.Unix(),
+		Livemode:        false,
+		PendingWebhooks: 1,
+		Type:            ev.Type,
+	}
+	body.Data.Object = renderPI(c, status)
+	if withKey && c.IdempotencyKey != "" {
+		key := c.IdempotencyKey
+		body.Request.IdempotencyKey = &key
+	}
+	b, err := json.Marshal(body)
+	if err != nil { // plain structs: cannot fail
+		panic(fmt.Sprintf("fakeprovider: marshal event: %v", err))
+	}
+	ev.Payload = b
+	w.events = append(w.events, ev)
+	return ev
+}
+
+// eventType is the type of the event announcing a PaymentIntent's status.
+func eventType(status string) string {
+	switch status {
+	case StatusRequiresPaymentMethod:
+		return "payment_intent.payment_failed"
+	case StatusSucceeded, StatusProcessing, StatusCanceled, StatusRequiresAction:
+		return "payment_intent." + status
+	}
+	return "payment_intent.updated"
+}
+
+// stripeEvent is an Event as Stripe sends it to a webhook endpoint.
+type stripeEvent struct {
+	ID         string `json:"id"`
+	Object     string `json:"object"`
+	APIVersion string `json:"api_version"`
+	Created    int64  `json:"created"`
+	Data       struct {
+		Object paymentIntent `json:"object"`
+	} `json:"data"`
+	Livemode        bool `json:"livemode"`
+	PendingWebhooks int  `json:"pending_webhooks"`
+	Request         struct {
+		ID             *string `json:"id"`
+		IdempotencyKey *string `json:"idempotency_key"`
+	} `json:"request"`
+	Type string `json:"type"`
+}
+
+// release queues ev's copies, then its followers. Call with w.mu held.
+func (w *webhooks) release(ev *event) {
+	for n := 1; n <= ev.copies; n++ {
+		w.seq++
+		w.queue = append(w.queue, &outCopy{ev: ev, n: n, seq: w.seq})
+	}
+	followers := ev.followers
+	ev.followers = nil
+	for _, f := range followers {
+		w.release(f)
+	}
+}
+
+// next takes the copy to deliver first, if one is due at now; otherwise it
+// returns how long until one is, or -1 if none is queued. Call with w.mu
+// held.
+func (w *webhooks) next(now time.Time) (*outCopy, time.Duration) {
+	best := -1
+	for i, c := range w.queue {
+		if best < 0 || c.due.Before(w.queue[best].due) || (c.due.Equal(w.queue[best].due) && c.seq < w.queue[best].seq) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return nil, -1
+	}
+	c := w.queue[best]
+	if wait := c.due.Sub(now); !c.due.IsZero() && wait > 0 {
+		return nil, wait
+	}
+	w.queue = slices.Delete(w.queue, best, best+1)
+	w.inflight++
+	return c, 0
+}
+
+// maxAnswer bounds how much of a receiver's answer is read.
+const maxAnswer = 64 << 10
+
+// attempt POSTs c once and records the result: acked, rescheduled after
+// its backoff, or given up.
+func (w *webhooks) attempt(c *outCopy) {
+	s := w.s
+	c.attempts++
+	header := SignatureHeader(c.ev.Payload, s.cfg.WebhookSecret, s.now())
+	d := Delivery{EventID: c.ev.ID, Type: c.ev.Type, PaymentID: c.ev.PaymentID, Copy: c.n, Attempt: c.attempts, Signature: header}
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, s.cfg.WebhookURL, bytes.NewReader(c.ev.Payload))
+	if err == nil {
+		req.Header.Set("Content-Type", "application/json; charset=utf-8")
+		req.Header.Set("Stripe-Signature", header)
+		req.Header.Set("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
+		var resp *http.Response
+		resp, err = s.cfg.WebhookClient.Do(req)
+		if err == nil {
+			d.StatusCode = resp.StatusCode
+			io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
+			resp.Body.Close()
+		}
+	}
+	if err != nil {
+		d.Err = err.Error()
+	}
+	d.Acked = err == nil && d.StatusCode >= 200 && d.StatusCode < 300
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inflight--
+	w.stats.Sent++
+	if c.attempts > 1 {
+		w.stats.Retries++
+	}
+	attrs := []any{"event", d.EventID, "type", d.Type, "payment_intent", d.PaymentID, "copy", d.Copy, "attempt", d.Attempt, "status", d.StatusCode, "error", d.Err}
+	switch {
+	case d.Acked:
+		w.stats.Acked++
+		w.pending--
+	case s.closed():
+		// Abandoned: it stays pending.
+		s.log.Warn("fakeprovider: webhook delivery abandoned at close", attrs...)
+	case c.attempts >= s.cfg.WebhookMaxAttempts:
+		d.GaveUp = true
+		w.stats.Failed++
+		w.pending--
+		s.log.Error("fakeprovider: webhook delivery failed, giving up", attrs...)
+	default:
+		c.due = time.Now().Add(w.backoff(c.attempts))
+		w.queue = append(w.queue, c)
+		s.log.Info("fakeprovider: webhook delivery failed, will retry", attrs...)
+	}
+	w.deliveries = append(w.deliveries, d)
+	close(w.changed)
+	w.changed = make(chan struct{})
+}
+
+// backoff is the wait after a copy's attempts-th failed attempt.
+func (w *webhooks) backoff(attempts int) time.Duration {
+	d, limit := w.s.cfg.WebhookBackoff, w.s.cfg.WebhookMaxBackoff
+	for i := 1; i < attempts && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// drainSync delivers everything queued, waiting out retries' backoffs,
+// unless another goroutine is delivering (it then delivers these too).
+func (w *webhooks) drainSync() {
+	if !w.deliverMu.TryLock() {
+		return
+	}
+	defer w.deliverMu.Unlock()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for !w.s.closed() {
+		w.mu.Lock()
+		c, wait := w.next(time.Now())
+		w.mu.Unlock()
+		switch {
+		case c != nil:
+			w.attempt(c)
+			continue
+		case wait < 0:
+			return
+		}
+		timer.Reset(wait)
+		select {
+		case <-timer.C:
+		case <-w.s.closing:
+		}
+	}
+}
+
+// deliverLoop delivers in the background until Close.
+func (s *Server) deliverLoop() {
+	defer s.wg.Done()
+	w := s.wh
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for !s.closed() {
+		w.mu.Lock()
+		c, wait := w.next(time.Now())
+		w.mu.Unlock()
+		if c != nil {
+			w.attempt(c)
+			continue
+		}
+		var due <-chan time.Time
+		if wait >= 0 {
+			timer.Reset(wait)
+			due = timer.C
+		}
+		select {
+		case <-s.closing:
+		case <-w.wake:
+		case <-due:
+		}
+		timer.Stop()
+	}
+}
+
+// tickLoop calls Tick every TickEvery until Close.
+func (s *Server) tickLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.TickEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case <-t.C:
+			s.Tick()
+		}
+	}
+}
+
+// ParseServerConfig parses a webhook fault spec into the ServerConfig
+// fields it sets (WebhookFaults, WebhookMaxAttempts, WebhookBackoff,
+// WebhookMaxBackoff, TickEvery); the caller sets the rest (WebhookURL,
+// WebhookSecret, ...). The syntax is ParseConfig's, for example
+//
+//	webhook_delay=0.2,webhook_duplicate=0.2,webhook_reorder=0.1,webhook_drop=0.1,webhook_stale_processing=0.1
+//
+// Names and values:
+//
+//	webhook_drop=P, webhook_duplicate=P, webhook_reorder=P,
+//	webhook_delay=P, webhook_stale_processing=P
+//	                           probability in [0,1] that an event gets the
+//	                           fault, each independent (see WebhookFaults)
+//	webhook_attempts=N         WebhookMaxAttempts, an int >= 1
+//	webhook_backoff=DUR        WebhookBackoff, a Go duration > 0
+//	webhook_max_backoff=DUR    WebhookMaxBackoff, a Go duration > 0
+//	webhook_tick=DUR           TickEvery, a Go duration > 0
+//
+// The draws are seeded by the Fake's seed (seed=N of ParseConfig). An
+// empty spec sets nothing. ParseSpec parses a spec mixing these items with
+// ParseConfig's.
+func ParseServerConfig(spec string) (ServerConfig, error) {
+	var cfg ServerConfig
+	err := parseItems(spec, func(name, value string) error { return setServerItem(&cfg, name, value) })
+	return cfg, err
+}
+
+// ParseSpec parses a spec mixing ParseConfig's items and
+// ParseServerConfig's (those whose name starts with "webhook_"), for one
+// command-line flag, e.g.
+//
+//	lost_reply=0.1,processing=0.2,seed=7,webhook_drop=0.1,webhook_duplicate=0.2
+func ParseSpec(spec string) (Config, ServerConfig, error) {
+	var fake, server []string
+	if strings.TrimSpace(spec) != "" {
+		for i, item := range strings.Split(spec, ",") {
+			switch name, _, _ := strings.Cut(item, "="); {
+			case strings.TrimSpace(item) == "":
+				return Config{}, ServerConfig{}, fmt.Errorf("fake faults: item %d is empty", i+1)
+			case strings.HasPrefix(strings.TrimSpace(name), "webhook_"):
+				server = append(server, item)
+			default:
+				fake = append(fake, item)
+			}
+		}
+	}
+	cfg, err := ParseConfig(strings.Join(fake, ","))
+	if err != nil {
+		return Config{}, ServerConfig{}, err
+	}
+	scfg, err := ParseServerConfig(strings.Join(server, ","))
+	if err != nil {
+		return Config{}, ServerConfig{}, err
+	}
+	return cfg, scfg, nil
+}
+
+// parseItems splits spec into name=value items as ParseConfig does and
+// calls set for each, wrapping its error with the item.
+func parseItems(spec string, set func(name, value string) error) error {
+	if strings.TrimSpace(spec) == "" {
+		return nil
+	}
+	seen := make(map[string]bool)
+	for i, item := range strings.Split(spec, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return fmt.Errorf("fake faults: item %d is empty", i+1)
+		}
+		name, value, ok := strings.Cut(item, "=")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || name == "" || value == "" {
+			return fmt.Errorf("fake faults: %q: want name=value", item)
+		}
+		item = name + "=" + value
+		if seen[name] {
+			return fmt.Errorf("fake faults: %s: %s given twice", item, name)
+		}
+		seen[name] = true
+		if err := set(name, value); err != nil {
+			return fmt.Errorf("fake faults: %s: %w", item, err)
+		}
+	}
+	return nil
+}
+
+func setServerItem(cfg *ServerConfig, name, value string) error {
+	if p := cfg.WebhookFaults.prob(WebhookFault(name)); p != nil {
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			return fmt.Errorf("not a number")
+		}
+		if !(v >= 0 && v <= 1) {
+			return fmt.Errorf("probability must be in [0,1]")
+		}
+		*p = v
+		return nil
+	}
+	switch name {
+	case "webhook_attempts":
+		v, err := strconv.Atoi(value)
+		if err != nil || v < 1 {
+			return fmt.Errorf("not an int >= 1")
+		}
+		cfg.WebhookMaxAttempts = v
+		return nil
+	case "webhook_backoff":
+		return setDuration(&cfg.WebhookBackoff, value, false)
+	case "webhook_max_backoff":
+		return setDuration(&cfg.WebhookMaxBackoff, value, false)
+	case "webhook_tick":
+		return setDuration(&cfg.TickEvery, value, false)
+	}
+	names := make([]string, len(webhookFaultOrder))
+	for i, f := range webhookFaultOrder {
+		names[i] = string(f)
+	}
+	return fmt.Errorf("unknown name (want one of %s, webhook_attempts, webhook_backoff, webhook_max_backoff, webhook_tick)", strings.Join(names, ", "))
+}
