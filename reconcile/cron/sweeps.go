@@ -1,0 +1,115 @@
+package cron
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// Names of the standard sweeps, used in logs, metrics and lock rows.
+const (
+	SweepRescueLeases  = "rescue_leases"
+	SweepEscalate      = "escalate"
+	SweepRefreshGauges = "refresh_gauges"
+	SweepUnmatched     = "apply_unmatched_webhooks"
+	SweepRetention     = "retention"
+)
+
+// ProviderRedeliveryWindow is how long Stripe keeps redelivering an
+// unacknowledged webhook: up to 3 days.
+const ProviderRedeliveryWindow = 72 * time.Hour
+
+// ReplayMargin is added to the redelivery window for manual replays
+// ("resend" from the dashboard, a replay script) after an incident.
+const ReplayMargin = 24 * time.Hour
+
+// SweepConfig configures the standard sweeps. Zero fields take their
+// documented defaults.
+type SweepConfig struct {
+	// RescueSchedule: take over jobs whose lease expired. Default "@every 30s".
+	RescueSchedule string
+	// EscalateSchedule: escalate purchases uncertain too long. Default "@every 1m".
+	EscalateSchedule string
+	// GaugesSchedule: refresh the gauges read from the database. Default "@every 15s".
+	GaugesSchedule string
+	// UnmatchedSchedule: apply webhooks stored as unmatched whose purchase
+	// now exists. Default "@every 1m".
+	UnmatchedSchedule string
+	// RetentionSchedule: delete old inbox rows and expired idempotency
+	// keys. Default "@hourly".
+	RetentionSchedule string
+
+	// InboxRetention is how long webhook inbox rows are kept, so that a
+	// redelivered or replayed event is still recognised as a duplicate. It
+	// must be at least ProviderRedeliveryWindow + ReplayMargin (4 days).
+	// Default 7 days.
+	InboxRetention time.Duration
+	// IdempotencyKeyRetention is how long purchase API keys are kept:
+	// longer than the longest client retry plan, including a manual retry
+	// the next morning. Default 72h.
+	IdempotencyKeyRetention time.Duration
+	// DeleteBatch is the rows deleted per transaction. Default 1000.
+	DeleteBatch int
+}
+
+func (c SweepConfig) withDefaults() (SweepConfig, error) {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.RescueSchedule, "@every 30s")
+	def(&c.EscalateSchedule, "@every 1m")
+	def(&c.GaugesSchedule, "@every 15s")
+	def(&c.UnmatchedSchedule, "@every 1m")
+	def(&c.RetentionSchedule, "@hourly")
+	if c.InboxRetention == 0 {
+		c.InboxRetention = 7 * 24 * time.Hour
+	}
+	if c.IdempotencyKeyRetention == 0 {
+		c.IdempotencyKeyRetention = 72 * time.Hour
+	}
+	if c.DeleteBatch == 0 {
+		c.DeleteBatch = 1000
+	}
+	if min := ProviderRedeliveryWindow + ReplayMargin; c.InboxRetention < min {
+		return c, fmt.Errorf("inbox retention %s is shorter than the provider's redelivery window (%s) plus a replay margin (%s): "+
+			"a redelivered event would be applied again; use at least %s", c.InboxRetention, ProviderRedeliveryWindow, ReplayMargin, min)
+	}
+	if c.IdempotencyKeyRetention < 24*time.Hour {
+		return c, fmt.Errorf("idempotency key retention %s is shorter than 24h: a client's next-morning retry would create a second purchase", c.IdempotencyKeyRetention)
+	}
+	return c, nil
+}
+
+// Sweeps returns the standard sweeps over svc. refresh reads the gauges
+// (reconcile/prometheus's Metrics.Refresh); nil leaves that sweep out.
+func Sweeps(svc *reconcile.Service, refresh func(context.Context) error, cfg SweepConfig) ([]Sweep, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("cron: %w", err)
+	}
+	sweeps := []Sweep{
+		{Name: SweepRescueLeases, Schedule: cfg.RescueSchedule, Run: svc.RescueExpired},
+		{Name: SweepEscalate, Schedule: cfg.EscalateSchedule, Run: svc.EscalateOverdue},
+		{Name: SweepUnmatched, Schedule: cfg.UnmatchedSchedule, Run: func(ctx context.Context) (int, error) {
+			return svc.ApplyUnmatched(ctx, 500)
+		}},
+		{Name: SweepRetention, Schedule: cfg.RetentionSchedule, Run: func(ctx context.Context) (int, error) {
+			inbox, err := svc.SweepInbox(ctx, cfg.InboxRetention, cfg.DeleteBatch)
+			if err != nil {
+				return inbox, err
+			}
+			keys, err := svc.SweepIdempotencyKeys(ctx, cfg.IdempotencyKeyRetention, cfg.DeleteBatch)
+			return inbox + keys, err
+		}},
+	}
+	if refresh != nil {
+		sweeps = append(sweeps, Sweep{Name: SweepRefreshGauges, Schedule: cfg.GaugesSchedule, Run: func(ctx context.Context) (int, error) {
+			return 0, refresh(ctx)
+		}})
+	}
+	return sweeps, nil
+}

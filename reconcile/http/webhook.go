@@ -1,0 +1,85 @@
+package http
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// WebhookVerifier checks a webhook's signature and translates its payload.
+// provider/stripe implements it for Stripe.
+type WebhookVerifier interface {
+	// Verify returns the event the payload carries if header is a valid
+	// signature of payload. Any error means the request must be refused
+	// and nothing stored; its message says why.
+	Verify(payload []byte, header string) (provider.Event, error)
+	// SignatureHeader names the HTTP header that carries the signature.
+	SignatureHeader() string
+}
+
+// webhookHandler verifies, then records and applies each event through
+// the inbox. It answers 2xx only after the inbox row and any state change
+// have committed together, so the provider redelivers anything not
+// durably applied.
+func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxWebhookBytes))
+		var tooBig *http.MaxBytesError
+		switch {
+		case errors.As(err, &tooBig):
+			s.rejectWebhook(w, http.StatusRequestEntityTooLarge, "too_large", "webhook body over the size limit")
+			return
+		case err != nil:
+			s.rejectWebhook(w, http.StatusBadRequest, "unreadable", "could not read the body: "+err.Error())
+			return
+		}
+		ev, err := v.Verify(body, r.Header.Get(v.SignatureHeader()))
+		if err != nil {
+			s.rejectWebhook(w, http.StatusBadRequest, "rejected", err.Error())
+			return
+		}
+		sum := sha256.Sum256(body)
+		outcome, err := s.svc.ApplyEvent(r.Context(), reconcile.Event{
+			Provider:    name,
+			ID:          ev.ID,
+			Type:        ev.Type,
+			Outcome:     ev.Outcome,
+			PaymentID:   ev.PaymentID,
+			PurchaseID:  ev.PurchaseID,
+			PayloadHash: hex.EncodeToString(sum[:]),
+			Payload:     body,
+		})
+		switch {
+		case errors.Is(err, reconcile.ErrEventConflict):
+			s.observeWebhook(ev.Type, reconcile.EventConflict)
+			s.cfg.Logger.Error("webhook conflict: event id reused with another payload", "provider", name, "event", ev.ID)
+			writeError(w, http.StatusConflict, "conflict",
+				"event "+ev.ID+" was already received with a different payload; nothing applied")
+			return
+		case err != nil:
+			// Not committed: the provider must redeliver.
+			s.cfg.Logger.Error("webhook not applied", "provider", name, "event", ev.ID, "err", err)
+			writeError(w, http.StatusInternalServerError, "internal", "event not recorded; retry")
+			return
+		}
+		s.observeWebhook(ev.Type, outcome)
+		writeJSON(w, http.StatusOK, map[string]string{"event": ev.ID, "outcome": string(outcome)})
+	})
+}
+
+func (s *Server) rejectWebhook(w http.ResponseWriter, status int, code, message string) {
+	s.observeWebhook("unverified", reconcile.EventRejected)
+	s.cfg.Logger.Warn("webhook rejected", "status", status, "reason", message)
+	writeError(w, status, code, message)
+}
+
+func (s *Server) observeWebhook(eventType string, outcome reconcile.EventOutcome) {
+	if s.cfg.Observer != nil {
+		s.cfg.Observer.Webhook(eventType, outcome)
+	}
+}

@@ -1,0 +1,206 @@
+// Package prometheus exports payrecon's metrics with
+// github.com/prometheus/client_golang. The metric names are a contract:
+// the alert rules in deploy/prometheus/alerts.yml rely on them.
+//
+// No label carries an unbounded value: states, causes, operations,
+// outcomes, sweep names and provider event types are all small fixed sets.
+package prometheus
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// Metrics holds payrecon's collectors, registered on its own registry.
+// It implements reconcile.Observer and the HTTP server's WebhookObserver.
+// Safe for concurrent use.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	purchases       *prometheus.GaugeVec
+	oldestUncertain prometheus.Gauge
+	escalationsOpen prometheus.Gauge
+	transitions     *prometheus.CounterVec
+	providerCalls   *prometheus.CounterVec
+	providerLatency *prometheus.HistogramVec
+	webhookEvents   *prometheus.CounterVec
+	jobsClaimed     prometheus.Counter
+	leaseLost       prometheus.Counter
+	resolution      prometheus.Histogram
+	workerRunning   prometheus.Gauge
+	sweepRuns       *prometheus.CounterVec
+	sweepDuration   *prometheus.HistogramVec
+	sweepItems      *prometheus.CounterVec
+	sweepLastOK     *prometheus.GaugeVec
+}
+
+var _ reconcile.Observer = (*Metrics)(nil)
+
+// New returns Metrics registered on a fresh registry, with Go runtime and
+// process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		purchases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_purchases", Help: "Purchases by state, read from the database.",
+		}, []string{"state"}),
+		oldestUncertain: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_oldest_uncertain_age_seconds",
+			Help: "Age of the oldest purchase in uncertain or reconciling, from when it first became uncertain; 0 when none.",
+		}),
+		escalationsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_escalations_open", Help: "Purchases on the operator list.",
+		}),
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_transitions_total", Help: "Committed state transitions.",
+		}, []string{"from", "to", "cause"}),
+		providerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_provider_requests_total", Help: "Provider calls by operation and neutral outcome.",
+		}, []string{"op", "outcome"}),
+		providerLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "payrecon_provider_request_duration_seconds", Help: "Provider call latency.",
+			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}, []string{"op"}),
+		webhookEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_webhook_events_total",
+			Help: "Webhook events by type and outcome (applied, duplicate, stale, conflict, contradiction, unmatched, ignored, rejected).",
+		}, []string{"type", "outcome"}),
+		jobsClaimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "payrecon_jobs_claimed_total", Help: "Jobs leased by this process.",
+		}),
+		leaseLost: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "payrecon_lease_lost_total", Help: "Writes refused because this process's lease had expired or was taken over.",
+		}),
+		resolution: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "payrecon_resolution_seconds", Help: "Time from a purchase's first uncertainty to its final state.",
+			Buckets: []float64{1, 10, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600, 72 * 3600},
+		}),
+		workerRunning: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_worker_running", Help: "1 while this process runs the reconcile worker loop.",
+		}),
+		sweepRuns: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_sweep_runs_total", Help: "Scheduled sweep runs by result (ok, error, skipped when another replica holds the lock).",
+		}, []string{"sweep", "result"}),
+		sweepDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "payrecon_sweep_duration_seconds", Help: "Duration of sweep runs.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 4, 10),
+		}, []string{"sweep"}),
+		sweepItems: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_sweep_items_total", Help: "Items a sweep handled (rows deleted, leases rescued, ...).",
+		}, []string{"sweep"}),
+		sweepLastOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_sweep_last_success_timestamp_seconds", Help: "Unix time of the last successful run of each sweep.",
+		}, []string{"sweep"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.purchases, m.oldestUncertain, m.escalationsOpen, m.transitions, m.providerCalls,
+		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
+		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK,
+	)
+	for _, s := range statemachine.States {
+		m.purchases.WithLabelValues(string(s))
+	}
+	return m
+}
+
+// Handler serves the metrics in the Prometheus exposition format.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Registry returns the registry, for tests.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Transition implements reconcile.Observer.
+func (m *Metrics) Transition(from, to statemachine.State, cause reconcile.Cause) {
+	m.transitions.WithLabelValues(string(from), string(to), string(cause)).Inc()
+}
+
+// ProviderCall implements reconcile.Observer.
+func (m *Metrics) ProviderCall(op provider.Op, outcome provider.Outcome, took time.Duration) {
+	m.providerCalls.WithLabelValues(string(op), string(outcome)).Inc()
+	m.providerLatency.WithLabelValues(string(op)).Observe(took.Seconds())
+}
+
+// JobsClaimed implements reconcile.Observer.
+func (m *Metrics) JobsClaimed(n int) { m.jobsClaimed.Add(float64(n)) }
+
+// LeaseLost implements reconcile.Observer.
+func (m *Metrics) LeaseLost() { m.leaseLost.Inc() }
+
+// Resolved implements reconcile.Observer.
+func (m *Metrics) Resolved(uncertainFor time.Duration) { m.resolution.Observe(uncertainFor.Seconds()) }
+
+// Webhook counts one webhook event.
+func (m *Metrics) Webhook(eventType string, outcome reconcile.EventOutcome) {
+	m.webhookEvents.WithLabelValues(eventType, string(outcome)).Inc()
+}
+
+// WorkerRunning sets whether this process runs the worker loop.
+func (m *Metrics) WorkerRunning(running bool) {
+	if running {
+		m.workerRunning.Set(1)
+	} else {
+		m.workerRunning.Set(0)
+	}
+}
+
+// Sweep records one run of a scheduled sweep: result is "ok", "error" or
+// "skipped".
+func (m *Metrics) Sweep(name, result string, took time.Duration, items int, at time.Time) {
+	m.sweepRuns.WithLabelValues(name, result).Inc()
+	if result == "skipped" {
+		return
+	}
+	m.sweepDuration.WithLabelValues(name).Observe(took.Seconds())
+	m.sweepItems.WithLabelValues(name).Add(float64(items))
+	if result == "ok" {
+		m.sweepLastOK.WithLabelValues(name).Set(float64(at.Unix()))
+	}
+}
+
+// Refresh reads the gauges from the store: purchases by state, open
+// escalations, and the age at now of the oldest uncertain purchase.
+func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store, now time.Time) error {
+	var (
+		counts    map[statemachine.State]int
+		escalated int
+		oldest    time.Time
+	)
+	err := st.InTx(ctx, func(tx reconcile.Tx) error {
+		var err error
+		if counts, err = tx.CountByState(ctx); err != nil {
+			return err
+		}
+		if escalated, err = tx.CountEscalated(ctx); err != nil {
+			return err
+		}
+		oldest, err = tx.OldestUncertainSince(ctx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("prometheus: refresh gauges: %w", err)
+	}
+	for _, s := range statemachine.States {
+		m.purchases.WithLabelValues(string(s)).Set(float64(counts[s]))
+	}
+	m.escalationsOpen.Set(float64(escalated))
+	age := 0.0
+	if !oldest.IsZero() && now.After(oldest) {
+		age = now.Sub(oldest).Seconds()
+	}
+	m.oldestUncertain.Set(age)
+	return nil
+}

@@ -1,0 +1,169 @@
+package prometheus_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/postgres"
+	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
+	"github.com/payrecon/payrecon/reconcile/prometheus"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
+
+func newStore(t *testing.T) reconcile.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.NewDatabase(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// scrape returns the value of a sample line on /metrics, or fails.
+func scrape(t *testing.T, m *prometheus.Metrics, sample string) string {
+	t.Helper()
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`)
+	match := re.FindSubmatch(body)
+	if match == nil {
+		t.Fatalf("no sample %s on /metrics:\n%s", sample, body)
+	}
+	return string(match[1])
+}
+
+// TestOldestUncertainAge: a purchase forced into a long uncertainty shows
+// its exact age on /metrics; once settled, the gauge goes back to 0.
+func TestOldestUncertainAge(t *testing.T) {
+	st := newStore(t)
+	now := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	fake := fakeprovider.New(fakeprovider.Config{Now: clock})
+	m := prometheus.New()
+	svc, err := reconcile.New(st, fake, reconcile.Config{Now: clock, Observer: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	p, err := svc.CreatePurchase(ctx, reconcile.NewPurchase{Customer: "c", Amount: 300, Currency: "usd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.Script(p.ID, fakeprovider.Timeout)
+	if _, err := svc.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Refresh(ctx, st, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := scrape(t, m, "payrecon_oldest_uncertain_age_seconds"); got != "0" {
+		t.Fatalf("age right after the timeout: %s, want 0", got)
+	}
+
+	now = now.Add(2*time.Hour + 30*time.Second) // nobody ran the worker
+	if err := m.Refresh(ctx, st, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := scrape(t, m, "payrecon_oldest_uncertain_age_seconds"); got != "7230" {
+		t.Fatalf("age after 2h30s: %s, want 7230", got)
+	}
+	if got := scrape(t, m, `payrecon_purchases{state="uncertain"}`); got != "1" {
+		t.Fatalf("uncertain purchases: %s", got)
+	}
+	if got := scrape(t, m, `payrecon_transitions_total{cause="submit_response",from="submitted",to="uncertain"}`); got != "1" {
+		t.Fatalf("transition counter: %s", got)
+	}
+	if got := scrape(t, m, `payrecon_provider_requests_total{op="create",outcome="unknown"}`); got != "1" {
+		t.Fatalf("provider counter: %s", got)
+	}
+
+	if _, err := svc.RunOnce(ctx); err != nil { // the replay settles it
+		t.Fatal(err)
+	}
+	if d, _ := svc.Purchase(ctx, p.ID); d.Purchase.State != statemachine.Succeeded {
+		t.Fatalf("state %s", d.Purchase.State)
+	}
+	if err := m.Refresh(ctx, st, now); err != nil {
+		t.Fatal(err)
+	}
+	if got := scrape(t, m, "payrecon_oldest_uncertain_age_seconds"); got != "0" {
+		t.Fatalf("age with nothing uncertain: %s, want 0", got)
+	}
+	if got := scrape(t, m, "payrecon_resolution_seconds_count"); got != "1" {
+		t.Fatalf("resolution histogram count: %s", got)
+	}
+}
+
+// TestAlertRules runs `promtool test rules` over the shipped alert rules
+// with their firing and non-firing fixtures.
+func TestAlertRules(t *testing.T) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("promtool not found; CI must install Debian's prometheus package (.ci/run does)")
+		}
+		t.Skip("promtool not found: install Debian's prometheus package to test the alert rules")
+	}
+	for _, args := range [][]string{
+		{"check", "rules", "../../deploy/prometheus/alerts.yml"},
+		{"test", "rules", "../../deploy/prometheus/alerts_test.yml"},
+	} {
+		out, err := exec.Command(promtool, args...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// TestAlertRulesUseExportedMetrics: every payrecon_ metric an alert names
+// is one this package exports, so a rename cannot silently blind an alert.
+func TestAlertRulesUseExportedMetrics(t *testing.T) {
+	rules, err := os.ReadFile("../../deploy/prometheus/alerts.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := prometheus.New()
+	m.Webhook("payment_intent.succeeded", reconcile.EventApplied)
+	m.Transition(statemachine.Created, statemachine.Submitted, reconcile.CauseSubmit)
+	m.Sweep("retention", "ok", time.Second, 1, time.Now())
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exported := map[string]bool{}
+	for _, f := range families {
+		exported[f.GetName()] = true
+	}
+	used := regexp.MustCompile(`payrecon_[a-z_]+`).FindAllString(string(rules), -1)
+	if len(used) == 0 {
+		t.Fatal("no payrecon metric in the alert rules")
+	}
+	for _, name := range used {
+		if !exported[name] {
+			t.Errorf("alerts.yml uses %s, which is not exported", name)
+		}
+	}
+}
