@@ -379,6 +379,10 @@ func (f *Fake) newCharge(req provider.CreateRequest, fault Fault, now time.Time)
 		e.DeclineCode = DeclineCode
 	}
 	e.Status = e.FinalStatus
+	if fault == DeclineThenSucceed {
+		e.Status, e.FinalStatus, e.DeclineCode = StatusRequiresPaymentMethod, StatusSucceeded, DeclineCode
+		e.SettlesAt = now.Add(f.cfg.SettleAfter)
+	}
 	if fault == Processing || fault == ProcessingDecline {
 		e.Status = StatusProcessing
 		e.SettlesAt = now.Add(f.cfg.SettleAfter)
@@ -391,10 +395,11 @@ func (f *Fake) newCharge(req provider.CreateRequest, fault Fault, now time.Time)
 	return e
 }
 
-// settle moves a processing charge to its final status once its time has
-// come. Call with f.mu held.
+// settle moves a charge that is not final yet (processing, or declined
+// before a late approval) to its final status once its time has come.
+// Call with f.mu held.
 func (e *entry) settle(now time.Time) {
-	if e.Status == StatusProcessing && !now.Before(e.SettlesAt) {
+	if !e.SettlesAt.IsZero() && e.Status != e.FinalStatus && !now.Before(e.SettlesAt) {
 		e.Status = e.FinalStatus
 	}
 }

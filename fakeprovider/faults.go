@@ -44,6 +44,11 @@ const (
 	// Decline: the card is declined: status requires_payment_method,
 	// Outcome Declined, Reason "card_declined".
 	Decline Fault = "decline"
+	// DeclineThenSucceed: the card is declined at first, and once
+	// Config.SettleAfter has passed the charge turns out to have succeeded
+	// after all (a bank's late approval): the provider's truth contradicts
+	// its first answer. Script only; it has no probability in Faults.
+	DeclineThenSucceed Fault = "decline_then_succeed"
 )
 
 // drawOrder is the fixed order in which one uniform draw in [0,1) is cut

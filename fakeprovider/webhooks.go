@@ -299,8 +299,9 @@ type webhooks struct {
 	rngs       map[string]*rand.Rand
 	nextID     int
 	events     []*event
-	delayed    []*event            // until the next Tick
-	reordered  map[string][]*event // by PaymentIntent, until its next event
+	delayed    []*event                  // until the next Tick
+	reordered  map[string][]*event       // by PaymentIntent, until its next event
+	scripts    map[string][]WebhookFault // by purchase, see ScriptWebhooks
 	queue      []*outCopy
 	seq        int64
 	inflight   int
@@ -336,6 +337,7 @@ func newWebhooks(s *Server) *webhooks {
 		seen:      seen,
 		rngs:      make(map[string]*rand.Rand),
 		reordered: make(map[string][]*event),
+		scripts:   make(map[string][]WebhookFault),
 		changed:   make(chan struct{}),
 	}
 }
@@ -379,13 +381,17 @@ func (w *webhooks) changes() []change {
 			out = append(out, change{c: e.Charge, status: e.Status, at: e.CreatedAt, created: true})
 			continue
 		}
-		out = append(out, change{c: e.Charge, status: StatusProcessing, at: e.CreatedAt, created: true})
+		first := StatusProcessing
+		if e.Fault == DeclineThenSucceed {
+			first = StatusRequiresPaymentMethod
+		}
+		out = append(out, change{c: e.Charge, status: first, at: e.CreatedAt, created: true})
 		w.open = append(w.open, e)
 	}
 	still := w.open[:0]
 	for _, e := range w.open {
 		e.settle(now)
-		if e.Status == StatusProcessing {
+		if e.Status != e.FinalStatus {
 			still = append(still, e)
 			continue
 		}
@@ -410,12 +416,19 @@ func (w *webhooks) emit(ch change) {
 			u[i] = r.Float64()
 		}
 	}
+	// A scripted fault for the purchase's next event wins over the draw;
+	// the draw is still taken, so the faults that follow stay the same.
+	var scripted WebhookFault
+	if q := w.scripts[ch.c.PurchaseID]; len(q) > 0 {
+		scripted, w.scripts[ch.c.PurchaseID] = q[0], q[1:]
+	}
+	has := func(f WebhookFault, i int, prob float64) bool { return scripted == f || u[i] < prob }
 	ev := w.newEvent(ch.c, ch.status, ch.at, ch.created)
 	pi := ch.c.ID
 	ev.followers, ev.copies = w.reordered[pi], 1
 	delete(w.reordered, pi)
 	final := ch.status != StatusProcessing && ch.status != StatusRequiresAction
-	if final && u[4] < p.StaleProcessing {
+	if final && has(WebhookStaleProcessing, 4, p.StaleProcessing) {
 		stale := w.newEvent(ch.c, StatusProcessing, ch.c.CreatedAt, true)
 		stale.Faults = []WebhookFault{WebhookStaleProcessing}
 		stale.copies = 1
@@ -423,31 +436,44 @@ func (w *webhooks) emit(ch change) {
 		w.stats.Stale++
 		ev.followers = append(ev.followers, stale)
 	}
-	if u[0] < p.Drop {
+	if has(WebhookDrop, 0, p.Drop) {
 		ev.copies = 0
 		ev.Faults = append(ev.Faults, WebhookDrop)
 		w.stats.Dropped++
 		w.release(ev) // its followers go now
 		return
 	}
-	if u[1] < p.Duplicate {
+	if has(WebhookDuplicate, 1, p.Duplicate) {
 		ev.copies = 2
 		ev.Faults = append(ev.Faults, WebhookDuplicate)
 		w.stats.Duplicated++
 	}
 	w.pending += ev.copies
 	switch {
-	case !final && u[2] < p.Reorder:
+	case !final && has(WebhookReorder, 2, p.Reorder):
 		ev.Faults = append(ev.Faults, WebhookReorder)
 		w.stats.Reordered++
 		w.reordered[pi] = append(w.reordered[pi], ev)
-	case u[3] < p.Delay:
+	case has(WebhookDelay, 3, p.Delay):
 		ev.Faults = append(ev.Faults, WebhookDelay)
 		w.stats.Delayed++
 		w.delayed = append(w.delayed, ev)
 	default:
 		w.release(ev)
 	}
+}
+
+// ScriptWebhooks gives the next webhook events of purchaseID these faults,
+// one per event in order; after them, events get the configured
+// probabilities again. Deterministic whatever the interleaving.
+func (s *Server) ScriptWebhooks(purchaseID string, faults ...WebhookFault) {
+	w := s.wh
+	if w == nil {
+		return // webhooks are off
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.scripts[purchaseID] = append(w.scripts[purchaseID], faults...)
 }
 
 // webhookSalt separates the webhook draws from the create draws of the
