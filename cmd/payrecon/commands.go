@@ -30,18 +30,6 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func runWorker(ctx context.Context, e *env, args []string) error {
-	if _, err := e.parse("worker", args, nil); err != nil {
-		return err
-	}
-	svc, cleanup, err := newService(ctx, e)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	return svc.Work(ctx)
-}
-
 // newService opens the store, checks that it is migrated, and builds the
 // provider and the reconcile service from the settings.
 func newService(ctx context.Context, e *env) (*reconcile.Service, func(), error) {

@@ -41,7 +41,9 @@ type command struct {
 func commands() []command {
 	return []command{
 		{"migrate", "apply the database schema", runMigrate},
-		{"worker", "run the reconcile worker until SIGTERM", runWorker},
+		{"serve", "the all-in-one process: HTTP (webhooks, purchase API, /metrics, /ops) plus the worker and its sweeps", runServe},
+		{"worker", "run the reconcile worker and its sweeps until SIGTERM (HTTP: /healthz, /readyz, /metrics)", runWorker},
+		{"ops", "operator handoff: ops list | show ID | recheck ID | resolve ID | note ID", runOps},
 		{"purchase", "purchase create | purchase show ID", runPurchase},
 		{"statemachine", "print the state machine (--mermaid for a Mermaid diagram)", runStatemachine},
 		{"help", "list commands and settings", nil},

@@ -57,6 +57,19 @@ func newSettings() *settings {
 	add("max-amount", "PAYRECON_MAX_AMOUNT", "99999999", "largest purchase amount, in minor units")
 	add("provider", "PAYRECON_PROVIDER", "fake", "payment provider: fake (in-process simulator) or stripe")
 	add("fake-faults", "PAYRECON_FAKE_FAULTS", "", "fault mix of the fake provider, e.g. lost_reply=0.2,timeout=0.1,stale_processing=0.1,search_lag=30s,seed=7")
+	add("stripe-api-base", "PAYRECON_STRIPE_API_BASE", "", "Stripe API base URL override, e.g. a local fake Stripe server (default Stripe's)")
+	add("webhook-tolerance", "PAYRECON_WEBHOOK_TOLERANCE", "300s", "maximum age of a webhook signature")
+	add("worker", "PAYRECON_WORKER", "true", "`serve` also runs the worker and its scheduler (true or false)")
+	add("api-token", "PAYRECON_API_TOKEN", "", "purchase API bearer tokens, comma-separated, each name:token or token; `serve` refuses to start the API without one")
+	add("api", "PAYRECON_API", "true", "`serve` serves the purchase API (true or false)")
+	add("ops-token", "PAYRECON_OPS_TOKEN", "", "operator bearer token for /ops (distinct from the API tokens); without it the ops pages are not served")
+	add("sweep-rescue", "PAYRECON_SWEEP_RESCUE", "@every 30s", "cron schedule: take over jobs whose lease expired")
+	add("sweep-escalate", "PAYRECON_SWEEP_ESCALATE", "@every 1m", "cron schedule: escalate purchases uncertain too long")
+	add("sweep-gauges", "PAYRECON_SWEEP_GAUGES", "@every 15s", "cron schedule: refresh the gauges read from the database")
+	add("sweep-unmatched", "PAYRECON_SWEEP_UNMATCHED", "@every 1m", "cron schedule: apply webhooks stored as unmatched")
+	add("sweep-retention", "PAYRECON_SWEEP_RETENTION", "@hourly", "cron schedule: delete old inbox rows and expired idempotency keys")
+	add("inbox-retention", "PAYRECON_INBOX_RETENTION", "168h", "how long webhook inbox rows are kept; at least 96h (Stripe's 3-day redelivery plus a replay margin)")
+	add("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", "72h", "how long purchase API idempotency keys are kept")
 	add("log-level", "PAYRECON_LOG_LEVEL", "info", "debug, info, warn or error")
 	add("log-format", "PAYRECON_LOG_FORMAT", "text", "text or json")
 	return s
@@ -103,6 +116,15 @@ func (s *settings) integer(name string) (int64, error) {
 		return 0, fmt.Errorf("--%s / %s = %q: want a positive whole number", st.name, st.env, st.value)
 	}
 	return n, nil
+}
+
+func (s *settings) boolean(name string) (bool, error) {
+	st := s.byKey[name]
+	b, err := strconv.ParseBool(st.value)
+	if err != nil {
+		return false, fmt.Errorf("--%s / %s = %q: want true or false", st.name, st.env, st.value)
+	}
+	return b, nil
 }
 
 func (s *settings) durations(name string) ([]time.Duration, error) {
@@ -163,6 +185,8 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 func (s *settings) printSettings(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "FLAG\tENVIRONMENT\tDEFAULT\tMEANING")
+	fmt.Fprintln(tw, "-\tSTRIPE_SECRET_KEY\t-\tStripe secret key for --provider stripe (environment only: keep it out of argv)")
+	fmt.Fprintln(tw, "-\tSTRIPE_WEBHOOK_SECRET\t-\tStripe webhook signing secret (whsec_…); enables POST /webhooks/stripe")
 	for _, st := range s.list {
 		def := st.def
 		if def == "" {

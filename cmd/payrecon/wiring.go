@@ -3,12 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
+	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
 
 // openedStore is a store with what the commands need beside the
@@ -19,9 +23,11 @@ type openedStore struct {
 	migrate func(context.Context) error
 }
 
-// openStore opens the database named by --database-url. With requireReady
-// it also checks that the schema is migrated, so that a command never runs
-// against a missing or old schema.
+// openStore opens the database named by --database-url: postgres://… or
+// sqlite:PATH, and by default a SQLite file in the user's data directory.
+// An embedded SQLite store is migrated on open (it belongs to this binary
+// alone); a Postgres one must be migrated with `payrecon migrate`, and with
+// requireReady a command refuses to run against a missing or old schema.
 func openStore(ctx context.Context, e *env, requireReady bool) (*openedStore, error) {
 	url := e.settings.str("database-url")
 	var st *openedStore
@@ -32,10 +38,29 @@ func openStore(ctx context.Context, e *env, requireReady bool) (*openedStore, er
 			return nil, err
 		}
 		st = &openedStore{Store: pg, kind: "postgres", migrate: pg.Migrate}
-	case url == "":
-		return nil, fmt.Errorf("%w: no database: set --database-url or PAYRECON_DATABASE_URL to postgres://…", errUsage)
+	case url == "" || strings.HasPrefix(url, "sqlite:"):
+		path := strings.TrimPrefix(url, "sqlite:")
+		if url == "" {
+			var err error
+			if path, err = defaultSQLitePath(); err != nil {
+				return nil, err
+			}
+		}
+		if path == "" {
+			return nil, fmt.Errorf("%w: --database-url %q: want sqlite:PATH", errUsage, url)
+		}
+		lite, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+		if err != nil {
+			return nil, err
+		}
+		st = &openedStore{Store: lite, kind: "sqlite", migrate: lite.Migrate}
+		if err := lite.Migrate(ctx); err != nil {
+			lite.Close()
+			return nil, err
+		}
+		url = "sqlite:" + path
 	default:
-		return nil, fmt.Errorf("%w: --database-url %q: want postgres://… or postgresql://…", errUsage, redact(url))
+		return nil, fmt.Errorf("%w: --database-url %q: want postgres://… or sqlite:PATH", errUsage, redact(url))
 	}
 	e.log.Info("store opened", "store", st.kind, "database", redact(url))
 	if requireReady {
@@ -45,6 +70,25 @@ func openStore(ctx context.Context, e *env, requireReady bool) (*openedStore, er
 		}
 	}
 	return st, nil
+}
+
+// defaultSQLitePath is payrecon.db in the user's data directory
+// ($XDG_DATA_HOME/payrecon, else ~/.local/share/payrecon), created if
+// missing.
+func defaultSQLitePath() (string, error) {
+	dir := os.Getenv("XDG_DATA_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", fmt.Errorf("no database configured and no home directory for the default SQLite file: set --database-url: %w", err)
+		}
+		dir = filepath.Join(home, ".local", "share")
+	}
+	dir = filepath.Join(dir, "payrecon")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("create the data directory for the default SQLite file: %w", err)
+	}
+	return filepath.Join(dir, "payrecon.db"), nil
 }
 
 // redact hides a password in a database URL for logs and errors.
@@ -71,7 +115,22 @@ func newProvider(e *env) (provider.Provider, error) {
 		}
 		e.log.Info("provider: in-process fake (its ledger lives as long as this process)", "faults", e.settings.str("fake-faults"))
 		return fakeprovider.New(cfg), nil
+	case "stripe":
+		key := os.Getenv("STRIPE_SECRET_KEY")
+		if key == "" {
+			return nil, fmt.Errorf("%w: --provider stripe needs STRIPE_SECRET_KEY", errUsage)
+		}
+		p, err := stripe.New(stripe.Config{SecretKey: key, APIBase: e.settings.str("stripe-api-base"), Logger: e.log})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", errUsage, err)
+		}
+		base := e.settings.str("stripe-api-base")
+		if base == "" {
+			base = stripe.DefaultAPIBase
+		}
+		e.log.Info("provider: stripe", "api_base", base, "test_mode", strings.HasPrefix(key, "sk_test_"))
+		return p, nil
 	default:
-		return nil, fmt.Errorf("%w: --provider %q: want fake", errUsage, name)
+		return nil, fmt.Errorf("%w: --provider %q: want fake or stripe", errUsage, name)
 	}
 }

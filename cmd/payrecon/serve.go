@@ -1,0 +1,226 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/payrecon/payrecon/provider/stripe"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/cron"
+	rhttp "github.com/payrecon/payrecon/reconcile/http"
+	"github.com/payrecon/payrecon/reconcile/prometheus"
+)
+
+// app is a wired payrecon process: the service over its store and
+// provider, its metrics, its sweeps and its HTTP server.
+type app struct {
+	svc     *reconcile.Service
+	metrics *prometheus.Metrics
+	sched   *cron.Scheduler
+	server  *rhttp.Server
+	close   func()
+}
+
+// appOptions says which HTTP surfaces an app serves.
+type appOptions struct {
+	api      bool // the purchase API
+	webhooks bool // POST /webhooks/stripe, when STRIPE_WEBHOOK_SECRET is set
+	ops      bool // the operator pages, when --ops-token is set
+}
+
+func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
+	metrics := prometheus.New()
+	cfg, err := e.settings.reconcileConfig()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	cfg.Logger = e.log
+	cfg.Observer = metrics
+	p, err := newProvider(e)
+	if err != nil {
+		return nil, err
+	}
+	st, err := openStore(ctx, e, true)
+	if err != nil {
+		return nil, err
+	}
+	a := &app{metrics: metrics, close: func() { st.Close() }}
+	fail := func(err error) (*app, error) { a.close(); return nil, err }
+	if a.svc, err = reconcile.New(st.Store, p, cfg); err != nil {
+		return fail(fmt.Errorf("%w: %v", errUsage, err))
+	}
+
+	sweeps, err := e.sweeps(a.svc, metrics)
+	if err != nil {
+		return fail(err)
+	}
+	a.sched, err = cron.New(st.Store, sweeps, cron.Config{Owner: a.svc.Config().WorkerID, Logger: e.log, Observer: metrics})
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", errUsage, err))
+	}
+
+	tolerance, err := e.settings.duration("webhook-tolerance")
+	if err != nil {
+		return fail(fmt.Errorf("%w: %v", errUsage, err))
+	}
+	webhooks := map[string]rhttp.WebhookVerifier{}
+	if secret := os.Getenv("STRIPE_WEBHOOK_SECRET"); opts.webhooks && secret != "" {
+		v, err := stripe.NewWebhookVerifier(stripe.WebhookConfig{Secret: secret, Tolerance: tolerance})
+		if err != nil {
+			return fail(fmt.Errorf("%w: STRIPE_WEBHOOK_SECRET: %v", errUsage, err))
+		}
+		webhooks["stripe"] = v
+		e.log.Info("serving POST /webhooks/stripe")
+	} else if opts.webhooks {
+		e.log.Warn("STRIPE_WEBHOOK_SECRET is not set: POST /webhooks/stripe is not served")
+	}
+	a.server = rhttp.New(a.svc, rhttp.Config{
+		Addr:     e.settings.str("addr"),
+		Webhooks: webhooks,
+		Metrics:  metrics.Handler(),
+		Observer: metrics,
+		Logger:   e.log,
+	})
+
+	if opts.api {
+		serveAPI, err := e.settings.boolean("api")
+		if err != nil {
+			return fail(fmt.Errorf("%w: %v", errUsage, err))
+		}
+		if serveAPI {
+			tokens := e.settings.str("api-token")
+			if tokens == "" {
+				return fail(fmt.Errorf("%w: refusing to serve the purchase API unauthenticated: set --api-token / PAYRECON_API_TOKEN (or --api=false)", errUsage))
+			}
+			clients, err := rhttp.ParseAPITokens(tokens)
+			if err != nil {
+				return fail(fmt.Errorf("%w: --api-token / PAYRECON_API_TOKEN: %v", errUsage, err))
+			}
+			api, err := rhttp.NewPurchaseAPI(a.svc, clients)
+			if err != nil {
+				return fail(err)
+			}
+			api.Register(a.server)
+			e.log.Info("serving the purchase API", "clients", len(clients))
+		}
+	}
+	if opts.ops {
+		if err := e.registerOps(a); err != nil {
+			return fail(err)
+		}
+	}
+	return a, nil
+}
+
+// sweeps builds the standard sweeps from the settings.
+func (e *env) sweeps(svc *reconcile.Service, metrics *prometheus.Metrics) ([]cron.Sweep, error) {
+	inbox, err := e.settings.duration("inbox-retention")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	keys, err := e.settings.duration("idempotency-key-retention")
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	st, now := svc.Store(), svc.Config().Now
+	sweeps, err := cron.Sweeps(svc, func(ctx context.Context) error { return metrics.Refresh(ctx, st, now()) }, cron.SweepConfig{
+		RescueSchedule:          e.settings.str("sweep-rescue"),
+		EscalateSchedule:        e.settings.str("sweep-escalate"),
+		GaugesSchedule:          e.settings.str("sweep-gauges"),
+		UnmatchedSchedule:       e.settings.str("sweep-unmatched"),
+		RetentionSchedule:       e.settings.str("sweep-retention"),
+		InboxRetention:          inbox,
+		IdempotencyKeyRetention: keys,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return sweeps, nil
+}
+
+// run serves HTTP on ln and, with worker, runs the worker loop and the
+// sweeps, until ctx ends. Then it drains: the server stops accepting and
+// finishes requests in flight, the worker finishes or releases its
+// leases, and the scheduler waits for running sweeps.
+func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) error {
+	defer a.close()
+	e.log.Info("listening", "addr", ln.Addr().String(), "worker", worker)
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	start := func(name string, fn func() error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(); err != nil {
+				errs <- fmt.Errorf("%s: %w", name, err)
+			}
+		}()
+	}
+	// One part failing stops the others: a process that serves webhooks
+	// but no longer works its jobs must not look healthy.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start("http", func() error { defer cancel(); return a.server.Serve(ctx, ln) })
+	if worker {
+		_ = a.metrics.Refresh(ctx, a.svc.Store(), a.svc.Config().Now())
+		start("worker", func() error {
+			defer cancel()
+			a.metrics.WorkerRunning(true)
+			defer a.metrics.WorkerRunning(false)
+			return a.svc.Work(ctx)
+		})
+		start("scheduler", func() error { defer cancel(); return a.sched.Run(ctx) })
+	}
+	wg.Wait()
+	close(errs)
+	var all []error
+	for err := range errs {
+		all = append(all, err)
+	}
+	return errors.Join(all...)
+}
+
+func runServe(ctx context.Context, e *env, args []string) error {
+	if _, err := e.parse("serve", args, nil); err != nil {
+		return err
+	}
+	worker, err := e.settings.boolean("worker")
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	a, err := newApp(ctx, e, appOptions{api: true, webhooks: true, ops: true})
+	if err != nil {
+		return err
+	}
+	ln, err := a.server.Listen()
+	if err != nil {
+		a.close()
+		return err
+	}
+	return a.run(ctx, e, ln, worker)
+}
+
+func runWorker(ctx context.Context, e *env, args []string) error {
+	if _, err := e.parse("worker", args, nil); err != nil {
+		return err
+	}
+	a, err := newApp(ctx, e, appOptions{})
+	if err != nil {
+		return err
+	}
+	// The worker serves /healthz, /readyz and /metrics only.
+	ln, err := a.server.Listen()
+	if err != nil {
+		a.close()
+		return err
+	}
+	return a.run(ctx, e, ln, true)
+}
+
+// shutdownTimeout bounds a command's own cleanup after SIGTERM.
+const shutdownTimeout = 30 * time.Second
