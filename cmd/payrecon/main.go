@@ -40,6 +40,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
+		{"demo", "a one-command tour: every failure the protocol survives, against a fake Stripe, in under a minute", runDemo},
 		{"migrate", "apply the database schema", runMigrate},
 		{"serve", "the all-in-one process: HTTP (webhooks, purchase API, /metrics, /ops) plus the worker and its sweeps", runServe},
 		{"worker", "run the reconcile worker and its sweeps until SIGTERM (HTTP: /healthz, /readyz, /metrics)", runWorker},
