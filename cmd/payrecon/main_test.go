@@ -1,0 +1,388 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/sqlite"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// run calls Main as the command line would, returning its exit code and
+// output.
+func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
+	t.Helper()
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	var stdout, stderr bytes.Buffer
+	code := Main(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// TestDemoEndToEnd runs `payrecon demo --json` and checks its report: every
+// scenario ends as expected, with the charges the seed lesson demands.
+func TestDemoEndToEnd(t *testing.T) {
+	code, stdout, stderr := run(t, nil, "demo", "--json")
+	if code != 0 {
+		t.Fatalf("demo exited %d\n%s", code, stderr)
+	}
+	var report demoReport
+	if err := json.Unmarshal([]byte(stdout), &report); err != nil {
+		t.Fatalf("report is not JSON: %v\n%s", err, stdout)
+	}
+	if !report.OK || len(report.Results) != len(demoScenarios()) {
+		t.Fatalf("report: ok=%v, %d results", report.OK, len(report.Results))
+	}
+	want := map[string]struct {
+		state      string
+		escalation string
+		charges    int
+	}{
+		"clean success":                          {"succeeded", "", 1},
+		"decline":                                {"declined", "", 0},
+		"reply lost after the charge":            {"succeeded", "", 1},
+		"timeout before the charge":              {"succeeded", "", 1},
+		"delayed webhook":                        {"succeeded", "", 1},
+		"duplicated webhook":                     {"succeeded", "", 1},
+		"stale processing after success":         {"succeeded", "", 1},
+		"search not-found lag":                   {"succeeded", "", 1},
+		"key retention expired, outcome unknown": {"uncertain", "key_retention_expired", 0},
+		"success after a decline":                {"declined", "contradiction", 1},
+	}
+	for _, r := range report.Results {
+		w, ok := want[r.Scenario]
+		if !ok {
+			t.Errorf("unexpected scenario %q", r.Scenario)
+			continue
+		}
+		if !r.OK || r.FinalState != w.state || r.Escalation != w.escalation || r.Charges != w.charges {
+			t.Errorf("%s: %+v, want %+v", r.Scenario, r, w)
+		}
+		if len(r.Timeline) < 2 {
+			t.Errorf("%s: timeline has %d lines", r.Scenario, len(r.Timeline))
+		}
+	}
+	for _, line := range []string{"Summary (", "All scenarios ended as expected"} {
+		if !strings.Contains(stderr, line) {
+			t.Errorf("the human report lacks %q", line)
+		}
+	}
+}
+
+// TestEndToEndWebhookFaults: 500 purchases through the real stripe adapter
+// against the fake Stripe server, with every webhook fault on and create
+// faults too. Each purchase ends terminal or escalated, with exactly one
+// charge for each success and no forbidden move.
+func TestEndToEndWebhookFaults(t *testing.T) {
+	n := 500
+	if testing.Short() {
+		n = 100
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "e2e.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clock := &simClock{now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	stk, err := startStack(ctx, stackConfig{
+		store: st,
+		clock: clock.Now,
+		fake: fakeprovider.Config{Seed: 11, SettleAfter: time.Minute, SearchLag: 30 * time.Second, Faults: fakeprovider.Faults{
+			LostReply: 0.10, Timeout: 0.02, FailBefore: 0.05, Processing: 0.05, StaleProcessing: 0.05, Decline: 0.05,
+		}},
+		hooks: fakeprovider.WebhookFaults{Drop: 0.1, Duplicate: 0.2, Reorder: 0.2, Delay: 0.2, StaleProcessing: 0.1},
+		reconcile: reconcile.Config{
+			WorkerID: "e2e", LeaseDuration: 2 * time.Hour, ProviderTimeout: 200 * time.Millisecond,
+			PollInterval: 5 * time.Millisecond, BatchSize: 32, Concurrency: 4,
+		},
+		log: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for i := 0; i < n; i++ {
+		p, err := stk.svc.CreatePurchase(ctx, reconcile.NewPurchase{Customer: "e2e", Amount: int64(100 + i), Currency: "eur"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, p.ID)
+	}
+	settled := func() int {
+		k := 0
+		for _, id := range ids {
+			d, err := stk.svc.Purchase(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Purchase.State.Terminal() || d.Purchase.Escalated() {
+				k++
+			}
+		}
+		return k
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for settled() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d purchases settled after 3 minutes", settled(), n)
+		}
+		clock.Advance(time.Minute)
+		stk.fakeSrv.Tick()
+		// Let the worker and deliveries run; progress is checked, not slept on.
+		drainCtx, cancel := context.WithTimeout(ctx, time.Second)
+		_ = stk.fakeSrv.Drain(drainCtx)
+		cancel()
+	}
+	if err := stk.stop(); err != nil {
+		t.Fatal(err)
+	}
+
+	states := map[statemachine.State]int{}
+	for _, id := range ids {
+		d, err := stk.svc.Purchase(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := d.Purchase
+		states[p.State]++
+		charges := stk.fake.MoneyTaken(id)
+		switch {
+		case p.State == statemachine.Succeeded && charges != 1:
+			t.Errorf("%s succeeded with %d charges", id, charges)
+		case p.State == statemachine.Declined && charges != 0:
+			t.Errorf("%s declined with %d charges", id, charges)
+		case charges > 1:
+			t.Errorf("%s has %d charges", id, charges)
+		}
+		for _, tr := range d.Transitions {
+			if err := statemachine.Transition(tr.From, tr.To); err != nil {
+				t.Errorf("%s: %v", id, err)
+			}
+		}
+	}
+	if dc := stk.fake.DoubleCharged(); len(dc) != 0 {
+		t.Fatalf("double charged: %v", dc)
+	}
+	ws := stk.fakeSrv.WebhookStats()
+	t.Logf("%d purchases: %v; webhooks: %+v", n, states, ws)
+	if ws.Duplicated == 0 || ws.Dropped == 0 || ws.Reordered == 0 || ws.Delayed == 0 || ws.Stale == 0 {
+		t.Fatalf("not every webhook fault happened: %+v", ws)
+	}
+}
+
+// TestNewcomerBinary builds payrecon and runs it as a newcomer would, with
+// no database configured: it creates the SQLite file in the user's data
+// directory, applies the schema, and works.
+func TestNewcomerBinary(t *testing.T) {
+	bin := buildBinary(t)
+	data := t.TempDir()
+	env := append(cleanEnv(), "XDG_DATA_HOME="+data, "HOME="+t.TempDir())
+	out := runBinary(t, bin, env, "purchase", "create", "--amount", "300", "--currency", "usd", "--customer", "C", "--description", "D")
+	id := strings.TrimSpace(out)
+	if !strings.HasPrefix(id, "pur_") {
+		t.Fatalf("purchase create printed %q, want an id", out)
+	}
+	dbPath := filepath.Join(data, "payrecon", "payrecon.db")
+	if _, err := os.Stat(dbPath); err != nil {
+		t.Fatalf("no SQLite file at %s: %v", dbPath, err)
+	}
+	st, err := sqlite.Open(context.Background(), sqlite.Config{Path: dbPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	if err := st.Ready(context.Background()); err != nil {
+		t.Fatalf("schema not applied: %v", err)
+	}
+	show := runBinary(t, bin, env, "purchase", "show", id)
+	for _, want := range []string{"state", "created", "300 usd"} {
+		if !strings.Contains(show, want) {
+			t.Fatalf("purchase show lacks %q:\n%s", want, show)
+		}
+	}
+	// Bad input is refused with a clear message and nothing stored.
+	cmd := exec.Command(bin, "purchase", "create", "--amount", "-5", "--currency", "usd", "--customer", "C")
+	cmd.Env = env
+	msg, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), "amount") {
+		t.Fatalf("negative amount: %v\n%s", err, msg)
+	}
+	cmd = exec.Command(bin, "purchase", "show", "pur_nope")
+	cmd.Env = env
+	if msg, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(msg), `no purchase with id "pur_nope"`) {
+		t.Fatalf("unknown id: %v\n%s", err, msg)
+	}
+}
+
+// TestServeDrainsOnSIGTERM starts `payrecon serve`, checks it answers, sends
+// SIGTERM and expects a clean exit with the worker stopped.
+func TestServeDrainsOnSIGTERM(t *testing.T) {
+	bin := buildBinary(t)
+	env := append(cleanEnv(),
+		"PAYRECON_DATABASE_URL=sqlite:"+filepath.Join(t.TempDir(), "serve.db"),
+		"PAYRECON_ADDR=127.0.0.1:0",
+		"PAYRECON_API_TOKEN=shop:shop-token-0123456789",
+		"PAYRECON_OPS_TOKEN=ops-token-0123456789abcdef")
+	cmd := exec.Command(bin, "serve")
+	cmd.Env = env
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	addr := ""
+	var log []string
+	timeout := time.After(30 * time.Second)
+	for addr == "" {
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				t.Fatalf("serve exited early:\n%s", strings.Join(log, "\n"))
+			}
+			log = append(log, line)
+			if i := strings.Index(line, "msg=listening addr="); i >= 0 {
+				addr = strings.Fields(line[i+len("msg=listening addr="):])[0]
+			}
+		case <-timeout:
+			t.Fatalf("serve did not listen:\n%s", strings.Join(log, "\n"))
+		}
+	}
+	for _, path := range []string{"/healthz", "/readyz", "/metrics"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("GET %s: %v %v", path, err, resp)
+		}
+		resp.Body.Close()
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		for line := range lines {
+			log = append(log, line)
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("serve exited with %v after SIGTERM:\n%s", err, strings.Join(log, "\n"))
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not stop within 30s of SIGTERM")
+	}
+	if !strings.Contains(strings.Join(log, "\n"), "worker stopped") {
+		t.Fatalf("no clean worker stop in the log:\n%s", strings.Join(log, "\n"))
+	}
+}
+
+func TestServeRefusesUnauthenticatedAPI(t *testing.T) {
+	code, _, stderr := run(t, map[string]string{
+		"PAYRECON_DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "x.db"),
+		"PAYRECON_API_TOKEN":    "",
+	}, "serve", "--addr", "127.0.0.1:0")
+	if code != 2 || !strings.Contains(stderr, "refusing to serve the purchase API unauthenticated") {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+}
+
+func TestBadSettingsAreNamed(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"worker", "--database-url", db, "--lease-duration", "soon"}, "--lease-duration"},
+		{[]string{"worker", "--database-url", db, "--fake-faults", "lost_reply=2"}, "lost_reply=2"},
+		{[]string{"worker", "--database-url", db, "--inbox-retention", "24h"}, "redelivery window"},
+		{[]string{"worker", "--database-url", "mysql://x"}, "want postgres://"},
+		{[]string{"worker", "--database-url", "postgres://nobody@127.0.0.1:1/none"}, "cannot reach database"},
+		{[]string{"purchase", "create", "--database-url", db, "--amount", "3.50", "--currency", "usd", "--customer", "c"}, "whole number"},
+		{[]string{"nonsense"}, "unknown command"},
+	}
+	for _, tt := range tests {
+		code, _, stderr := run(t, nil, tt.args...)
+		if code == 0 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("%v: exit %d, stderr %q, want it to mention %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
+func TestHelpListsSettings(t *testing.T) {
+	code, out, _ := run(t, nil, "help")
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"--database-url", "PAYRECON_DATABASE_URL", "--lease-duration", "--backoff", "--max-attempts",
+		"--max-uncertain-age", "--key-retention", "--provider", "--fake-faults", "--worker-id", "--addr", "127.0.0.1:8080", "STRIPE_SECRET_KEY"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("help lacks %s", want)
+		}
+	}
+}
+
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "payrecon")
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// cleanEnv is the test's environment without payrecon settings.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PAYRECON_") && !strings.HasPrefix(kv, "STRIPE_") &&
+			!strings.HasPrefix(kv, "XDG_DATA_HOME=") && !strings.HasPrefix(kv, "HOME=") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+func runBinary(t *testing.T, bin string, env []string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("payrecon %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String()
+}
