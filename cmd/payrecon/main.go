@@ -46,6 +46,7 @@ func commands() []command {
 		{"worker", "run the reconcile worker and its sweeps until SIGTERM (HTTP: /healthz, /readyz, /metrics)", runWorker},
 		{"ops", "operator handoff: ops list | show ID | recheck ID | resolve ID | note ID", runOps},
 		{"purchase", "purchase create | purchase show ID", runPurchase},
+		{"fakeprovider", "serve the fake provider as a Stripe-compatible HTTP server, with signed webhooks (--webhook-url)", runFakeProvider},
 		{"statemachine", "print the state machine (--mermaid for a Mermaid diagram)", runStatemachine},
 		{"help", "list commands and settings", nil},
 	}

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+)
+
+// runFakeProvider serves the fake provider as a Stripe-compatible HTTP
+// server on --addr, so that several worker processes (--provider stripe
+// --stripe-api-base http://ADDR) share one ledger, and sends signed
+// webhooks to --webhook-url.
+func runFakeProvider(ctx context.Context, e *env, args []string) error {
+	var webhookURL string
+	if _, err := e.parse("fakeprovider", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&webhookURL, "webhook-url", "", "where to POST signed webhooks, e.g. http://127.0.0.1:8080/webhooks/stripe (needs STRIPE_WEBHOOK_SECRET)")
+	}); err != nil {
+		return err
+	}
+	cfg, scfg, err := fakeprovider.ParseSpec(e.settings.str("fake-faults"))
+	if err != nil {
+		return fmt.Errorf("%w: --fake-faults / PAYRECON_FAKE_FAULTS: %v", errUsage, err)
+	}
+	secret := os.Getenv("STRIPE_WEBHOOK_SECRET")
+	if webhookURL != "" {
+		if secret == "" {
+			return fmt.Errorf("%w: --webhook-url needs STRIPE_WEBHOOK_SECRET to sign the webhooks", errUsage)
+		}
+		scfg.WebhookURL, scfg.WebhookSecret = webhookURL, secret
+	}
+	scfg.Logger = e.log
+	srv := fakeprovider.NewServer(fakeprovider.New(cfg), scfg)
+	defer srv.Close()
+	ln, err := net.Listen("tcp", e.settings.str("addr"))
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", e.settings.str("addr"), err)
+	}
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second}
+	e.log.Info("fake Stripe server listening", "addr", ln.Addr().String(), "webhooks", webhookURL, "faults", e.settings.str("fake-faults"))
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
