@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
@@ -20,19 +19,7 @@ func init() {
 
 // newPostgresStore returns a migrated store over a fresh database of the
 // throwaway cluster.
-func newPostgresStore(t testing.TB) reconcile.Store {
-	t.Helper()
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.NewDatabase(t)})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatalf("migrate postgres: %v", err)
-	}
-	return st
-}
+func newPostgresStore(t testing.TB) reconcile.Store { return pgtest.NewStore(t) }
 
 func init() {
 	storeFactories["sqlite"] = newSQLiteStore

@@ -14,25 +14,12 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/cron"
-	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-func newStore(t *testing.T) reconcile.Store {
-	t.Helper()
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.NewDatabase(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
+func newStore(t *testing.T) reconcile.Store { return pgtest.NewStore(t) }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 

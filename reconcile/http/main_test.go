@@ -1,7 +1,6 @@
 package http_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 )
 
@@ -39,18 +37,6 @@ func (c *testClock) Advance(d time.Duration) {
 }
 
 // newStore returns a migrated store over a fresh database.
-func newStore(t testing.TB) reconcile.Store {
-	t.Helper()
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.NewDatabase(t)})
-	if err != nil {
-		t.Fatalf("open postgres: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatalf("migrate: %v", err)
-	}
-	return st
-}
+func newStore(t testing.TB) reconcile.Store { return pgtest.NewStore(t) }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -466,54 +466,31 @@ func (o *Ops) logout(w http.ResponseWriter, r *http.Request) {
 // JSON views.
 
 type opsCaseJSON struct {
-	PurchaseID        string              `json:"purchase_id"`
-	ProviderPaymentID string              `json:"provider_payment_id,omitempty"`
-	Amount            int64               `json:"amount"`
-	Currency          string              `json:"currency"`
-	AmountDisplay     string              `json:"amount_display"`
-	Customer          string              `json:"customer"`
-	Reference         string              `json:"reference,omitempty"`
-	Description       string              `json:"description,omitempty"`
-	State             string              `json:"state"`
-	Final             bool                `json:"final"`
-	Version           int64               `json:"version"`
-	AgeSeconds        int64               `json:"age_seconds"`
-	Age               string              `json:"age"`
-	Escalated         bool                `json:"escalated"`
-	EscalationReason  string              `json:"escalation_reason,omitempty"`
-	EscalatedAt       *time.Time          `json:"escalated_at"`
-	UncertainSince    *time.Time          `json:"uncertain_since"`
-	CreatedAt         time.Time           `json:"created_at"`
-	UpdatedAt         time.Time           `json:"updated_at"`
-	Attempts          []opsAttemptJSON    `json:"attempts"`
-	Transitions       []opsTransitionJSON `json:"transitions"`
-	Webhooks          []opsWebhookJSON    `json:"webhooks"`
-	OperatorActions   []opsActionJSON     `json:"operator_actions"`
+	PurchaseID        string           `json:"purchase_id"`
+	ProviderPaymentID string           `json:"provider_payment_id,omitempty"`
+	Amount            int64            `json:"amount"`
+	Currency          string           `json:"currency"`
+	AmountDisplay     string           `json:"amount_display"`
+	Customer          string           `json:"customer"`
+	Reference         string           `json:"reference,omitempty"`
+	Description       string           `json:"description,omitempty"`
+	State             string           `json:"state"`
+	Final             bool             `json:"final"`
+	Version           int64            `json:"version"`
+	AgeSeconds        int64            `json:"age_seconds"`
+	Age               string           `json:"age"`
+	Escalated         bool             `json:"escalated"`
+	EscalationReason  string           `json:"escalation_reason,omitempty"`
+	EscalatedAt       *time.Time       `json:"escalated_at"`
+	UncertainSince    *time.Time       `json:"uncertain_since"`
+	CreatedAt         time.Time        `json:"created_at"`
+	UpdatedAt         time.Time        `json:"updated_at"`
+	Attempts          []attemptJSON    `json:"attempts"`
+	Transitions       []transitionJSON `json:"transitions"`
+	Webhooks          []opsWebhookJSON `json:"webhooks"`
+	OperatorActions   []opsActionJSON  `json:"operator_actions"`
 	// LiveView is the provider's answer now; only on the single case.
 	LiveView *opsLiveViewJSON `json:"live_view,omitempty"`
-}
-
-type opsAttemptJSON struct {
-	Op        string    `json:"op"`
-	Key       string    `json:"idempotency_key,omitempty"`
-	Outcome   string    `json:"outcome"`
-	PaymentID string    `json:"payment_id,omitempty"`
-	Status    string    `json:"status,omitempty"`
-	LatencyMS float64   `json:"latency_ms"`
-	Error     string    `json:"error,omitempty"`
-	Applied   bool      `json:"applied"`
-	Note      string    `json:"note,omitempty"`
-	Actor     string    `json:"actor,omitempty"`
-	At        time.Time `json:"at"`
-}
-
-type opsTransitionJSON struct {
-	From     string    `json:"from"`
-	To       string    `json:"to"`
-	Cause    string    `json:"cause"`
-	Evidence string    `json:"evidence,omitempty"`
-	Actor    string    `json:"actor"`
-	At       time.Time `json:"at"`
 }
 
 type opsWebhookJSON struct {
@@ -565,20 +542,8 @@ func opsCaseToJSON(c reconcile.Case) opsCaseJSON {
 		AgeSeconds: int64(c.Age / time.Second), Age: opsAge(c.Age), Escalated: p.Escalated(),
 		EscalationReason: string(p.EscalationReason), EscalatedAt: opsTimePtr(p.EscalatedAt),
 		UncertainSince: opsTimePtr(p.UncertainSince), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
-		Attempts: []opsAttemptJSON{}, Transitions: []opsTransitionJSON{},
+		Attempts: toAttemptsJSON(c.Attempts), Transitions: toTransitionsJSON(c.Transitions),
 		Webhooks: []opsWebhookJSON{}, OperatorActions: []opsActionJSON{},
-	}
-	for _, a := range c.Attempts {
-		out.Attempts = append(out.Attempts, opsAttemptJSON{
-			Op: string(a.Op), Key: a.Key, Outcome: string(a.Outcome), PaymentID: a.PaymentID, Status: a.Status,
-			LatencyMS: float64(a.Latency.Microseconds()) / 1000, Error: a.Error, Applied: a.Applied,
-			Note: a.Note, Actor: a.Actor, At: a.At,
-		})
-	}
-	for _, t := range c.Transitions {
-		out.Transitions = append(out.Transitions, opsTransitionJSON{
-			From: string(t.From), To: string(t.To), Cause: string(t.Cause), Evidence: t.Evidence, Actor: t.Actor, At: t.At,
-		})
 	}
 	for _, e := range c.Events {
 		out.Webhooks = append(out.Webhooks, opsWebhookJSON{

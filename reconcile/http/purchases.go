@@ -339,6 +339,7 @@ type transitionJSON struct {
 
 type attemptJSON struct {
 	Op        string    `json:"op"`
+	Key       string    `json:"idempotency_key,omitempty"`
 	Outcome   string    `json:"outcome"`
 	PaymentID string    `json:"payment_id,omitempty"`
 	Status    string    `json:"status,omitempty"`
@@ -346,20 +347,38 @@ type attemptJSON struct {
 	Error     string    `json:"error,omitempty"`
 	Applied   bool      `json:"applied"`
 	Note      string    `json:"note,omitempty"`
+	Actor     string    `json:"actor,omitempty"`
 	At        time.Time `json:"at"`
 }
 
 func toDetailJSON(d reconcile.Detail) detailJSON {
-	out := detailJSON{PurchaseJSON: purchaseJSON(d.Purchase), Transitions: []transitionJSON{}, Attempts: []attemptJSON{}}
-	for _, t := range d.Transitions {
-		out.Transitions = append(out.Transitions, transitionJSON{
+	return detailJSON{
+		PurchaseJSON: purchaseJSON(d.Purchase),
+		Transitions:  toTransitionsJSON(d.Transitions),
+		Attempts:     toAttemptsJSON(d.Attempts),
+	}
+}
+
+// toTransitionsJSON renders the transition audit; never nil, so that JSON
+// shows [] for none.
+func toTransitionsJSON(ts []reconcile.TransitionRecord) []transitionJSON {
+	out := []transitionJSON{}
+	for _, t := range ts {
+		out = append(out, transitionJSON{
 			From: string(t.From), To: string(t.To), Cause: string(t.Cause), Evidence: t.Evidence, Actor: t.Actor, At: t.At,
 		})
 	}
-	for _, a := range d.Attempts {
-		out.Attempts = append(out.Attempts, attemptJSON{
-			Op: string(a.Op), Outcome: string(a.Outcome), PaymentID: a.PaymentID, Status: a.Status,
-			LatencyMS: float64(a.Latency.Microseconds()) / 1000, Error: a.Error, Applied: a.Applied, Note: a.Note, At: a.At,
+	return out
+}
+
+// toAttemptsJSON renders the provider call audit; never nil.
+func toAttemptsJSON(as []reconcile.Attempt) []attemptJSON {
+	out := []attemptJSON{}
+	for _, a := range as {
+		out = append(out, attemptJSON{
+			Op: string(a.Op), Key: a.Key, Outcome: string(a.Outcome), PaymentID: a.PaymentID, Status: a.Status,
+			LatencyMS: float64(a.Latency.Microseconds()) / 1000, Error: a.Error, Applied: a.Applied,
+			Note: a.Note, Actor: a.Actor, At: a.At,
 		})
 	}
 	return out

@@ -14,7 +14,6 @@ import (
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
 	"github.com/payrecon/payrecon/statemachine"
@@ -22,19 +21,7 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-func newStore(t *testing.T) reconcile.Store {
-	t.Helper()
-	ctx := context.Background()
-	st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.NewDatabase(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { st.Close() })
-	if err := st.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
+func newStore(t *testing.T) reconcile.Store { return pgtest.NewStore(t) }
 
 // scrape returns the value of a sample line on /metrics, or fails.
 func scrape(t *testing.T, m *prometheus.Metrics, sample string) string {

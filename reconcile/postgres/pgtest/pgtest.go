@@ -52,6 +52,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payrecon/payrecon/reconcile/postgres"
 )
 
 // EnvURL names the environment variable that points the tests at an
@@ -489,4 +491,21 @@ func (w *logWatcher) tail() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return strings.Join(append(w.lines, string(w.partial)), "\n")
+}
+
+// NewStore returns a store over a fresh, migrated database of its own,
+// closed when the test ends. Like NewDatabase, it skips (or, under CI,
+// fails) when no PostgreSQL is available.
+func NewStore(tb testing.TB) *postgres.Store {
+	tb.Helper()
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: NewDatabase(tb)})
+	if err != nil {
+		tb.Fatalf("pgtest: open store: %v", err)
+	}
+	tb.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		tb.Fatalf("pgtest: migrate: %v", err)
+	}
+	return st
 }
