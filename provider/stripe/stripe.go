@@ -90,8 +90,11 @@ type Config struct {
 	// payrecon's audit trail and metrics. payrecon already reconciles every
 	// unknown outcome itself, with the same key, backoff and an attempt
 	// budget; a second retry layer below it adds latency and invisibility
-	// but no safety. So every failure is reported on its first occurrence.
-	// Negative values are refused.
+	// but no safety. So stripe-go reports every failure on its first
+	// occurrence. (net/http itself still resends a request, once, when a
+	// reused keep-alive connection closes before any answer: it does so
+	// for requests carrying an Idempotency-Key, so the resend has the same
+	// key and is safe.) Negative values are refused.
 	MaxNetworkRetries int64
 
 	// Logger receives stripe-go's own log lines, with attribute
