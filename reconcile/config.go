@@ -48,7 +48,8 @@ type Config struct {
 
 	// KeyReplayMargin stops replays this long before KeyRetention ends, so
 	// that a replay never reaches a provider that has just forgotten the key
-	// (which would create a second charge). Default 1h.
+	// (which would create a second charge). It must exceed LeaseDuration.
+	// Default 1h.
 	KeyReplayMargin time.Duration
 
 	// BatchSize caps the jobs claimed by one poll. Default 16.
@@ -139,6 +140,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.KeyReplayMargin >= c.KeyRetention {
 		errs = append(errs, fmt.Errorf("key replay margin %s must be shorter than the key retention %s", c.KeyReplayMargin, c.KeyRetention))
+	}
+	if c.KeyReplayMargin <= c.LeaseDuration {
+		// A replay is decided before the lease's last fence and sent before
+		// the lease ends: the margin must cover that whole window, or a
+		// replay could reach a provider that has just forgotten the key.
+		errs = append(errs, fmt.Errorf("key replay margin %s must be longer than the lease duration %s", c.KeyReplayMargin, c.LeaseDuration))
 	}
 	for name, v := range map[string]int{"max attempts": c.MaxAttempts, "batch size": c.BatchSize, "concurrency": c.Concurrency} {
 		if v < 0 {

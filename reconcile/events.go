@@ -89,6 +89,7 @@ func (s *Service) ApplyEvent(ctx context.Context, ev Event) (EventOutcome, error
 	var outcome EventOutcome
 	var moves []move
 	err := s.retryRaces(ctx, func(tx Tx) error {
+		outcome, moves = "", nil // fn may run again
 		now := s.cfg.Now().UTC()
 		inserted, err := tx.InsertInboxEvent(ctx, InboxEvent{
 			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PayloadHash: ev.PayloadHash,
@@ -117,6 +118,7 @@ func (s *Service) ApplyEvent(ctx context.Context, ev Event) (EventOutcome, error
 		return "", fmt.Errorf("reconcile: event %s/%s: %w", ev.Provider, ev.ID, err)
 	}
 	s.observeMoves(moves)
+	s.logOutcome(ev, outcome)
 	if outcome == EventConflict {
 		return outcome, fmt.Errorf("reconcile: event %s/%s: %w", ev.Provider, ev.ID, ErrEventConflict)
 	}
@@ -124,7 +126,9 @@ func (s *Service) ApplyEvent(ctx context.Context, ev Event) (EventOutcome, error
 }
 
 // ApplyUnmatched retries up to limit stored events that matched no
-// purchase when they arrived. It returns how many now matched.
+// purchase when they arrived, least recently tried first. It returns how
+// many now matched. An event that fails is reported and the others are
+// still tried.
 func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 	var pending []InboxEvent
 	err := s.store.InTx(ctx, func(tx Tx) error {
@@ -136,6 +140,7 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 		return 0, fmt.Errorf("reconcile: list unmatched events: %w", err)
 	}
 	matched := 0
+	var errs []error
 	for _, ie := range pending {
 		ev := Event{
 			Provider: ie.Provider, ID: ie.EventID, Type: ie.Type, PaymentID: ie.ObjectID,
@@ -145,19 +150,35 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 		var outcome EventOutcome
 		var moves []move
 		err := s.retryRaces(ctx, func(tx Tx) error {
-			var err error
+			outcome, moves = "", nil
+			// Another sweep may have applied it meanwhile: apply only what
+			// is still unmatched, so that nothing is applied twice.
+			cur, err := tx.GetInboxEvent(ctx, ie.Provider, ie.EventID)
+			if err != nil || cur.Outcome != EventUnmatched {
+				return err
+			}
 			outcome, moves, err = s.applyEventTx(ctx, tx, ev, s.cfg.Now().UTC())
 			return err
 		})
 		if err != nil {
-			return matched, fmt.Errorf("reconcile: apply unmatched event %s: %w", ie.EventID, err)
+			errs = append(errs, fmt.Errorf("reconcile: apply unmatched event %s: %w", ie.EventID, err))
+			continue
 		}
 		s.observeMoves(moves)
-		if outcome != EventUnmatched {
+		s.logOutcome(ev, outcome)
+		if outcome != EventUnmatched && outcome != "" {
 			matched++
 		}
 	}
-	return matched, nil
+	return matched, errors.Join(errs...)
+}
+
+// logOutcome logs, after commit, what needs a human's attention.
+func (s *Service) logOutcome(ev Event, outcome EventOutcome) {
+	if outcome == EventContradiction {
+		s.cfg.Logger.Error("contradiction: a provider event contradicts the books; the purchase is escalated",
+			"event", ev.ID, "type", ev.Type, "purchase", ev.PurchaseID, "payment", ev.PaymentID)
+	}
 }
 
 // retryRaces runs fn in a transaction, again from the start when a
@@ -231,6 +252,25 @@ func (s *Service) matchEvent(ctx context.Context, tx Tx, ev Event) (Purchase, er
 // except a success after a decline: a contradiction, escalated.
 func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Event, now time.Time) (EventOutcome, []move, error) {
 	evidence := fmt.Sprintf("%s event %s (%s) payment=%s", ev.Provider, ev.ID, ev.Type, ev.PaymentID)
+	escalate := func(why string) (EventOutcome, []move, error) {
+		if p.EscalationReason == EscalationContradiction {
+			return EventContradiction, nil, nil
+		}
+		next := p
+		next.EscalatedAt, next.EscalationReason, next.UpdatedAt = now, EscalationContradiction, now
+		s.cfg.Logger.Debug("contradiction", "purchase", p.ID, "why", why)
+		return EventContradiction, nil, tx.UpdatePurchase(ctx, next, p.State)
+	}
+	switch {
+	case p.State == statemachine.Created:
+		// No charge can exist before submission stored its key: the books
+		// and the provider disagree.
+		return escalate("event for a purchase never submitted")
+	case ev.PaymentID != "" && p.ProviderPaymentID != "" && ev.PaymentID != p.ProviderPaymentID:
+		// Another payment for the same purchase: possibly a second charge.
+		return escalate("event about another payment than the purchase's")
+	}
+
 	next := p
 	next.UpdatedAt = now
 	if next.ProviderPaymentID == "" && ev.PaymentID != "" && !p.State.Terminal() {
@@ -258,34 +298,16 @@ func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Eve
 	case p.State == statemachine.Declined && target == statemachine.Succeeded:
 		// The books say declined, the provider says the money moved.
 		// Nothing here may undo a terminal state: a human decides.
-		if !p.Escalated() {
-			next.EscalatedAt, next.EscalationReason = now, EscalationContradiction
-			if err := tx.UpdatePurchase(ctx, next, p.State); err != nil {
-				return "", nil, err
-			}
-		}
-		s.cfg.Logger.Error("contradiction: provider reports success for a declined purchase",
-			"purchase", p.ID, "event", ev.ID, "payment", ev.PaymentID)
-		return EventContradiction, nil, nil
+		return escalate("success after a decline")
 	case p.State.Terminal():
 		return EventStale, nil, nil
-	case p.State == statemachine.Created:
-		// No charge can exist before submission stored its key: the books
-		// and the provider disagree.
-		if !p.Escalated() {
-			next.EscalatedAt, next.EscalationReason = now, EscalationContradiction
-			if err := tx.UpdatePurchase(ctx, next, p.State); err != nil {
-				return "", nil, err
-			}
-		}
-		return EventContradiction, nil, nil
 	}
 
 	var moves []move
 	step := func(to statemachine.State) error {
 		cur := next
 		cur.State = to
-		if to.Terminal() {
+		if to.Terminal() && !cur.EscalationReason.Sticky() {
 			cur.EscalatedAt, cur.EscalationReason = time.Time{}, ""
 		}
 		if err := s.update(ctx, tx, "webhook", 0, next, cur, CauseWebhook, evidence); err != nil {

@@ -58,11 +58,12 @@ type RenderFunc func(Purchase) (statusCode int, body []byte, err error)
 // a reused reference, in both of which cases nothing is stored, so a
 // corrected retry runs as a first attempt.
 func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHash string, np NewPurchase, render RenderFunc) (SavedResponse, error) {
-	if _, err := s.Validate(np); err != nil {
+	np, err := s.Validate(np)
+	if err != nil {
 		return SavedResponse{}, fmt.Errorf("reconcile: create purchase: %w", err)
 	}
 	var out SavedResponse
-	err := s.store.InTx(ctx, func(tx Tx) error {
+	err = s.store.InTx(ctx, func(tx Tx) error {
 		out = SavedResponse{}
 		now := s.cfg.Now().UTC()
 		inserted, err := tx.InsertIdempotencyKey(ctx, IdempotencyKey{

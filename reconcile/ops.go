@@ -104,6 +104,7 @@ func (s *Service) LiveView(ctx context.Context, id string) (provider.Result, err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
 	defer cancel()
+	start := s.cfg.Now()
 	op := provider.OpSearch
 	var res provider.Result
 	if p.ProviderPaymentID != "" {
@@ -112,9 +113,23 @@ func (s *Service) LiveView(ctx context.Context, id string) (provider.Result, err
 	} else {
 		res, err = s.provider.Search(callCtx, p.ID)
 	}
-	s.cfg.Observer.ProviderCall(op, provider.OutcomeOf(res, err), 0)
+	took := s.cfg.Now().Sub(start)
+	outcome := provider.OutcomeOf(res, err)
+	s.cfg.Observer.ProviderCall(op, outcome, took)
 	if err != nil {
-		return provider.Result{Outcome: provider.OutcomeOf(res, err), Reason: err.Error()}, nil
+		res = provider.Result{Outcome: outcome, Reason: err.Error()}
+	}
+	// Every provider call is in the audit, this one too; it changes
+	// nothing, so it is recorded as not applied.
+	a := Attempt{
+		PurchaseID: p.ID, Op: op, Outcome: outcome, PaymentID: res.PaymentID, Status: res.Status,
+		Latency: took, Actor: "operator live view", Note: "shown to an operator; changes nothing", At: s.cfg.Now().UTC(),
+	}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	if aerr := s.store.InTx(ctx, func(tx Tx) error { return tx.InsertAttempt(ctx, a) }); aerr != nil {
+		return res, fmt.Errorf("reconcile: live view of %s: record the call: %w", id, aerr)
 	}
 	return res, nil
 }
@@ -155,9 +170,15 @@ type Resolution struct {
 // job completes and the purchase leaves the operator list. Nothing here
 // can charge.
 //
+// Resolve first takes the purchase's job, so that no worker is inside a
+// provider call while a human settles the outcome: an answer arriving
+// after the resolution could otherwise contradict it unseen.
+//
 // Returns an error wrapping ErrInvalid without evidence, an operator name,
-// or with a target other than succeeded or declined; ErrAlreadyFinal for
-// a terminal purchase; ErrForbiddenTransition when the table allows no
+// with a target other than succeeded or declined, or for a purchase whose
+// outcome is not in doubt (submitted and not escalated: the worker is
+// establishing it); ErrAlreadyFinal for a terminal purchase; ErrBusy while
+// a worker holds the job; ErrForbiddenTransition when the table allows no
 // path (a purchase never submitted); ErrStale when the purchase changed
 // since the operator was shown Version; ErrNotFound for an unknown id.
 // Nothing changes when it returns an error.
@@ -173,40 +194,47 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (Purchase, error) {
 		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID,
 			&FieldError{"to", fmt.Sprintf("%q: an operator resolves to succeeded or declined only", r.To)})
 	}
+	// Refuse what can be refused without touching the job; checked again
+	// under the lease, in case the purchase moves meanwhile.
+	p, err := s.read(ctx, r.PurchaseID)
+	if err == nil {
+		_, err = resolvePath(p, r)
+	}
+	if err != nil {
+		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, err)
+	}
+	l, restore, err := s.takeJob(ctx, r.PurchaseID, "operator")
+	if err != nil {
+		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, err)
+	}
 	var (
 		out   Purchase
 		moves []move
 	)
-	err := s.store.InTx(ctx, func(tx Tx) error {
+	err = s.store.InTx(ctx, func(tx Tx) error {
 		moves = nil
 		now := s.cfg.Now().UTC()
+		if err := tx.CheckLease(ctx, l, now); err != nil {
+			return err
+		}
 		p, err := tx.GetPurchase(ctx, r.PurchaseID)
 		if err != nil {
 			return err
 		}
-		if r.Version != 0 && p.Version != r.Version {
-			return fmt.Errorf("%w: shown version %d, now %d in state %s", ErrStale, r.Version, p.Version, p.State)
-		}
-		if p.State.Terminal() {
-			return fmt.Errorf("%w: %s is %s; an operator cannot change a final state", ErrAlreadyFinal, p.ID, p.State)
-		}
-		path := []statemachine.State{r.To}
-		if p.State == statemachine.Uncertain {
-			path = []statemachine.State{statemachine.Reconciling, r.To}
+		path, err := resolvePath(p, r)
+		if err != nil {
+			return err
 		}
 		evidence := fmt.Sprintf("operator %s: %s (provider showed: %s)", r.Operator, r.Evidence, r.Saw)
 		cur := p
 		did := []string{string(p.State)}
 		for _, to := range path {
-			if err := statemachine.Transition(cur.State, to); err != nil {
-				return fmt.Errorf("%w: %w", ErrForbiddenTransition, err)
-			}
 			next := cur
 			next.State, next.UpdatedAt = to, now
 			if to.Terminal() {
 				next.EscalatedAt, next.EscalationReason = time.Time{}, ""
 			}
-			if err := s.update(ctx, tx, "operator:"+r.Operator, 0, cur, next, CauseOperator, evidence); err != nil {
+			if err := s.update(ctx, tx, "operator:"+r.Operator, l.Token, cur, next, CauseOperator, evidence); err != nil {
 				return err
 			}
 			moves = append(moves, move{from: cur.State, to: to, cause: CauseOperator, p: next})
@@ -224,11 +252,81 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (Purchase, error) {
 		})
 	})
 	if err != nil {
+		restore()
 		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, err)
 	}
 	s.observeMoves(moves)
 	s.cfg.Logger.Info("operator resolved purchase", "purchase", r.PurchaseID, "operator", r.Operator, "to", r.To)
 	return out, nil
+}
+
+// resolvePath returns the moves that settle p as r says, or why it may
+// not be settled so.
+func resolvePath(p Purchase, r Resolution) ([]statemachine.State, error) {
+	switch {
+	case r.Version != 0 && p.Version != r.Version:
+		return nil, fmt.Errorf("%w: shown version %d, now %d in state %s", ErrStale, r.Version, p.Version, p.State)
+	case p.State.Terminal():
+		return nil, fmt.Errorf("%w: %s is %s; an operator cannot change a final state", ErrAlreadyFinal, p.ID, p.State)
+	case p.State == statemachine.Submitted && !p.Escalated():
+		return nil, fmt.Errorf("%w: %s is submitted and not escalated: the worker is establishing its outcome; recheck it instead", ErrInvalid, p.ID)
+	}
+	path := []statemachine.State{r.To}
+	if p.State == statemachine.Uncertain {
+		path = []statemachine.State{statemachine.Reconciling, r.To}
+	}
+	from := p.State
+	for _, to := range path {
+		if err := statemachine.Transition(from, to); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrForbiddenTransition, err)
+		}
+		from = to
+	}
+	return path, nil
+}
+
+// takeJob leases the purchase's job for an operator action, under an owner
+// of its own (so that a stopping worker never releases it). restore gives
+// the job back as it was, due when it was due; call it when the action
+// does not complete the job. Returns ErrAlreadyFinal when the job is done
+// because the purchase is final, ErrBusy while a worker holds it.
+func (s *Service) takeJob(ctx context.Context, id, role string) (Lease, func(), error) {
+	var before Job
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		before, err = tx.GetJob(ctx, id)
+		return err
+	})
+	if err != nil {
+		return Lease{}, nil, err
+	}
+	l, err := s.store.ClaimJob(ctx, id, s.cfg.WorkerID+"/"+role, s.cfg.Now().UTC(), s.cfg.LeaseDuration)
+	if errors.Is(err, ErrConflict) {
+		p, rerr := s.read(ctx, id)
+		switch {
+		case rerr != nil:
+			return Lease{}, nil, rerr
+		case p.State.Terminal():
+			return Lease{}, nil, fmt.Errorf("%w: %s is %s; an operator cannot change a final state", ErrAlreadyFinal, id, p.State)
+		default:
+			return Lease{}, nil, ErrBusy
+		}
+	}
+	if err != nil {
+		return Lease{}, nil, err
+	}
+	restore := func() {
+		err := s.store.InTx(context.WithoutCancel(ctx), func(tx Tx) error {
+			if err := tx.CheckLease(ctx, l, s.cfg.Now().UTC()); err != nil {
+				return err
+			}
+			return tx.RescheduleJob(ctx, id, before.RunAt)
+		})
+		if err != nil {
+			s.cfg.Logger.Warn("operator lease not given back; it expires by itself", "purchase", id, "err", err)
+		}
+	}
+	return l, restore, nil
 }
 
 // Note adds an operator's note to a purchase's record. With close, it also
@@ -289,15 +387,14 @@ func (s *Service) Recheck(ctx context.Context, id, operator string) (Purchase, e
 	if p.State.Terminal() {
 		return p, fmt.Errorf("reconcile: recheck %s: %w: it is %s", id, ErrAlreadyFinal, p.State)
 	}
-	l, err := s.store.ClaimJob(ctx, id, s.cfg.WorkerID, s.cfg.Now().UTC(), s.cfg.LeaseDuration)
-	if errors.Is(err, ErrConflict) {
-		return p, fmt.Errorf("reconcile: recheck %s: %w", id, ErrBusy)
-	}
+	l, _, err := s.takeJob(ctx, id, "recheck")
 	if err != nil {
 		return p, fmt.Errorf("reconcile: recheck %s: %w", id, err)
 	}
 	s.cfg.Observer.JobsClaimed(1)
-	s.Process(ctx, l)
+	if err := s.Process(ctx, l); err != nil {
+		return p, fmt.Errorf("reconcile: recheck %s: %w", id, err)
+	}
 	after, err := s.read(ctx, id)
 	if err != nil {
 		return p, err

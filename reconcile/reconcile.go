@@ -73,7 +73,21 @@ const (
 	EscalationKeyRetentionExpired EscalationReason = "key_retention_expired"
 	EscalationIdempotencyMismatch EscalationReason = "idempotency_mismatch"
 	EscalationContradiction       EscalationReason = "contradiction"
+	// EscalationProviderMismatch: the provider settled an amount or
+	// currency other than the purchase's.
+	EscalationProviderMismatch EscalationReason = "provider_mismatch"
 )
+
+// Sticky reports whether the reason keeps a purchase on the operator list
+// after it settles: a bug or a disagreement with the provider needs a
+// human whatever the outcome.
+func (r EscalationReason) Sticky() bool {
+	switch r {
+	case EscalationIdempotencyMismatch, EscalationContradiction, EscalationProviderMismatch:
+		return true
+	}
+	return false
+}
 
 // Purchase is one purchase and everything known about its charge.
 type Purchase struct {

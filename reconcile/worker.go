@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -53,7 +54,7 @@ func (s *Service) Work(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				s.Process(workCtx, l)
+				_ = s.Process(workCtx, l) // logged inside
 				<-slots
 				select {
 				case wake <- struct{}{}:
@@ -94,12 +95,19 @@ func (s *Service) Work(ctx context.Context) error {
 
 // RunOnce claims up to Config.BatchSize due jobs and works each to its next
 // wait, Config.Concurrency at a time. It returns how many jobs it claimed.
-// Tests, benchmarks and operator rechecks use it; Work is the loop.
+// Tests and benchmarks use it; Work is the loop.
 func (s *Service) RunOnce(ctx context.Context) (int, error) {
 	leases, err := s.claim(ctx, s.cfg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
+	s.processAll(ctx, leases)
+	return len(leases), nil
+}
+
+// processAll works leases, Config.Concurrency at a time, so that none
+// waits in line while its lease runs out.
+func (s *Service) processAll(ctx context.Context, leases []Lease) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.Concurrency)
 	for _, l := range leases {
@@ -108,11 +116,10 @@ func (s *Service) RunOnce(ctx context.Context) (int, error) {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			s.Process(ctx, l)
+			_ = s.Process(ctx, l) // logged inside
 		}()
 	}
 	wg.Wait()
-	return len(leases), nil
 }
 
 func (s *Service) claim(ctx context.Context, n int) ([]Lease, error) {
@@ -128,10 +135,11 @@ func (s *Service) claim(ctx context.Context, n int) ([]Lease, error) {
 
 // Process moves one leased purchase as far as it can go now: to a terminal
 // state, or to a scheduled next check. l must come from the store's
-// ClaimJobs; every write is fenced by it, so a stale lease writes nothing.
-// Errors are logged; a job whose run failed is retried when its lease
-// expires.
-func (s *Service) Process(ctx context.Context, l Lease) {
+// ClaimJobs (or ClaimJob, ClaimExpiredJobs); every write and every
+// provider call is fenced by it, so a stale lease writes and sends
+// nothing. It returns the error that stopped it, already logged; a job
+// whose run failed is retried when its lease expires.
+func (s *Service) Process(ctx context.Context, l Lease) error {
 	log := s.cfg.Logger.With("purchase", l.PurchaseID, "lease_token", l.Token)
 	for range maxStepsPerRun {
 		done, err := s.step(ctx, &l)
@@ -139,12 +147,12 @@ func (s *Service) Process(ctx context.Context, l Lease) {
 		case errors.Is(err, ErrLeaseLost):
 			s.cfg.Observer.LeaseLost()
 			log.Warn("lease lost: leaving the purchase to its new owner")
-			return
+			return err
 		case err != nil:
 			log.Error("job failed; it will be retried when its lease expires", "err", err)
-			return
+			return err
 		case done:
-			return
+			return nil
 		}
 	}
 	// Still moving after many steps: something keeps changing the purchase
@@ -158,6 +166,7 @@ func (s *Service) Process(ctx context.Context, l Lease) {
 	if err != nil {
 		log.Warn("reschedule after step limit", "err", err)
 	}
+	return err
 }
 
 // step makes one move. It returns done when the job needs nothing more
@@ -169,6 +178,15 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 	}
 	takenOver := l.TakenOver
 	l.TakenOver = false // a takeover is handled once, on the first step
+	if !p.State.Terminal() && !p.Escalated() && l.Checks > s.cfg.MaxAttempts {
+		// Runs beyond the budget that never reached the point of escalating
+		// (each failed before its answer was applied): put it in front of a
+		// human now, whatever keeps failing.
+		if err := s.escalateOnly(ctx, *l, p, EscalationAttemptsExhausted, time.Time{}); err != nil {
+			return false, err
+		}
+		return false, nil
+	}
 	switch p.State {
 	case statemachine.Succeeded, statemachine.Declined:
 		return true, s.finishJob(ctx, *l)
@@ -187,6 +205,9 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 		if !s.keyReplayable(p) {
 			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseSubmitResponse,
 				"provider key retention ended before a create was accepted")
+		}
+		if err := s.fence(ctx, *l); err != nil {
+			return false, err
 		}
 		return s.callAndApply(ctx, *l, p, provider.OpCreate, CauseSubmitResponse)
 	case statemachine.Reconciling:
@@ -212,6 +233,15 @@ func (s *Service) read(ctx context.Context, id string) (Purchase, error) {
 	}
 	return p, nil
 }
+
+// fence returns ErrLeaseLost unless l is still the job's lease.
+func (s *Service) fence(ctx context.Context, l Lease) error {
+	return s.store.InTx(ctx, func(tx Tx) error { return tx.CheckLease(ctx, l, s.cfg.Now().UTC()) })
+}
+
+// leaseCommitMargin is the part of a lease kept free after a provider call
+// for committing its answer.
+func (s *Service) leaseCommitMargin() time.Duration { return s.cfg.LeaseDuration / 10 }
 
 func (s *Service) finishJob(ctx context.Context, l Lease) error {
 	return s.store.InTx(ctx, func(tx Tx) error {
@@ -287,7 +317,14 @@ func (s *Service) reconcile(ctx context.Context, l Lease, p Purchase) (bool, err
 
 // callAndApply makes one provider call for p and applies its answer.
 func (s *Service) callAndApply(ctx context.Context, l Lease, p Purchase, op provider.Op, cause Cause) (bool, error) {
-	callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
+	// The call must end while the lease still holds, with time left to
+	// commit its answer: a call that outlived its lease could race the
+	// worker that took the job over.
+	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(s.cfg.Now())-s.leaseCommitMargin())
+	if timeout <= 0 {
+		return false, fmt.Errorf("reconcile: purchase %s: no time left on the lease for a provider call: %w", p.ID, ErrLeaseLost)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	start := s.cfg.Now()
 	var (
 		res provider.Result
@@ -341,31 +378,110 @@ func (s *Service) apply(ctx context.Context, l Lease, p Purchase, cause Cause, a
 	for range maxWriteRaces {
 		var done bool
 		done, err = s.applyOnce(ctx, l, p, cause, a, res)
+		if err == nil {
+			return done, nil
+		}
 		if !errors.Is(err, ErrConflict) {
-			if err == nil || !errors.Is(err, ErrLeaseLost) {
-				return done, err
-			}
 			break
 		}
 		cur, rerr := s.read(ctx, p.ID)
 		if rerr != nil {
-			return false, errors.Join(err, rerr)
+			err = errors.Join(err, rerr)
+			break
 		}
 		if cur.State != p.State {
 			break
 		}
 		p = cur
 	}
+	// Not applied: record the answer anyway, as a fact about the provider.
 	a.At = s.cfg.Now().UTC()
 	a.Applied = false
 	a.Note = joinNote(a.Note, "not applied: "+reasonOf(err))
 	if aerr := s.store.InTx(ctx, func(tx Tx) error { return tx.InsertAttempt(ctx, a) }); aerr != nil {
 		return false, errors.Join(err, fmt.Errorf("reconcile: record unapplied attempt: %w", aerr))
 	}
-	if errors.Is(err, ErrLeaseLost) {
-		return false, err
+	if errors.Is(err, ErrConflict) || errors.Is(err, ErrLeaseLost) {
+		if cerr := s.flagContradiction(ctx, p.ID, a); cerr != nil {
+			return false, errors.Join(err, cerr)
+		}
 	}
-	return false, nil // re-read and decide again
+	if errors.Is(err, ErrConflict) {
+		return false, nil // another writer moved it: re-read and decide again
+	}
+	if errors.Is(err, ErrDuplicate) {
+		// The provider's payment id belongs to another purchase: the books
+		// and the provider disagree about which charge is whose.
+		cur, rerr := s.read(ctx, p.ID)
+		if rerr != nil {
+			return false, errors.Join(err, rerr)
+		}
+		s.cfg.Logger.Error("provider payment id already belongs to another purchase", "purchase", p.ID, "payment", a.PaymentID)
+		return true, s.escalateOnly(ctx, l, cur, EscalationProviderMismatch, s.cfg.Now().UTC().Add(s.cfg.EscalatedInterval))
+	}
+	return false, err
+}
+
+// escalateOnly puts p on the operator list without moving it, fenced by
+// the lease; with a non-zero next, it also schedules the next check.
+func (s *Service) escalateOnly(ctx context.Context, l Lease, p Purchase, reason EscalationReason, next time.Time) error {
+	now := s.cfg.Now().UTC()
+	q := p
+	if !q.Escalated() {
+		q.EscalatedAt, q.EscalationReason = now, reason
+	}
+	q.UpdatedAt = now
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l, now); err != nil {
+			return err
+		}
+		if err := tx.UpdatePurchase(ctx, q, p.State); err != nil {
+			return err
+		}
+		if next.IsZero() {
+			return nil
+		}
+		return tx.RescheduleJob(ctx, p.ID, next)
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: escalate %s: %w", p.ID, err)
+	}
+	s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", q.EscalationReason)
+	return nil
+}
+
+// flagContradiction escalates a purchase whose final state another writer
+// set, when a late definite answer says the opposite: a success for a
+// declined purchase, or a decline for a succeeded one. The books and the
+// provider disagree; only a human can settle it. Only the escalation is
+// written, never the state.
+func (s *Service) flagContradiction(ctx context.Context, id string, a Attempt) error {
+	if !a.Outcome.Final() {
+		return nil
+	}
+	for range maxWriteRaces {
+		cur, err := s.read(ctx, id)
+		if err != nil {
+			return err
+		}
+		contradicts := (cur.State == statemachine.Declined && a.Outcome == provider.Succeeded) ||
+			(cur.State == statemachine.Succeeded && a.Outcome == provider.Declined)
+		if !contradicts || cur.EscalationReason == EscalationContradiction {
+			return nil
+		}
+		next := cur
+		next.EscalatedAt, next.EscalationReason, next.UpdatedAt = s.cfg.Now().UTC(), EscalationContradiction, s.cfg.Now().UTC()
+		err = s.store.InTx(ctx, func(tx Tx) error { return tx.UpdatePurchase(ctx, next, cur.State) })
+		if errors.Is(err, ErrConflict) {
+			continue
+		}
+		if err == nil {
+			s.cfg.Logger.Error("contradiction: a late provider answer contradicts the final state",
+				"purchase", id, "state", cur.State, "provider", a.Outcome, "payment", a.PaymentID)
+		}
+		return err
+	}
+	return nil
 }
 
 func (s *Service) applyOnce(ctx context.Context, l Lease, p Purchase, cause Cause, a Attempt, res provider.Result) (bool, error) {
@@ -399,10 +515,21 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, p Purchase, cause Caus
 		}
 	}
 
+	if a.Outcome.Final() && res.Amount != 0 && (res.Amount != p.Amount || !strings.EqualFold(res.Currency, p.Currency)) {
+		// The provider settled a charge that is not the one stored: apply
+		// its word, but a human must look.
+		escalate = EscalationProviderMismatch
+	}
 	var runAt time.Time
 	if done {
-		// A settled purchase leaves the operator list.
-		next.EscalatedAt, next.EscalationReason = time.Time{}, ""
+		// A settled purchase leaves the operator list, unless what put it
+		// there needs a human whatever the outcome.
+		if !p.EscalationReason.Sticky() {
+			next.EscalatedAt, next.EscalationReason = time.Time{}, ""
+		}
+		if escalate == EscalationProviderMismatch && !next.Escalated() {
+			next.EscalatedAt, next.EscalationReason = now, escalate
+		}
 	} else {
 		if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
 			next.UncertainSince = now
@@ -527,10 +654,14 @@ func (s *Service) observeMove(p, next Purchase, cause Cause) {
 }
 
 func reasonOf(err error) string {
-	if errors.Is(err, ErrLeaseLost) {
+	switch {
+	case errors.Is(err, ErrLeaseLost):
 		return "lease lost"
+	case errors.Is(err, ErrConflict):
+		return "purchase changed by another writer"
+	default:
+		return "the write failed: " + err.Error()
 	}
-	return "purchase changed by another writer"
 }
 
 func joinNote(a, b string) string {
@@ -545,16 +676,14 @@ func joinNote(a, b string) string {
 // a purchase left submitted or reconciling moves to uncertain (cause
 // lease_lost) and is reconciled. Returns how many jobs it took over.
 func (s *Service) RescueExpired(ctx context.Context) (int, error) {
-	leases, err := s.store.ClaimExpiredJobs(ctx, s.cfg.WorkerID, s.cfg.BatchSize, s.cfg.Now().UTC(), s.cfg.LeaseDuration)
+	leases, err := s.store.ClaimExpiredJobs(ctx, s.cfg.WorkerID+"/rescue", s.cfg.BatchSize, s.cfg.Now().UTC(), s.cfg.LeaseDuration)
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: rescue expired leases: %w", err)
 	}
 	if len(leases) > 0 {
 		s.cfg.Observer.JobsClaimed(len(leases))
 	}
-	for _, l := range leases {
-		s.Process(ctx, l)
-	}
+	s.processAll(ctx, leases)
 	return len(leases), nil
 }
 

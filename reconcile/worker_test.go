@@ -127,10 +127,15 @@ func TestRaceWorkersWithFaults(t *testing.T) {
 					t.Errorf("purchase %s has %d charges", id, got)
 				}
 			}
+			prev := statemachine.Created
 			for _, tr := range d.Transitions {
 				if err := statemachine.Transition(tr.From, tr.To); err != nil {
 					t.Errorf("purchase %s: audit holds a forbidden move: %v", id, err)
 				}
+				if tr.From != prev {
+					t.Errorf("purchase %s: audit chain broken: %s→%s after reaching %s", id, tr.From, tr.To, prev)
+				}
+				prev = tr.To
 			}
 			if len(d.Transitions) > 0 && d.Transitions[len(d.Transitions)-1].To != p.State {
 				t.Errorf("purchase %s: audit ends in %s but state is %s", id, d.Transitions[len(d.Transitions)-1].To, p.State)
