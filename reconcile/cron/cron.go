@@ -79,7 +79,11 @@ func New(store reconcile.Store, sweeps []Sweep, cfg Config) (*Scheduler, error) 
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Scheduler{store: store, cfg: cfg, sweeps: map[string]Sweep{}, cron: cron.New()}
+	// A run still going when its next tick comes is not started again:
+	// the store lock keeps replicas apart, this keeps one replica from
+	// overlapping itself.
+	skip := cron.SkipIfStillRunning(cron.DiscardLogger)
+	s := &Scheduler{store: store, cfg: cfg, sweeps: map[string]Sweep{}, cron: cron.New(cron.WithChain(skip))}
 	var errs []error
 	for _, sw := range sweeps {
 		switch {
@@ -137,10 +141,13 @@ func (s *Scheduler) RunSweep(ctx context.Context, name string) (ran bool, items 
 	}
 	start := s.cfg.Now()
 	log := s.cfg.Logger.With("sweep", name)
+	// Each run holds the lock under an owner of its own, so that no other
+	// run, in this replica or another, can take or release it meanwhile.
+	owner := reconcile.NewID(s.cfg.Owner + "#")
 	var got bool
 	err = s.store.InTx(ctx, func(tx reconcile.Tx) error {
 		var err error
-		got, err = tx.AcquireSweepLock(ctx, name, s.cfg.Owner, start.UTC(), s.cfg.LockTTL)
+		got, err = tx.AcquireSweepLock(ctx, name, owner, start.UTC(), s.cfg.LockTTL)
 		return err
 	})
 	if err != nil {
@@ -155,13 +162,17 @@ func (s *Scheduler) RunSweep(ctx context.Context, name string) (ran bool, items 
 	}
 	defer func() {
 		rerr := s.store.InTx(context.WithoutCancel(ctx), func(tx reconcile.Tx) error {
-			return tx.ReleaseSweepLock(ctx, name, s.cfg.Owner)
+			return tx.ReleaseSweepLock(ctx, name, owner)
 		})
 		if rerr != nil {
 			log.Warn("sweep lock not released; it expires by itself", "err", rerr)
 		}
 	}()
-	items, err = sw.Run(ctx)
+	// The run must end before its lock expires and another replica starts
+	// the same sweep.
+	runCtx, cancel := context.WithTimeout(ctx, s.cfg.LockTTL)
+	defer cancel()
+	items, err = sw.Run(runCtx)
 	took := s.cfg.Now().Sub(start)
 	if err != nil {
 		log.Error("sweep failed", "duration", took, "items", items, "err", err)

@@ -182,3 +182,47 @@ func TestInboxRetentionFloor(t *testing.T) {
 		t.Fatalf("defaults: %d sweeps, %v", len(sweeps), err)
 	}
 }
+
+// TestOneReplicaNeverOverlapsItself: while a replica runs a sweep, its own
+// next run of that sweep is skipped, and the first run's release cannot
+// free a lock it no longer holds.
+func TestOneReplicaNeverOverlapsItself(t *testing.T) {
+	st := newStore(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	var runs atomic.Int32
+	sweep := func(ctx context.Context) (int, error) {
+		if runs.Add(1) == 1 {
+			close(entered)
+			<-release
+		}
+		return 0, nil
+	}
+	rec := &recorder{}
+	s, err := cron.New(st, []cron.Sweep{{Name: "rescue", Schedule: "@every 30s", Run: sweep}}, cron.Config{Owner: "replica", Logger: quiet(), Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := cron.New(st, []cron.Sweep{{Name: "rescue", Schedule: "@every 30s", Run: sweep}}, cron.Config{Owner: "other", Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, _, err := s.RunSweep(context.Background(), "rescue"); done <- err }()
+	<-entered
+	if ran, _, err := s.RunSweep(context.Background(), "rescue"); err != nil || ran {
+		t.Fatalf("the same replica ran the sweep twice at once: ran=%v err=%v", ran, err)
+	}
+	if ran, _, err := other.RunSweep(context.Background(), "rescue"); err != nil || ran {
+		t.Fatalf("another replica ran the sweep while it was held: ran=%v err=%v", ran, err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ran, _, err := other.RunSweep(context.Background(), "rescue"); err != nil || !ran {
+		t.Fatalf("after the first run: ran=%v err=%v", ran, err)
+	}
+	if rec.count("rescue/skipped") != 1 || rec.count("rescue/ok") != 1 {
+		t.Fatalf("runs: %v", rec.runs)
+	}
+}

@@ -112,8 +112,31 @@ func New() *Metrics {
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s))
 	}
+	// Counters the alerts take increase() of start at 0, so that the
+	// first event after a restart is an increase and not a new series.
+	for _, typ := range webhookTypes {
+		for _, o := range webhookOutcomes {
+			m.webhookEvents.WithLabelValues(typ, string(o))
+		}
+	}
+	m.webhookEvents.WithLabelValues(unverifiedType, string(reconcile.EventRejected))
 	return m
 }
+
+// webhookTypes are the provider event types payrecon acts on.
+var webhookTypes = []string{
+	"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
+	"payment_intent.processing", "payment_intent.requires_action",
+}
+
+// webhookOutcomes are the outcomes of an event that passed verification.
+var webhookOutcomes = []reconcile.EventOutcome{
+	reconcile.EventApplied, reconcile.EventDuplicate, reconcile.EventStale, reconcile.EventConflict,
+	reconcile.EventContradiction, reconcile.EventUnmatched,
+}
+
+// unverifiedType labels webhooks rejected before their type was known.
+const unverifiedType = "unverified"
 
 // Handler serves the metrics in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {

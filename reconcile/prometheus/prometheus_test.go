@@ -154,3 +154,19 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestAlertedCountersStartAtZero: the series the alerts take increase() of
+// exist at 0 before the first event, so that the first contradiction or
+// rejection after a restart raises the alert.
+func TestAlertedCountersStartAtZero(t *testing.T) {
+	m := prometheus.New()
+	for _, sample := range []string{
+		`payrecon_webhook_events_total{outcome="contradiction",type="payment_intent.succeeded"}`,
+		`payrecon_webhook_events_total{outcome="conflict",type="payment_intent.succeeded"}`,
+		`payrecon_webhook_events_total{outcome="rejected",type="unverified"}`,
+	} {
+		if got := scrape(t, m, sample); got != "0" {
+			t.Errorf("%s = %s before any event, want 0", sample, got)
+		}
+	}
+}
