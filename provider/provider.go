@@ -159,4 +159,9 @@ type Event struct {
 	PurchaseID string
 	// Created is when the provider created the event.
 	Created time.Time
+	// Digest is a hex SHA-256 of what the event says (id, type, time,
+	// object), unchanged by envelope fields a redelivery may alter. Two
+	// messages under one id with different digests are a conflict. Empty
+	// when the adapter has none; the raw payload's hash stands in.
+	Digest string
 }

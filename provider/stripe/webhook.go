@@ -1,6 +1,8 @@
 package stripe
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -199,7 +201,7 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 	}
 	var e stripego.Event
 	if err := json.Unmarshal(payload, &e); err != nil {
-		return provider.Event{}, fmt.Errorf("%w: payload is not a JSON event: %v", ErrMalformedEvent, err)
+		return provider.Event{}, fmt.Errorf("%w: payload is not a JSON event: %w", ErrMalformedEvent, err)
 	}
 	if e.Object != "event" {
 		return provider.Event{}, fmt.Errorf("%w: object is %q, want \"event\"", ErrMalformedEvent, e.Object)
@@ -222,6 +224,7 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 		ID:      e.ID,
 		Type:    string(e.Type),
 		Created: time.Unix(e.Created, 0).UTC(),
+		Digest:  eventDigest(e),
 	}
 	if !strings.HasPrefix(ev.Type, paymentIntentEventPrefix) {
 		if id, ok := e.Data.Object["id"].(string); ok && strings.HasPrefix(id, paymentIntentIDPrefix) {
@@ -232,7 +235,7 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 	where := fmt.Sprintf("event %s (%s)", ev.ID, ev.Type)
 	var pi stripego.PaymentIntent
 	if err := json.Unmarshal(e.Data.Raw, &pi); err != nil {
-		return provider.Event{}, fmt.Errorf("%w: %s: data.object is not a payment intent: %v", ErrMalformedEvent, where, err)
+		return provider.Event{}, fmt.Errorf("%w: %s: data.object is not a payment intent: %w", ErrMalformedEvent, where, err)
 	}
 	if pi.Object != "payment_intent" || pi.ID == "" {
 		return provider.Event{}, fmt.Errorf("%w: %s: data.object is a %q with id %q, want a payment_intent", ErrMalformedEvent, where, pi.Object, pi.ID)
@@ -244,10 +247,21 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 	}
 	outcome, err := eventOutcome(ev.Type, pi.Status)
 	if err != nil {
-		return provider.Event{}, fmt.Errorf("%w: %s: payment intent %s: %v", ErrMalformedEvent, where, pi.ID, err)
+		return provider.Event{}, fmt.Errorf("%w: %s: payment intent %s: %w", ErrMalformedEvent, where, pi.ID, err)
 	}
 	ev.Outcome = outcome
 	return ev, nil
+}
+
+// eventDigest hashes what an event says: its id, type, creation time and
+// object. A redelivery may differ in envelope fields (pending_webhooks,
+// request), never in these, so it digests the same; another message under
+// the same id does not.
+func eventDigest(e stripego.Event) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%s\x00%d\x00", e.ID, e.Type, e.Created)
+	h.Write(e.Data.Raw)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Prefixes of PaymentIntent event types and ids.
@@ -299,11 +313,11 @@ func (v *WebhookVerifier) verifySignature(payload []byte, header string) error {
 		return fmt.Errorf("%w: no %s header", ErrBadSignature, WebhookSignatureHeader)
 	}
 	if err := webhook.ValidatePayloadIgnoringTolerance(payload, header, v.secret); err != nil {
-		return fmt.Errorf("%w: %v", ErrBadSignature, err)
+		return fmt.Errorf("%w: %w", ErrBadSignature, err)
 	}
 	signed, err := signatureTimestamp(header)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrBadSignature, err)
+		return fmt.Errorf("%w: %w", ErrBadSignature, err)
 	}
 	now := v.now()
 	if age := now.Sub(signed); age > v.tolerance {

@@ -231,6 +231,10 @@ func TestWebhookTranslatesEvents(t *testing.T) {
 			if strings.HasPrefix(r.typ, "payment_intent.") {
 				want.PaymentID, want.PurchaseID = pi, "pur_01JABCDEF"
 			}
+			if len(ev.Digest) != 64 {
+				t.Errorf("digest %q, want a hex SHA-256", ev.Digest)
+			}
+			ev.Digest = ""
 			if ev != want {
 				t.Errorf("event\n got %+v\nwant %+v", ev, want)
 			}
@@ -574,4 +578,31 @@ func TestWebhookConcurrentVerify(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestWebhookDigest: a redelivery that differs only in envelope fields
+// digests the same; a different object under the same id does not.
+func TestWebhookDigest(t *testing.T) {
+	v := whVerifier(t, stripe.WebhookConfig{})
+	digest := func(payload []byte) string {
+		t.Helper()
+		ev, err := v.Verify(payload, whSign(whSecret, whNow, payload))
+		if err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+		return ev.Digest
+	}
+	pi := whPI("pi_3SAbCdEfGhIjKlMn", "succeeded", whPurchase, nil)
+	first := whEvent(t, "payment_intent.succeeded", "", pi)
+	redelivered := []byte(strings.Replace(string(first), `"pending_webhooks":1`, `"pending_webhooks":0`, 1))
+	if string(redelivered) == string(first) {
+		t.Fatal("test payload has no pending_webhooks to change")
+	}
+	if digest(first) != digest(redelivered) {
+		t.Fatal("a redelivery with another pending_webhooks digests differently")
+	}
+	other := whEvent(t, "payment_intent.succeeded", "", whPI("pi_3SAbCdEfGhIjKlMn", "succeeded", whPurchase, map[string]any{"amount": 999}))
+	if digest(first) == digest(other) {
+		t.Fatal("another object under the same event id digests the same")
+	}
 }

@@ -43,7 +43,11 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			s.rejectWebhook(w, http.StatusBadRequest, "rejected", err.Error())
 			return
 		}
-		sum := sha256.Sum256(body)
+		digest := ev.Digest
+		if digest == "" {
+			sum := sha256.Sum256(body)
+			digest = hex.EncodeToString(sum[:])
+		}
 		outcome, err := s.svc.ApplyEvent(r.Context(), reconcile.Event{
 			Provider:    name,
 			ID:          ev.ID,
@@ -51,7 +55,7 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			Outcome:     ev.Outcome,
 			PaymentID:   ev.PaymentID,
 			PurchaseID:  ev.PurchaseID,
-			PayloadHash: hex.EncodeToString(sum[:]),
+			PayloadHash: digest,
 			Payload:     body,
 		})
 		switch {
