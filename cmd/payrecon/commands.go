@@ -35,7 +35,7 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 func newService(ctx context.Context, e *env) (*reconcile.Service, func(), error) {
 	cfg, err := e.settings.reconcileConfig()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	cfg.Logger = e.log
 	p, err := newProvider(e)
@@ -49,7 +49,7 @@ func newService(ctx context.Context, e *env) (*reconcile.Service, func(), error)
 	svc, err := reconcile.New(st.Store, p, cfg)
 	if err != nil {
 		st.Close()
-		return nil, nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return svc, func() { st.Close() }, nil
 }
@@ -106,23 +106,20 @@ func runPurchaseCreate(ctx context.Context, e *env, args []string) error {
 
 func runPurchaseShow(ctx context.Context, e *env, args []string) error {
 	var asJSON bool
-	rest, err := e.parse("purchase show", args, func(fs *flag.FlagSet) {
+	id, err := oneID(e, "purchase show", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON")
 	})
 	if err != nil {
 		return err
-	}
-	if len(rest) != 1 {
-		return fmt.Errorf("%w: want exactly one purchase id", errUsage)
 	}
 	svc, cleanup, err := newService(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	d, err := svc.Purchase(ctx, rest[0])
+	d, err := svc.Purchase(ctx, id)
 	if errors.Is(err, reconcile.ErrNotFound) {
-		return fmt.Errorf("no purchase with id %q", rest[0])
+		return noPurchase(id)
 	}
 	if err != nil {
 		return err
@@ -190,10 +187,14 @@ func printDetail(e *env, d reconcile.Detail) {
 
 func runStatemachine(ctx context.Context, e *env, args []string) error {
 	var mermaid bool
-	if _, err := e.parse("statemachine", args, func(fs *flag.FlagSet) {
+	rest, err := e.parse("statemachine", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&mermaid, "mermaid", false, "print a Mermaid state diagram")
-	}); err != nil {
+	})
+	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q: statemachine takes only --mermaid", errUsage, rest)
 	}
 	if mermaid {
 		fmt.Fprint(e.stdout, statemachine.Mermaid())

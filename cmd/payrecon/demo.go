@@ -95,19 +95,37 @@ type demoReport struct {
 	Simulated string       `json:"simulated_time"`
 }
 
-// demoLimits bound a demo run.
+// Limits of a demo run.
 const (
-	demoSimLimit  = 6 * time.Hour    // simulated time before unfinished scenarios fail
-	demoRealLimit = 50 * time.Second // wall time, likewise
+	// demoSimLimit is the simulated time after which unfinished scenarios
+	// fail.
+	demoSimLimit = 6 * time.Hour
+	// demoTimeout is the default of --timeout, the wall time after which
+	// unfinished scenarios fail: the demo must finish in under a minute.
+	demoTimeout = 50 * time.Second
+	// demoClockOffset is how far in the past the simulated clock starts,
+	// more than the simulated time the scenarios take, so that a kept
+	// database holds no timestamps in the future (`ops list` would show
+	// negative ages).
+	demoClockOffset = 3 * time.Hour
 )
 
 func runDemo(ctx context.Context, e *env, args []string) error {
 	var keep, asJSON bool
-	if _, err := e.parse("demo", args, func(fs *flag.FlagSet) {
+	var timeout time.Duration
+	rest, err := e.parse("demo", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&keep, "keep", false, "keep the database and print commands to explore it")
 		fs.BoolVar(&asJSON, "json", false, "write the report as JSON on stdout (the timeline goes to stderr)")
-	}); err != nil {
+		fs.DurationVar(&timeout, "timeout", demoTimeout, "wall time after which scenarios not yet settled fail")
+	})
+	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, rest)
+	}
+	if timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %s: want a positive duration such as 50s or 5m", errUsage, timeout)
 	}
 	out := e.stdout
 	if asJSON {
@@ -116,7 +134,6 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	url := e.settings.str("database-url")
 	var dir string
 	if url == "" {
-		var err error
 		if dir, err = os.MkdirTemp("", "payrecon-demo-"); err != nil {
 			return err
 		}
@@ -126,7 +143,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 			defer os.RemoveAll(dir)
 		}
 	}
-	report, err := demo(ctx, e, out, url)
+	report, err := demo(ctx, e, out, url, timeout)
 	if err != nil {
 		return err
 	}
@@ -150,7 +167,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 }
 
 // demo runs every scenario through the stack and returns the report.
-func demo(ctx context.Context, e *env, out io.Writer, url string) (demoReport, error) {
+func demo(ctx context.Context, e *env, out io.Writer, url string, timeout time.Duration) (demoReport, error) {
 	realStart := time.Now()
 	quiet := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	qe := &env{stdout: io.Discard, stderr: e.stderr, settings: e.settings, log: quiet}
@@ -163,7 +180,7 @@ func demo(ctx context.Context, e *env, out io.Writer, url string) (demoReport, e
 		return demoReport{}, err
 	}
 
-	clock := &simClock{now: time.Now().UTC().Truncate(time.Second)}
+	clock := &simClock{now: time.Now().UTC().Add(-demoClockOffset).Truncate(time.Second)}
 	start := clock.Now()
 	stk, err := startStack(ctx, stackConfig{
 		store: st.Store,
@@ -177,10 +194,13 @@ func demo(ctx context.Context, e *env, out io.Writer, url string) (demoReport, e
 			KeyRetention:      2 * time.Hour,
 			KeyReplayMargin:   time.Hour,
 			EscalatedInterval: 30 * time.Minute,
-			LeaseDuration:     2 * time.Hour, // simulated time runs fast during real calls
-			ProviderTimeout:   300 * time.Millisecond,
-			PollInterval:      10 * time.Millisecond,
-			ShutdownGrace:     5 * time.Second,
+			// Simulated time runs fast during real calls (up to about 25
+			// minutes during a 300ms timeout); the lease must outlast that,
+			// and the replay margin must exceed the lease.
+			LeaseDuration:   30 * time.Minute,
+			ProviderTimeout: 300 * time.Millisecond,
+			PollInterval:    10 * time.Millisecond,
+			ShutdownGrace:   5 * time.Second,
 		},
 		log: quiet,
 	})
@@ -248,7 +268,7 @@ func demo(ctx context.Context, e *env, out io.Writer, url string) (demoReport, e
 			return demoReport{}, err
 		}
 		elapsed := clock.Now().Sub(start)
-		if done == len(scenarios) || elapsed > demoSimLimit || time.Since(realStart) > demoRealLimit || ctx.Err() != nil {
+		if done == len(scenarios) || elapsed > demoSimLimit || time.Since(realStart) > timeout || ctx.Err() != nil {
 			break
 		}
 		if time.Since(lastProgress) > 2*time.Second {

@@ -26,7 +26,7 @@ func runFakeProvider(ctx context.Context, e *env, args []string) error {
 	}
 	cfg, scfg, err := fakeprovider.ParseSpec(e.settings.str("fake-faults"))
 	if err != nil {
-		return fmt.Errorf("%w: --fake-faults / PAYRECON_FAKE_FAULTS: %v", errUsage, err)
+		return fmt.Errorf("%w: --fake-faults / PAYRECON_FAKE_FAULTS: %w", errUsage, err)
 	}
 	secret := os.Getenv("STRIPE_WEBHOOK_SECRET")
 	if webhookURL != "" {

@@ -98,7 +98,9 @@ func usage(e *env, w io.Writer) {
 }
 
 // parse parses a command's flags: the shared settings plus the command's
-// own, registered by extra. Positional arguments are returned.
+// own, registered by extra. Flags may come before or after the positional
+// arguments (`ops resolve ID --succeeded`); a "--" ends the flags. The
+// positional arguments are returned, in order.
 func (e *env) parse(name string, args []string, extra func(fs *flag.FlagSet)) ([]string, error) {
 	fs := flag.NewFlagSet("payrecon "+name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -106,19 +108,62 @@ func (e *env) parse(name string, args []string, extra func(fs *flag.FlagSet)) ([
 	if extra != nil {
 		extra(fs)
 	}
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(flagsFirst(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	e.settings.resolve(fs)
 	log, err := newLogger(e.stderr, e.settings.str("log-level"), e.settings.str("log-format"))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	e.log = log
 	return fs.Args(), nil
+}
+
+// flagsFirst reorders args so that every flag, with its value, comes
+// before the positional arguments, which follow a "--": Go's flag package
+// stops at the first positional argument, and an operator writes
+// `payrecon ops resolve ID --succeeded --evidence TEXT`. It splits args as
+// the flag package reads them: a flag without "=" that is not boolean
+// takes the next argument as its value, whatever it looks like, and "--"
+// (not taken as a value) ends the flags. An unknown or malformed flag, or
+// one missing its value, is kept with the flags, for fs.Parse to report.
+func flagsFirst(fs *flag.FlagSet, args []string) []string {
+	var flags, positional []string
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		if arg == "--" {
+			positional = append(positional, args[i+1:]...)
+			break
+		}
+		if len(arg) < 2 || arg[0] != '-' {
+			positional = append(positional, arg)
+			continue
+		}
+		flags = append(flags, arg)
+		name := strings.TrimPrefix(strings.TrimPrefix(arg, "-"), "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			continue
+		}
+		if i+1 == len(args) {
+			// The flag's value is missing: leave the flag last, so that
+			// fs.Parse reports it rather than take "--" for its value.
+			return flags
+		}
+		i++
+		flags = append(flags, args[i])
+	}
+	return append(append(flags, "--"), positional...)
 }
 
 func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {

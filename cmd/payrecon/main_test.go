@@ -37,7 +37,8 @@ func run(t *testing.T, env map[string]string, args ...string) (int, string, stri
 // TestDemoEndToEnd runs `payrecon demo --json` and checks its report: every
 // scenario ends as expected, with the charges the seed lesson demands.
 func TestDemoEndToEnd(t *testing.T) {
-	code, stdout, stderr := run(t, nil, "demo", "--json")
+	// A generous wall-time limit: a slow machine fails only on behaviour.
+	code, stdout, stderr := run(t, nil, "demo", "--json", "--timeout", "5m")
 	if code != 0 {
 		t.Fatalf("demo exited %d\n%s", code, stderr)
 	}
@@ -112,7 +113,9 @@ func TestEndToEndWebhookFaults(t *testing.T) {
 		}},
 		hooks: fakeprovider.WebhookFaults{Drop: 0.1, Duplicate: 0.2, Reorder: 0.2, Delay: 0.2, StaleProcessing: 0.1},
 		reconcile: reconcile.Config{
-			WorkerID: "e2e", LeaseDuration: 2 * time.Hour, ProviderTimeout: 200 * time.Millisecond,
+			// The lease outlasts the simulated minutes that pass during a
+			// real call; the key replay margin (1h) must exceed it.
+			WorkerID: "e2e", LeaseDuration: 30 * time.Minute, ProviderTimeout: 200 * time.Millisecond,
 			PollInterval: 5 * time.Millisecond, BatchSize: 32, Concurrency: 4,
 		},
 		log: quiet,
@@ -346,10 +349,27 @@ func TestHelpListsSettings(t *testing.T) {
 		t.Fatalf("exit %d", code)
 	}
 	for _, want := range []string{"--database-url", "PAYRECON_DATABASE_URL", "--lease-duration", "--backoff", "--max-attempts",
-		"--max-uncertain-age", "--key-retention", "--provider", "--fake-faults", "--worker-id", "--addr", "127.0.0.1:8080", "STRIPE_SECRET_KEY"} {
+		"--max-uncertain-age", "--key-retention", "--provider", "--fake-faults", "--worker-id", "--addr", "127.0.0.1:8080", "STRIPE_SECRET_KEY",
+		"--webhooks", "PAYRECON_WEBHOOKS"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %s", want)
 		}
+	}
+	// --addr is the listen address of every command that listens.
+	found := false
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.HasPrefix(line, "--addr ") {
+			continue
+		}
+		found = true
+		for _, cmd := range []string{"`serve`", "`worker`", "`fakeprovider`"} {
+			if !strings.Contains(line, cmd) {
+				t.Errorf("--addr usage does not name %s: %q", cmd, line)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("help has no --addr line:\n%s", out)
 	}
 }
 

@@ -32,7 +32,7 @@ func (e *env) registerOps(a *app) error {
 	}
 	ops, err := rhttp.NewOps(a.svc, rhttp.OpsConfig{Token: token})
 	if err != nil {
-		return fmt.Errorf("%w: --ops-token: %v", errUsage, err)
+		return fmt.Errorf("%w: --ops-token: %w", errUsage, err)
 	}
 	ops.Register(a.server)
 	e.log.Info("serving the operator pages at /ops")
@@ -132,15 +132,52 @@ func toCaseJSON(c reconcile.Case) caseJSON {
 	}
 }
 
+// oneID parses a command that takes exactly one purchase id, with its
+// flags before or after it.
 func oneID(e *env, name string, args []string, extra func(fs *flag.FlagSet)) (string, error) {
 	rest, err := e.parse(name, args, extra)
 	if err != nil {
 		return "", err
 	}
 	if len(rest) != 1 {
-		return "", fmt.Errorf("%w: want exactly one purchase id (flags go before it)", errUsage)
+		return "", fmt.Errorf("%w: want exactly one purchase id, got %d arguments %q", errUsage, len(rest), rest)
 	}
 	return rest[0], nil
+}
+
+func noPurchase(id string) error { return fmt.Errorf("no purchase with id %q", id) }
+
+// requireSharedProvider refuses an operator action that asks the provider
+// when the provider is the in-process fake: it is created empty for this
+// command, so it knows nothing of the charges the worker made, and a
+// replayed create would even "charge" in its empty ledger.
+func requireSharedProvider(e *env, what string) error {
+	if name := e.settings.str("provider"); name != "fake" {
+		return nil
+	}
+	return fmt.Errorf("%w: %s asks the provider, and the in-process fake provider (--provider fake, the default) "+
+		"knows no charges made by other processes; use --provider stripe with --stripe-api-base pointing at "+
+		"`payrecon fakeprovider` or Stripe", errUsage, what)
+}
+
+// readOpen reads a purchase an operator action would change, refusing an
+// unknown id and a purchase already final.
+func readOpen(ctx context.Context, svc *reconcile.Service, id, what string) (reconcile.Detail, error) {
+	d, err := svc.Purchase(ctx, id)
+	if errors.Is(err, reconcile.ErrNotFound) {
+		return d, noPurchase(id)
+	}
+	if err != nil {
+		return d, err
+	}
+	if p := d.Purchase; p.State.Terminal() {
+		msg := fmt.Sprintf("%s refused: %s is already %s, and an operator cannot change a final state; nothing changed", what, id, p.State)
+		if p.Escalated() {
+			msg += fmt.Sprintf(" (to take it off the operator list, record what was done: payrecon ops note %s --close --text …)", id)
+		}
+		return d, errors.New(msg)
+	}
+	return d, nil
 }
 
 func runOpsShow(ctx context.Context, e *env, args []string) error {
@@ -155,7 +192,7 @@ func runOpsShow(ctx context.Context, e *env, args []string) error {
 	defer cleanup()
 	c, err := svc.Case(ctx, id)
 	if errors.Is(err, reconcile.ErrNotFound) {
-		return fmt.Errorf("no purchase with id %q", id)
+		return noPurchase(id)
 	}
 	if err != nil {
 		return err
@@ -185,6 +222,12 @@ func runOpsRecheck(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer cleanup()
+	if _, err := readOpen(ctx, svc, id, "ops recheck"); err != nil {
+		return err
+	}
+	if err := requireSharedProvider(e, "ops recheck"); err != nil {
+		return err
+	}
 	p, err := svc.Recheck(ctx, id, operator)
 	if err != nil {
 		return err
@@ -222,12 +265,12 @@ func runOpsResolve(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer cleanup()
-	d, err := svc.Purchase(ctx, id)
+	d, err := readOpen(ctx, svc, id, "ops resolve")
 	if err != nil {
 		return err
 	}
-	if d.Purchase.State.Terminal() {
-		return fmt.Errorf("%s is already %s: an operator cannot change a final state", id, d.Purchase.State)
+	if err := requireSharedProvider(e, "ops resolve (its live view)"); err != nil {
+		return err
 	}
 	view, err := svc.LiveView(ctx, id)
 	if err != nil {
@@ -265,12 +308,17 @@ func runOpsNote(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if strings.TrimSpace(text) == "" {
+		return fmt.Errorf("%w: --text is required: the note itself", errUsage)
+	}
 	svc, cleanup, err := newService(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	if err := svc.Note(ctx, id, operator, text, closeCase); err != nil {
+	if err := svc.Note(ctx, id, operator, text, closeCase); errors.Is(err, reconcile.ErrNotFound) {
+		return noPurchase(id)
+	} else if err != nil {
 		return err
 	}
 	fmt.Fprintln(e.stdout, "noted")

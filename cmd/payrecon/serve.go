@@ -37,7 +37,7 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	metrics := prometheus.New()
 	cfg, err := e.settings.reconcileConfig()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	cfg.Logger = e.log
 	cfg.Observer = metrics
@@ -52,7 +52,7 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	a := &app{metrics: metrics, close: func() { st.Close() }}
 	fail := func(err error) (*app, error) { a.close(); return nil, err }
 	if a.svc, err = reconcile.New(st.Store, p, cfg); err != nil {
-		return fail(fmt.Errorf("%w: %v", errUsage, err))
+		return fail(fmt.Errorf("%w: %w", errUsage, err))
 	}
 
 	sweeps, err := e.sweeps(a.svc, metrics)
@@ -61,23 +61,38 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	}
 	a.sched, err = cron.New(st.Store, sweeps, cron.Config{Owner: a.svc.Config().WorkerID, Logger: e.log, Observer: metrics})
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", errUsage, err))
+		return fail(fmt.Errorf("%w: %w", errUsage, err))
 	}
 
 	tolerance, err := e.settings.duration("webhook-tolerance")
 	if err != nil {
-		return fail(fmt.Errorf("%w: %v", errUsage, err))
+		return fail(fmt.Errorf("%w: %w", errUsage, err))
 	}
 	webhooks := map[string]rhttp.WebhookVerifier{}
-	if secret := os.Getenv("STRIPE_WEBHOOK_SECRET"); opts.webhooks && secret != "" {
-		v, err := stripe.NewWebhookVerifier(stripe.WebhookConfig{Secret: secret, Tolerance: tolerance})
+	if opts.webhooks {
+		on, err := e.settings.boolean("webhooks")
 		if err != nil {
-			return fail(fmt.Errorf("%w: STRIPE_WEBHOOK_SECRET: %v", errUsage, err))
+			return fail(fmt.Errorf("%w: %w", errUsage, err))
 		}
-		webhooks["stripe"] = v
-		e.log.Info("serving POST /webhooks/stripe")
-	} else if opts.webhooks {
-		e.log.Warn("STRIPE_WEBHOOK_SECRET is not set: POST /webhooks/stripe is not served")
+		secret := os.Getenv("STRIPE_WEBHOOK_SECRET")
+		switch {
+		case !on:
+			e.log.Info("webhooks are off (--webhooks=false): POST /webhooks/stripe is not served")
+		case secret != "":
+			v, err := stripe.NewWebhookVerifier(stripe.WebhookConfig{Secret: secret, Tolerance: tolerance})
+			if err != nil {
+				return fail(fmt.Errorf("%w: STRIPE_WEBHOOK_SECRET: %w", errUsage, err))
+			}
+			webhooks["stripe"] = v
+			e.log.Info("serving POST /webhooks/stripe")
+		case e.settings.str("provider") == "stripe":
+			// Stripe's webhooks are the second source of truth: without them
+			// every unknown outcome waits for the next scheduled check.
+			return fail(fmt.Errorf("%w: refusing to serve --provider stripe without webhooks: STRIPE_WEBHOOK_SECRET is not set; "+
+				"set it to the endpoint's signing secret (whsec_…), or run without webhooks with --webhooks=false / PAYRECON_WEBHOOKS=false", errUsage))
+		default:
+			e.log.Warn("STRIPE_WEBHOOK_SECRET is not set: POST /webhooks/stripe is not served")
+		}
 	}
 	a.server = rhttp.New(a.svc, rhttp.Config{
 		Addr:     e.settings.str("addr"),
@@ -90,7 +105,7 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	if opts.api {
 		serveAPI, err := e.settings.boolean("api")
 		if err != nil {
-			return fail(fmt.Errorf("%w: %v", errUsage, err))
+			return fail(fmt.Errorf("%w: %w", errUsage, err))
 		}
 		if serveAPI {
 			tokens := e.settings.str("api-token")
@@ -99,7 +114,7 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 			}
 			clients, err := rhttp.ParseAPITokens(tokens)
 			if err != nil {
-				return fail(fmt.Errorf("%w: --api-token / PAYRECON_API_TOKEN: %v", errUsage, err))
+				return fail(fmt.Errorf("%w: --api-token / PAYRECON_API_TOKEN: %w", errUsage, err))
 			}
 			api, err := rhttp.NewPurchaseAPI(a.svc, clients)
 			if err != nil {
@@ -121,11 +136,11 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 func (e *env) sweeps(svc *reconcile.Service, metrics *prometheus.Metrics) ([]cron.Sweep, error) {
 	inbox, err := e.settings.duration("inbox-retention")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	keys, err := e.settings.duration("idempotency-key-retention")
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	st, now := svc.Store(), svc.Config().Now
 	sweeps, err := cron.Sweeps(svc, func(ctx context.Context) error { return metrics.Refresh(ctx, st, now()) }, cron.SweepConfig{
@@ -138,7 +153,7 @@ func (e *env) sweeps(svc *reconcile.Service, metrics *prometheus.Metrics) ([]cro
 		IdempotencyKeyRetention: keys,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", errUsage, err)
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return sweeps, nil
 }
@@ -191,7 +206,7 @@ func runServe(ctx context.Context, e *env, args []string) error {
 	}
 	worker, err := e.settings.boolean("worker")
 	if err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	a, err := newApp(ctx, e, appOptions{api: true, webhooks: true, ops: true})
 	if err != nil {

@@ -40,7 +40,7 @@ func newSettings() *settings {
 		s.byKey[name] = st
 	}
 	add("database-url", "PAYRECON_DATABASE_URL", "", "database: postgres://… (default: a SQLite file in the user's data directory, sqlite:PATH)")
-	add("addr", "PAYRECON_ADDR", "127.0.0.1:8080", "HTTP listen address of `serve`")
+	add("addr", "PAYRECON_ADDR", "127.0.0.1:8080", "HTTP listen address of `serve` (webhooks, API, /ops, /metrics), of `worker` (/healthz, /readyz, /metrics) and of `fakeprovider` (its Stripe-compatible API)")
 	add("worker-id", "PAYRECON_WORKER_ID", "", "worker name in leases and the audit (default: host-pid)")
 	add("lease-duration", "PAYRECON_LEASE_DURATION", "30s", "how long a job claim is valid; at least twice --provider-timeout")
 	add("provider-timeout", "PAYRECON_PROVIDER_TIMEOUT", "10s", "deadline of one provider call")
@@ -60,6 +60,7 @@ func newSettings() *settings {
 	add("stripe-api-base", "PAYRECON_STRIPE_API_BASE", "", "Stripe API base URL override, e.g. a local fake Stripe server (default Stripe's)")
 	add("webhook-tolerance", "PAYRECON_WEBHOOK_TOLERANCE", "300s", "maximum age of a webhook signature")
 	add("worker", "PAYRECON_WORKER", "true", "`serve` also runs the worker and its scheduler (true or false)")
+	add("webhooks", "PAYRECON_WEBHOOKS", "true", "`serve` serves POST /webhooks/stripe (true or false); with --provider stripe it refuses to start without STRIPE_WEBHOOK_SECRET unless this is false")
 	add("api-token", "PAYRECON_API_TOKEN", "", "purchase API bearer tokens, comma-separated, each name:token or token; `serve` refuses to start the API without one")
 	add("api", "PAYRECON_API", "true", "`serve` serves the purchase API (true or false)")
 	add("ops-token", "PAYRECON_OPS_TOKEN", "", "operator bearer token for /ops (distinct from the API tokens); without it the ops pages are not served")

@@ -111,7 +111,7 @@ func newProvider(e *env) (provider.Provider, error) {
 	case "fake":
 		cfg, err := fakeprovider.ParseConfig(e.settings.str("fake-faults"))
 		if err != nil {
-			return nil, fmt.Errorf("%w: --fake-faults / PAYRECON_FAKE_FAULTS: %v", errUsage, err)
+			return nil, fmt.Errorf("%w: --fake-faults / PAYRECON_FAKE_FAULTS: %w", errUsage, err)
 		}
 		e.log.Info("provider: in-process fake (its ledger lives as long as this process)", "faults", e.settings.str("fake-faults"))
 		return fakeprovider.New(cfg), nil
@@ -122,7 +122,7 @@ func newProvider(e *env) (provider.Provider, error) {
 		}
 		p, err := stripe.New(stripe.Config{SecretKey: key, APIBase: e.settings.str("stripe-api-base"), Logger: e.log})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
+			return nil, fmt.Errorf("%w: %w", errUsage, err)
 		}
 		base := e.settings.str("stripe-api-base")
 		if base == "" {

@@ -1,0 +1,613 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/provider/stripe"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/sqlite"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// opsFixture is a SQLite database whose purchases the test sets up through
+// the reconcile API, and a fake Stripe server (over HTTP) that holds the
+// charges of those made through the real stripe adapter: the server the
+// CLI's `--provider stripe --stripe-api-base` points at.
+type opsFixture struct {
+	path string // the SQLite file
+	db   string // its --database-url
+	fake *fakeprovider.Fake
+	api  string // the fake Stripe server's URL
+	// now is the fixed clock of the set-up, an hour in the past so that
+	// the CLI (on the real clock) finds every lease expired and every age
+	// positive.
+	now time.Time
+}
+
+// stripeKey is the test-mode key the fake Stripe server accepts.
+const stripeKey = "sk_test_x"
+
+func newOpsFixture(t *testing.T) *opsFixture {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "ops.db")
+	fake := fakeprovider.New(fakeprovider.Config{})
+	srv := fakeprovider.NewServer(fake, fakeprovider.ServerConfig{Logger: quietLog()})
+	hs := httptest.NewServer(srv)
+	// Close the fake first: it releases requests held by Timeout faults.
+	t.Cleanup(func() { srv.Close(); hs.Close() })
+	return &opsFixture{
+		path: path, db: "sqlite:" + path, fake: fake, api: hs.URL,
+		now: time.Now().UTC().Add(-time.Hour).Truncate(time.Second),
+	}
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// stripeEnv is the environment of CLI runs with --provider stripe.
+func (f *opsFixture) stripeArgs() []string {
+	return []string{"--provider", "stripe", "--stripe-api-base", f.api}
+}
+
+var stripeEnv = map[string]string{"STRIPE_SECRET_KEY": stripeKey}
+
+// service opens the fixture's database and returns a service over it on
+// the fixed clock, with MaxAttempts 1 so that a purchase whose first run
+// leaves it uncertain is escalated at once. viaStripe selects the real
+// stripe adapter over the fake Stripe server; otherwise an in-process fake,
+// which the caller may script, is used.
+func (f *opsFixture) service(t *testing.T, viaStripe bool) (*reconcile.Service, *fakeprovider.Fake, func()) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: f.path})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Migrate(ctx); err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	clock := func() time.Time { return f.now }
+	var p provider.Provider
+	scripted := fakeprovider.New(fakeprovider.Config{Now: clock})
+	p = scripted
+	if viaStripe {
+		adapter, err := stripe.New(stripe.Config{SecretKey: stripeKey, APIBase: f.api, Logger: quietLog()})
+		if err != nil {
+			st.Close()
+			t.Fatal(err)
+		}
+		p, scripted = adapter, f.fake
+	}
+	svc, err := reconcile.New(st, p, reconcile.Config{
+		WorkerID: "test-worker", MaxAttempts: 1, Now: clock,
+		ProviderTimeout: 200 * time.Millisecond, Logger: quietLog(),
+	})
+	if err != nil {
+		st.Close()
+		t.Fatal(err)
+	}
+	return svc, scripted, func() { st.Close() }
+}
+
+// purchase creates a purchase, scripts faults for its create calls, and
+// works its job once. The store is closed again before it returns, so that
+// the CLI has the database to itself.
+func (f *opsFixture) purchase(t *testing.T, viaStripe bool, faults ...fakeprovider.Fault) reconcile.Purchase {
+	t.Helper()
+	ctx := context.Background()
+	svc, fake, done := f.service(t, viaStripe)
+	defer done()
+	p, err := svc.CreatePurchase(ctx, reconcile.NewPurchase{Customer: "cust-1", Amount: 300, Currency: "usd", Description: "ops test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fake.Script(p.ID, faults...)
+	if n, err := svc.RunOnce(ctx); err != nil || n != 1 {
+		t.Fatalf("RunOnce: %d jobs, %v", n, err)
+	}
+	d, err := svc.Purchase(ctx, p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Purchase
+}
+
+// escalated is a purchase on the operator list: its create hit faults,
+// it is uncertain, and its only attempt is spent.
+func (f *opsFixture) escalated(t *testing.T, viaStripe bool, faults ...fakeprovider.Fault) string {
+	t.Helper()
+	p := f.purchase(t, viaStripe, faults...)
+	if p.State != statemachine.Uncertain || p.EscalationReason != reconcile.EscalationAttemptsExhausted {
+		t.Fatalf("set-up: %s is %s, escalation %q; want uncertain, %s", p.ID, p.State, p.EscalationReason, reconcile.EscalationAttemptsExhausted)
+	}
+	return p.ID
+}
+
+// inspect reads a purchase's whole record from the database.
+func (f *opsFixture) inspect(t *testing.T, id string) reconcile.Case {
+	t.Helper()
+	svc, _, done := f.service(t, false)
+	defer done()
+	c, err := svc.Case(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// unchanged fails the test if the purchase's record differs from before.
+func (f *opsFixture) unchanged(t *testing.T, before reconcile.Case) {
+	t.Helper()
+	after := f.inspect(t, before.Purchase.ID)
+	if after.Purchase.Version != before.Purchase.Version || after.Purchase.State != before.Purchase.State ||
+		len(after.Transitions) != len(before.Transitions) || len(after.Attempts) != len(before.Attempts) ||
+		len(after.Actions) != len(before.Actions) || !after.Purchase.EscalatedAt.Equal(before.Purchase.EscalatedAt) {
+		t.Fatalf("the purchase changed:\nbefore %+v\nafter  %+v", before, after)
+	}
+}
+
+func TestOpsListShowNote(t *testing.T) {
+	f := newOpsFixture(t)
+	id := f.escalated(t, false, fakeprovider.Timeout)
+	clean := f.purchase(t, false) // succeeded: not on the list
+	if clean.State != statemachine.Succeeded {
+		t.Fatalf("set-up: clean purchase is %s", clean.State)
+	}
+
+	t.Run("list", func(t *testing.T) {
+		code, out, stderr := run(t, nil, "ops", "list", "--database-url", f.db)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var row string
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, id) {
+				row = line
+			}
+		}
+		if !strings.HasPrefix(out, "PURCHASE") || row == "" {
+			t.Fatalf("no header or no row for %s:\n%s", id, out)
+		}
+		for _, want := range []string{"attempts_exhausted", "uncertain", "300 usd", "cust-1"} {
+			if !strings.Contains(row, want) {
+				t.Errorf("row lacks %q: %q", want, row)
+			}
+		}
+		if strings.Contains(out, clean.ID) {
+			t.Errorf("a succeeded purchase is on the list:\n%s", out)
+		}
+	})
+
+	t.Run("list --json", func(t *testing.T) {
+		code, out, stderr := run(t, nil, "ops", "list", "--json", "--database-url", f.db)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var cases []caseJSON
+		if err := json.Unmarshal([]byte(out), &cases); err != nil {
+			t.Fatalf("not JSON: %v\n%s", err, out)
+		}
+		if len(cases) != 1 {
+			t.Fatalf("%d cases, want 1: %+v", len(cases), cases)
+		}
+		c := cases[0]
+		if c.PurchaseID != id || c.Reason != "attempts_exhausted" || c.State != "uncertain" ||
+			c.Amount != 300 || c.Currency != "usd" || c.ProviderCalls != 1 || !c.EscalatedAt.Equal(f.now) {
+			t.Errorf("case %+v", c)
+		}
+		// Escalated on the fixed clock an hour ago, listed on the real one.
+		if c.AgeSeconds < 3000 {
+			t.Errorf("age %vs, want about an hour", c.AgeSeconds)
+		}
+	})
+
+	t.Run("show", func(t *testing.T) {
+		code, out, stderr := run(t, nil, "ops", "show", id, "--database-url", f.db)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		for _, want := range []string{id, "uncertain", "escalated", "attempts_exhausted", "transitions:",
+			"created → submitted", "submitted → uncertain", "provider calls:", "create", "webhooks:", "operator actions:"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("ops show lacks %q:\n%s", want, out)
+			}
+		}
+	})
+
+	t.Run("show unknown", func(t *testing.T) {
+		code, _, stderr := run(t, nil, "ops", "show", "pur_nope", "--database-url", f.db)
+		if code == 0 || !strings.Contains(stderr, `no purchase with id "pur_nope"`) {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+	})
+
+	t.Run("note", func(t *testing.T) {
+		before := f.inspect(t, id)
+		code, out, stderr := run(t, nil, "ops", "note", id, "--text", "called the bank: no charge on the card", "--operator", "alice", "--database-url", f.db)
+		if code != 0 || strings.TrimSpace(out) != "noted" {
+			t.Fatalf("exit %d, out %q: %s", code, out, stderr)
+		}
+		after := f.inspect(t, id)
+		if len(after.Actions) != len(before.Actions)+1 {
+			t.Fatalf("%d operator actions, want %d", len(after.Actions), len(before.Actions)+1)
+		}
+		a := after.Actions[len(after.Actions)-1]
+		if a.Action != "note" || a.Operator != "alice" || a.Evidence != "called the bank: no charge on the card" {
+			t.Errorf("action %+v", a)
+		}
+		// A note changes nothing else: the case stays open.
+		if after.Purchase.Version != before.Purchase.Version || !after.Purchase.Escalated() {
+			t.Errorf("the note changed the purchase: %+v", after.Purchase)
+		}
+		code, out, _ = run(t, nil, "ops", "show", id, "--database-url", f.db)
+		if code != 0 || !strings.Contains(out, "note by alice") || !strings.Contains(out, "called the bank") {
+			t.Errorf("ops show does not list the note:\n%s", out)
+		}
+	})
+
+	t.Run("note without text", func(t *testing.T) {
+		before := f.inspect(t, id)
+		code, _, stderr := run(t, nil, "ops", "note", id, "--operator", "alice", "--database-url", f.db)
+		if code != 2 || !strings.Contains(stderr, "--text is required") {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		f.unchanged(t, before)
+	})
+}
+
+func TestOpsResolveDeclined(t *testing.T) {
+	f := newOpsFixture(t)
+	// The create timed out before the provider acted: no charge anywhere.
+	id := f.escalated(t, true, fakeprovider.Timeout)
+	before := f.inspect(t, id)
+	args := append([]string{"ops", "resolve", id, "--declined", "--evidence", "no charge at Stripe for this purchase", "--yes",
+		"--operator", "alice", "--database-url", f.db}, f.stripeArgs()...)
+	code, out, stderr := run(t, stripeEnv, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "provider now says: outcome="+string(provider.NotFound)) || !strings.Contains(out, id+" is now declined") {
+		t.Fatalf("output:\n%s", out)
+	}
+	c := f.inspect(t, id)
+	if c.Purchase.State != statemachine.Declined || c.Purchase.Escalated() || c.Job.DoneAt.IsZero() {
+		t.Fatalf("purchase %+v, job %+v", c.Purchase, c.Job)
+	}
+	moves := c.Transitions[len(before.Transitions):]
+	if len(moves) != 2 || moves[0].To != statemachine.Reconciling || moves[1].To != statemachine.Declined {
+		t.Fatalf("new transitions %+v", moves)
+	}
+	for _, m := range moves {
+		if m.Cause != reconcile.CauseOperator || m.Actor != "operator:alice" || !strings.Contains(m.Evidence, "no charge at Stripe") {
+			t.Errorf("transition %+v", m)
+		}
+	}
+	if len(c.Actions) != 1 {
+		t.Fatalf("operator actions %+v", c.Actions)
+	}
+	a := c.Actions[0]
+	if a.Action != "resolve" || a.Operator != "alice" || a.Did != "uncertain→reconciling→declined" ||
+		a.Evidence != "no charge at Stripe for this purchase" || !strings.Contains(a.Saw, "outcome=not_found") {
+		t.Errorf("action %+v", a)
+	}
+	if n := f.fake.MoneyTaken(id); n != 0 {
+		t.Errorf("%d charges at the provider, want 0", n)
+	}
+}
+
+// TestOpsResolveSucceeded resolves, with the flags written after the id as
+// the issue writes them, a purchase whose reply was lost after the charge:
+// the live view comes from the fake Stripe server that holds the charge.
+func TestOpsResolveSucceeded(t *testing.T) {
+	f := newOpsFixture(t)
+	id := f.escalated(t, true, fakeprovider.LostReply)
+	args := append([]string{"ops", "resolve", id, "--succeeded", "--evidence", "Stripe dashboard shows the charge succeeded", "--yes",
+		"--operator", "bob", "--database-url", f.db}, f.stripeArgs()...)
+	code, out, stderr := run(t, stripeEnv, args...)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(out, "provider now says: outcome=succeeded status=succeeded payment=pi_") {
+		t.Fatalf("no live view of the charge:\n%s", out)
+	}
+	c := f.inspect(t, id)
+	if c.Purchase.State != statemachine.Succeeded || len(c.Actions) != 1 || c.Actions[0].Operator != "bob" {
+		t.Fatalf("purchase %+v, actions %+v", c.Purchase, c.Actions)
+	}
+	// The live view only looks: one create, one charge.
+	if n, calls := f.fake.MoneyTaken(id), f.fake.CreateCalls(reconcile.ProviderKeyFor(id)); n != 1 || calls != 1 {
+		t.Errorf("%d charges, %d creates; want 1 and 1", n, calls)
+	}
+}
+
+func TestOpsRecheck(t *testing.T) {
+	f := newOpsFixture(t)
+	id := f.escalated(t, true, fakeprovider.LostReply)
+	args := append([]string{"ops", "recheck", id, "--operator", "carol", "--database-url", f.db}, f.stripeArgs()...)
+	code, out, stderr := run(t, stripeEnv, args...)
+	if code != 0 || strings.TrimSpace(out) != id+" is succeeded" {
+		t.Fatalf("exit %d, out %q: %s", code, out, stderr)
+	}
+	c := f.inspect(t, id)
+	if c.Purchase.State != statemachine.Succeeded || c.Purchase.Escalated() {
+		t.Fatalf("purchase %+v", c.Purchase)
+	}
+	if len(c.Actions) != 1 || c.Actions[0].Action != "recheck" || c.Actions[0].Operator != "carol" {
+		t.Fatalf("actions %+v", c.Actions)
+	}
+	// Reconciled by replaying the same key: still one charge.
+	if n := f.fake.MoneyTaken(id); n != 1 {
+		t.Errorf("%d charges, want 1", n)
+	}
+	if dc := f.fake.DoubleCharged(); len(dc) != 0 {
+		t.Errorf("double charged: %v", dc)
+	}
+}
+
+// TestOpsResolveTerminalRefused is the issue's "ops resolve on a terminal
+// purchase is refused with a clear message".
+func TestOpsResolveTerminalRefused(t *testing.T) {
+	f := newOpsFixture(t)
+	p := f.purchase(t, true)
+	if p.State != statemachine.Succeeded {
+		t.Fatalf("set-up: %s is %s", p.ID, p.State)
+	}
+	before := f.inspect(t, p.ID)
+	args := append([]string{"ops", "resolve", p.ID, "--declined", "--evidence", "customer says so", "--yes",
+		"--operator", "alice", "--database-url", f.db}, f.stripeArgs()...)
+	code, out, stderr := run(t, stripeEnv, args...)
+	if code == 0 {
+		t.Fatalf("exit 0:\n%s", out)
+	}
+	if want := "ops resolve refused: " + p.ID + " is already succeeded, and an operator cannot change a final state; nothing changed"; !strings.Contains(stderr, want) {
+		t.Fatalf("stderr lacks %q:\n%s", want, stderr)
+	}
+	f.unchanged(t, before)
+
+	// The same without --yes: refused before any question is asked.
+	args = slices.DeleteFunc(args, func(a string) bool { return a == "--yes" })
+	if code, out, stderr := run(t, stripeEnv, args...); code == 0 || strings.Contains(out, "type yes") || !strings.Contains(stderr, "already succeeded") {
+		t.Fatalf("exit %d, out %q: %s", code, out, stderr)
+	}
+	f.unchanged(t, before)
+}
+
+func TestOpsResolveRefusesBadCommandLines(t *testing.T) {
+	f := newOpsFixture(t)
+	id := f.escalated(t, true, fakeprovider.LostReply)
+	before := f.inspect(t, id)
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"no evidence", []string{"--succeeded", "--yes"}, "--evidence is required"},
+		{"blank evidence", []string{"--succeeded", "--evidence", "  ", "--yes"}, "--evidence is required"},
+		{"no outcome", []string{"--evidence", "x", "--yes"}, "exactly one of --succeeded or --declined"},
+		{"both outcomes", []string{"--succeeded", "--declined", "--evidence", "x", "--yes"}, "exactly one of --succeeded or --declined"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			args := append(append([]string{"ops", "resolve", id}, tt.args...), append([]string{"--database-url", f.db}, f.stripeArgs()...)...)
+			code, _, stderr := run(t, stripeEnv, args...)
+			if code != 2 || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("exit %d, want 2 and %q: %s", code, tt.want, stderr)
+			}
+			f.unchanged(t, before)
+		})
+	}
+}
+
+// TestOpsRefuseInProcessFake: recheck and resolve ask the provider, and the
+// in-process fake of a fresh CLI process knows none of the charges.
+func TestOpsRefuseInProcessFake(t *testing.T) {
+	f := newOpsFixture(t)
+	id := f.escalated(t, true, fakeprovider.LostReply)
+	before := f.inspect(t, id)
+	creates := f.fake.Calls(provider.OpCreate)
+	for _, args := range [][]string{
+		{"ops", "recheck", id, "--operator", "alice", "--database-url", f.db},
+		{"ops", "resolve", id, "--succeeded", "--evidence", "x", "--yes", "--operator", "alice", "--database-url", f.db},
+		{"ops", "resolve", id, "--succeeded", "--evidence", "x", "--yes", "--operator", "alice", "--database-url", f.db, "--provider", "fake"},
+	} {
+		code, _, stderr := run(t, nil, args...)
+		if code != 2 {
+			t.Errorf("%v: exit %d, want 2: %s", args, code, stderr)
+		}
+		for _, want := range []string{"the in-process fake provider (--provider fake, the default) knows no charges made by other processes",
+			"use --provider stripe with --stripe-api-base pointing at `payrecon fakeprovider` or Stripe"} {
+			if !strings.Contains(stderr, want) {
+				t.Errorf("%v: stderr lacks %q:\n%s", args, want, stderr)
+			}
+		}
+		f.unchanged(t, before)
+	}
+	if n := f.fake.Calls(provider.OpCreate); n != creates {
+		t.Errorf("%d creates at the fake Stripe server, want %d", n, creates)
+	}
+}
+
+// TestFlagsAfterID: the issue writes the flags after the purchase id.
+func TestFlagsAfterID(t *testing.T) {
+	f := newOpsFixture(t)
+	id := f.escalated(t, false, fakeprovider.Timeout)
+	for _, args := range [][]string{
+		{"purchase", "show", id, "--json", "--database-url", f.db},
+		{"purchase", "show", "--json", "--database-url", f.db, id},
+		{"purchase", "show", "--database-url", f.db, id, "--json"},
+	} {
+		code, out, stderr := run(t, nil, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, stderr)
+		}
+		var d reconcile.Detail
+		if err := json.Unmarshal([]byte(out), &d); err != nil || d.Purchase.ID != id {
+			t.Fatalf("%v: not the purchase's JSON (%v):\n%s", args, err, out)
+		}
+	}
+	// A value that looks like a flag or like "--" stays the flag's value.
+	code, _, stderr := run(t, nil, "ops", "note", id, "--text", "--close", "--operator", "--", "--database-url", f.db)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	c := f.inspect(t, id)
+	if a := c.Actions[len(c.Actions)-1]; a.Evidence != "--close" || a.Operator != "--" || !c.Purchase.Escalated() {
+		t.Fatalf("action %+v, purchase %+v", a, c.Purchase)
+	}
+	for _, args := range [][]string{
+		{"ops", "show", "--database-url", f.db},
+		{"ops", "show", id, "pur_other", "--database-url", f.db},
+		{"ops", "show", id, "--database-url", f.db, "--", "--json"},
+	} {
+		if code, _, stderr := run(t, nil, args...); code != 2 || !strings.Contains(stderr, "want exactly one purchase id") {
+			t.Errorf("%v: exit %d: %s", args, code, stderr)
+		}
+	}
+	if code, _, stderr := run(t, nil, "ops", "show", id, "--database-url", f.db, "--bogus"); code != 2 || !strings.Contains(stderr, "-bogus") {
+		t.Errorf("unknown flag after the id: exit %d: %s", code, stderr)
+	}
+}
+
+func TestFlagsFirst(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.Bool("yes", false, "")
+	fs.String("text", "", "")
+	tests := []struct{ in, want []string }{
+		{[]string{"ID"}, []string{"--", "ID"}},
+		{[]string{"ID", "--yes", "--text", "a b"}, []string{"--yes", "--text", "a b", "--", "ID"}},
+		{[]string{"--text", "ID", "X"}, []string{"--text", "ID", "--", "X"}},
+		{[]string{"ID", "-text=v", "--yes=false"}, []string{"-text=v", "--yes=false", "--", "ID"}},
+		{[]string{"ID", "--text", "--", "--yes"}, []string{"--text", "--", "--yes", "--", "ID"}},
+		{[]string{"--yes", "--", "--text", "ID"}, []string{"--yes", "--", "--text", "ID"}},
+		{[]string{"-", "--unknown", "ID"}, []string{"--unknown", "--", "-", "ID"}},
+		// A flag missing its value is left last, for fs.Parse to report.
+		{[]string{"ID", "--text"}, []string{"--text"}},
+	}
+	for _, tt := range tests {
+		if got := flagsFirst(fs, tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("flagsFirst(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+func TestStatemachineRejectsArguments(t *testing.T) {
+	for _, args := range [][]string{{"statemachine", "extra"}, {"statemachine", "--mermaid", "diagram"}, {"statemachine", "x", "--mermaid"}} {
+		code, out, stderr := run(t, nil, args...)
+		if code != 2 || !strings.Contains(stderr, "unexpected arguments") || out != "" {
+			t.Errorf("%v: exit %d, out %q: %s", args, code, out, stderr)
+		}
+	}
+	code, out, stderr := run(t, nil, "statemachine", "--mermaid")
+	if code != 0 || !strings.Contains(out, "stateDiagram") {
+		t.Errorf("statemachine --mermaid: exit %d: %s", code, stderr)
+	}
+}
+
+// unsetenv removes environment variables for the test, restoring them
+// after it.
+func unsetenv(t *testing.T, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		t.Setenv(k, "")
+		os.Unsetenv(k)
+	}
+}
+
+func TestServeStripeNeedsWebhookSecret(t *testing.T) {
+	db := "sqlite:" + filepath.Join(t.TempDir(), "serve.db")
+	unsetenv(t, "STRIPE_WEBHOOK_SECRET", "PAYRECON_WEBHOOKS", "PAYRECON_API_TOKEN", "PAYRECON_OPS_TOKEN", "PAYRECON_PROVIDER")
+	serve := []string{"serve", "--addr", "127.0.0.1:0", "--database-url", db}
+	const refused = "refusing to serve --provider stripe without webhooks: STRIPE_WEBHOOK_SECRET is not set"
+	const noAPI = "refusing to serve the purchase API unauthenticated"
+
+	code, _, stderr := run(t, stripeEnv, append(serve, "--provider", "stripe")...)
+	if code != 2 || !strings.Contains(stderr, refused) || !strings.Contains(stderr, "--webhooks=false / PAYRECON_WEBHOOKS=false") {
+		t.Fatalf("stripe without a webhook secret: exit %d: %s", code, stderr)
+	}
+
+	// Switched off, by flag or environment, the check passes: serve gets
+	// as far as the next refusal, the unauthenticated API.
+	for _, tc := range []struct {
+		env  map[string]string
+		args []string
+	}{
+		{map[string]string{"STRIPE_SECRET_KEY": stripeKey}, []string{"--provider", "stripe", "--webhooks=false"}},
+		{map[string]string{"STRIPE_SECRET_KEY": stripeKey, "PAYRECON_WEBHOOKS": "false"}, []string{"--provider", "stripe"}},
+	} {
+		code, _, stderr := run(t, tc.env, append(serve, tc.args...)...)
+		if code != 2 || strings.Contains(stderr, refused) || !strings.Contains(stderr, noAPI) ||
+			!strings.Contains(stderr, "webhooks are off") {
+			t.Errorf("%v %v: exit %d: %s", tc.env, tc.args, code, stderr)
+		}
+		os.Unsetenv("PAYRECON_WEBHOOKS")
+	}
+
+	// The in-process fake keeps today's behaviour: a warning.
+	code, _, stderr = run(t, nil, append(serve, "--provider", "fake")...)
+	if code != 2 || strings.Contains(stderr, refused) || !strings.Contains(stderr, noAPI) ||
+		!strings.Contains(stderr, "STRIPE_WEBHOOK_SECRET is not set: POST /webhooks/stripe is not served") {
+		t.Errorf("fake provider: exit %d: %s", code, stderr)
+	}
+
+	code, _, stderr = run(t, nil, append(serve, "--webhooks", "maybe")...)
+	if code != 2 || !strings.Contains(stderr, `--webhooks / PAYRECON_WEBHOOKS = "maybe"`) {
+		t.Errorf("--webhooks maybe: exit %d: %s", code, stderr)
+	}
+
+	// With --webhooks=false and nothing else refused, serve starts: told
+	// to stop as soon as it logs that it listens, it drains and exits 0.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errOut := &cancelOn{want: "msg=listening", cancel: cancel}
+	args := append(serve, "--provider", "stripe", "--webhooks=false", "--api=false")
+	if code := Main(ctx, args, io.Discard, errOut); code != 0 || !strings.Contains(errOut.String(), "worker stopped") {
+		t.Errorf("%v: exit %d: %s", args, code, errOut.String())
+	}
+}
+
+// cancelOn is a log writer that calls cancel once the log contains want.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    strings.Builder
+	want   string
+	cancel func()
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf.Write(p)
+	if strings.Contains(w.buf.String(), w.want) {
+		w.cancel()
+	}
+	return len(p), nil
+}
+
+func (w *cancelOn) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+func TestDemoRefusesBadTimeout(t *testing.T) {
+	for _, v := range []string{"0s", "-1m", "soon"} {
+		code, _, stderr := run(t, nil, "demo", "--timeout", v)
+		if code != 2 || !strings.Contains(stderr, "-timeout") {
+			t.Errorf("--timeout %s: exit %d: %s", v, code, stderr)
+		}
+	}
+}
