@@ -25,8 +25,14 @@
 // probabilities, drawn from a math/rand/v2 source seeded by Config.Seed and
 // the purchase id: one source per purchase, one draw per Create call, so
 // the n-th Create for a purchase gets the same fault for a given seed
-// however calls for different purchases interleave. Payment ids are
-// sequential ("pi_fake00000000000000000001", ...).
+// however calls for different purchases interleave.
+//
+// Ids: a payment id is "pi_fake", the fake's Config.Instance, "_" and a
+// sequence number counting from 1 ("pi_fake3f09a2c1_00000000000000000001",
+// ...); a Server's event ids are built the same way ("evt_fake..."). The
+// default Instance is random, so that fakes in several processes sharing
+// one database (whose payment ids and webhook inbox keys are unique) do not
+// collide; a test that needs the same ids on every run sets it.
 //
 // A Server (NewServer) serves a Fake over HTTP in Stripe's wire format, for
 // the real Stripe adapter (provider/stripe) to talk to, and sends signed
@@ -36,11 +42,14 @@ package fakeprovider
 
 import (
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -95,6 +104,14 @@ type Config struct {
 	// Seed seeds the draws of Faults. Every seed, 0 included, is
 	// deterministic.
 	Seed int64
+	// Instance tells this fake's ids from other fakes': payment ids are
+	// "pi_fake<Instance>_<n>" and a Server's event ids
+	// "evt_fake<Instance>_<n>". Letters and digits only. Default 8 random
+	// hex digits, drawn by each New, so that fakes in several processes
+	// writing to one database never reuse each other's ids. Set it where a
+	// test needs the same ids on every run. The draws of Faults do not
+	// depend on it.
+	Instance string
 	// SettleAfter is how long a processing charge stays processing.
 	// Default 1m.
 	SettleAfter time.Duration
@@ -180,6 +197,9 @@ func New(cfg Config) *Fake {
 	if err := cfg.Faults.Validate(); err != nil {
 		panic(err)
 	}
+	if !validInstance(cfg.Instance) {
+		panic(fmt.Sprintf("fakeprovider: instance %q: want letters and digits only", cfg.Instance))
+	}
 	if cfg.KeyRetention < 0 || cfg.SettleAfter < 0 || cfg.SearchLag < 0 {
 		panic(fmt.Sprintf("fakeprovider: negative duration in config (key retention %v, settle after %v, search lag %v)",
 			cfg.KeyRetention, cfg.SettleAfter, cfg.SearchLag))
@@ -193,6 +213,9 @@ func New(cfg Config) *Fake {
 	if cfg.SettleAfter == 0 {
 		cfg.SettleAfter = time.Minute
 	}
+	if cfg.Instance == "" {
+		cfg.Instance = randomInstance()
+	}
 	return &Fake{
 		cfg:      cfg,
 		byID:     make(map[string]*entry),
@@ -203,6 +226,42 @@ func New(cfg Config) *Fake {
 		calls:    make(map[provider.Op]int),
 		keyCalls: make(map[string]int),
 	}
+}
+
+// Instance returns the fake's Config.Instance, defaulted: the part of its
+// ids that tells them from other fakes'.
+func (f *Fake) Instance() string { return f.cfg.Instance }
+
+// validInstance reports whether s is empty (defaulted) or letters and
+// digits only, so that the ids built from it keep Stripe's shape.
+func validInstance(s string) bool {
+	return !strings.ContainsFunc(s, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9')
+	})
+}
+
+// randomInstance returns 8 random hex digits.
+func randomInstance() string {
+	var b [4]byte
+	crand.Read(b[:]) // never fails
+	return hex.EncodeToString(b[:])
+}
+
+// newID returns the id prefix+"fake"+instance+"_"+n that the fake gives
+// its n-th payment (prefix "pi_") or a Server its n-th event ("evt_").
+func (f *Fake) newID(prefix string, n int) string {
+	return fmt.Sprintf("%sfake%s_%020d", prefix, f.cfg.Instance, n)
+}
+
+// localPaymentID returns the payment id without the fake's instance
+// ("pi_fake3f09a2c1_00000000000000000001" -> "pi_fake00000000000000000001",
+// the id before there were instances): the same in every fake, for
+// seeding draws.
+func (f *Fake) localPaymentID(id string) string {
+	if n, ok := strings.CutPrefix(id, "pi_fake"+f.cfg.Instance+"_"); ok {
+		return "pi_fake" + n
+	}
+	return id
 }
 
 // Script queues faults for the next Create calls for purchaseID, one per
@@ -362,7 +421,7 @@ func (f *Fake) nextFault(purchaseID string) Fault {
 func (f *Fake) newCharge(req provider.CreateRequest, fault Fault, now time.Time) *entry {
 	f.seq++
 	e := &entry{Charge: Charge{
-		ID:             fmt.Sprintf("pi_fake%020d", f.seq),
+		ID:             f.newID("pi_", f.seq),
 		PurchaseID:     req.PurchaseID,
 		Customer:       req.Customer,
 		Amount:         req.Amount,

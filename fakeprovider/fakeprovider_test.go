@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"runtime"
 	"slices"
 	"sync"
@@ -707,4 +708,38 @@ func runConcurrently(t *testing.T, f *fakeprovider.Fake, purchaseIDs []string, c
 		m[p] = out[i]
 	}
 	return m
+}
+
+// TestPaymentIDs: a fake's payment ids count from 1 and carry its
+// instance, random by default, so that fakes in several processes
+// writing to one database never give the same id; a set instance gives
+// the same ids on every run.
+func TestPaymentIDs(t *testing.T) {
+	shape := regexp.MustCompile(`^pi_fake[0-9a-f]{8}_[0-9]{20}$`)
+	a, _ := newFake(t, fakeprovider.Config{})
+	b, _ := newFake(t, fakeprovider.Config{})
+	if a.Instance() == b.Instance() {
+		t.Fatalf("two fakes drew the same instance %q", a.Instance())
+	}
+	seen := map[string]bool{}
+	for _, f := range []*fakeprovider.Fake{a, b} {
+		// The same calls on each, as two processes would make them.
+		for i, p := range []string{"pur_1", "pur_2", "pur_3"} {
+			id := mustCreate(t, f, request(p)).PaymentID
+			if want := fmt.Sprintf("pi_fake%s_%020d", f.Instance(), i+1); id != want || !shape.MatchString(id) {
+				t.Errorf("payment %d of fake %s: %q, want %q", i+1, f.Instance(), id, want)
+			}
+			if seen[id] {
+				t.Errorf("payment id %s given twice", id)
+			}
+			seen[id] = true
+		}
+	}
+
+	for range 2 {
+		f, _ := newFake(t, fakeprovider.Config{Instance: "Run7"})
+		if id := mustCreate(t, f, request("pur_1")).PaymentID; id != "pi_fakeRun7_00000000000000000001" {
+			t.Errorf("payment of a fake with instance Run7: %q", id)
+		}
+	}
 }

@@ -121,6 +121,9 @@ func TestNewPanicsOnInvalidConfig(t *testing.T) {
 		{KeyRetention: -time.Hour},
 		{SettleAfter: -time.Second},
 		{SearchLag: -time.Second},
+		{Instance: "a_b"},
+		{Instance: "run-1"},
+		{Instance: "é"},
 	} {
 		func() {
 			defer func() {

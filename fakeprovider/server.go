@@ -692,7 +692,7 @@ func renderPI(c Charge, status string) paymentIntent {
 		Object:             "payment_intent",
 		Amount:             c.Amount,
 		CaptureMethod:      "automatic",
-		ClientSecret:       c.ID + "_secret_fake" + strings.TrimPrefix(c.ID, "pi_fake"),
+		ClientSecret:       c.ID + "_secret_" + clientSecretOf(c.ID),
 		ConfirmationMethod: "automatic",
 		Created:            c.CreatedAt.Unix(),
 		Currency:           c.Currency,
@@ -732,6 +732,13 @@ func cardError(c Charge) apiError {
 		Message:     "Your card was declined.",
 		Charge:      latestCharge(c.ID),
 	}
+}
+
+// clientSecretOf returns the secret part of the client secret of the
+// PaymentIntent piID: letters and digits, as Stripe's (which
+// provider/stripe's redaction relies on).
+func clientSecretOf(piID string) string {
+	return strings.ReplaceAll(strings.TrimPrefix(piID, "pi_"), "_", "")
 }
 
 func latestCharge(piID string) string { return "ch_" + strings.TrimPrefix(piID, "pi_") }

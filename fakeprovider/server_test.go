@@ -1,6 +1,7 @@
 package fakeprovider_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -202,6 +204,14 @@ func TestServerTimeoutHoldsUntilClientGivesUp(t *testing.T) {
 				return
 			}
 			defer close(handled)
+			// Read the whole body first: cancelled before the server has
+			// it, the client may cut it short, and the fake never sees the
+			// create (which then left the scripted Timeout for the replay).
+			body, err := io.ReadAll(r.Body)
+			if err != nil {
+				t.Errorf("read the create request: %v", err)
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
 			cancel() // the client gives up once the server has the request
 			h.ServeHTTP(w, r)
 		})
@@ -953,8 +963,9 @@ func TestWebhookFaultStaleProcessing(t *testing.T) {
 }
 
 // TestWebhookFaultsSeededAndAccounted runs many purchases under every
-// fault and a flaky receiver: the same seed gives the same faults, and
-// every copy is accounted for.
+// fault and a flaky receiver: the same seed gives the same faults (and,
+// with the same Instance, the same event ids), and every copy is
+// accounted for.
 func TestWebhookFaultsSeededAndAccounted(t *testing.T) {
 	run := func(seed int64) ([]string, fakeprovider.WebhookStats) {
 		scfg, err := fakeprovider.ParseServerConfig("webhook_delay=0.2,webhook_duplicate=0.2,webhook_reorder=0.3,webhook_drop=0.1,webhook_stale_processing=0.1,webhook_attempts=2")
@@ -965,6 +976,7 @@ func TestWebhookFaultsSeededAndAccounted(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		fcfg.Instance = "seeded" // the same event ids on both runs
 		// Every third request fails.
 		s, rc := serveWebhooks(t, fcfg, scfg, func(n int) int {
 			if n%3 == 0 {
@@ -1151,5 +1163,78 @@ func TestNewServerPanicsOnInvalidConfig(t *testing.T) {
 			}()
 			fakeprovider.NewServer(fakeprovider.New(fakeprovider.Config{}), cfg).Close()
 		})
+	}
+}
+
+// TestEventIDs: a server's event ids carry its fake's instance, so that
+// two fake servers sending to one payrecon never give the same id (its
+// inbox would take the second event for a conflicting redelivery of the
+// first); a set instance gives the same ids on every run. The client
+// secret stays letters and digits after "_secret_", as Stripe's.
+func TestEventIDs(t *testing.T) {
+	shape := regexp.MustCompile(`^evt_fake[0-9a-f]{8}_[0-9]{20}$`)
+	secret := regexp.MustCompile(`"client_secret":"(pi_fake[0-9a-f]{8}_[0-9]{20})_secret_fake[0-9a-f]{8}[0-9]{20}"`)
+	seen := map[string]bool{}
+	for range 2 {
+		s, rc := serveWebhooks(t, fakeprovider.Config{}, fakeprovider.ServerConfig{}, nil)
+		created := adapterCreate(t, s.adapter, request("pur_same")) // the same purchase on both
+		got := rc.received()
+		if len(got) != 1 || got[0].err != nil {
+			t.Fatalf("received %+v, want one event", got)
+		}
+		id := got[0].event.ID
+		if want := fmt.Sprintf("evt_fake%s_%020d", s.fake.Instance(), 1); id != want || !shape.MatchString(id) {
+			t.Errorf("event of fake %s: %q, want %q", s.fake.Instance(), id, want)
+		}
+		if seen[id] {
+			t.Errorf("event id %s given by both servers", id)
+		}
+		seen[id] = true
+		if m := secret.FindSubmatch(got[0].body); m == nil || string(m[1]) != created.PaymentID {
+			t.Errorf("event body has no client secret of %s in Stripe's shape:\n%s", created.PaymentID, got[0].body)
+		}
+	}
+
+	for range 2 {
+		s, rc := serveWebhooks(t, fakeprovider.Config{Instance: "Run7"}, fakeprovider.ServerConfig{}, nil)
+		adapterCreate(t, s.adapter, request("pur_same"))
+		if got := rc.received(); len(got) != 1 || got[0].event.ID != "evt_fakeRun7_00000000000000000001" {
+			t.Errorf("received %+v, want one event evt_fakeRun7_00000000000000000001", got)
+		}
+	}
+}
+
+// TestWebhookFaultsOfKeylessChargesIgnoreInstance: the webhook faults of
+// a charge with no purchase are drawn from its payment id without the
+// instance, so that the same seed gives the same faults in every fake.
+func TestWebhookFaultsOfKeylessChargesIgnoreInstance(t *testing.T) {
+	run := func() []string {
+		fcfg := fakeprovider.Config{Seed: 3}
+		scfg := fakeprovider.ServerConfig{WebhookFaults: fakeprovider.WebhookFaults{Duplicate: 0.5}}
+		s, _ := serveWebhooks(t, fcfg, scfg, nil)
+		for range 20 {
+			req := request("")
+			req.IdempotencyKey = ""
+			mustCreate(t, s.fake, req)
+		}
+		s.srv.Tick()
+		var faults []string
+		for _, ev := range s.srv.Events() {
+			if ev.PurchaseID != "" {
+				t.Fatalf("event %+v has a purchase", ev)
+			}
+			faults = append(faults, fmt.Sprint(ev.Faults))
+		}
+		if len(faults) != 20 {
+			t.Fatalf("%d events, want 20", len(faults))
+		}
+		return faults
+	}
+	a, b := run(), run()
+	if !slices.Equal(a, b) {
+		t.Errorf("seed 3 gave different faults in two fakes:\n%v\n%v", a, b)
+	}
+	if !slices.Contains(a, "[]") || !slices.Contains(a, "[webhook_duplicate]") {
+		t.Errorf("faults %v, want some duplicates and some not", a)
 	}
 }

@@ -484,7 +484,7 @@ const webhookSalt = 0x77656268_6f6f6b73 // "webhooks"
 func (w *webhooks) rng(c Charge) *rand.Rand {
 	key := c.PurchaseID
 	if key == "" {
-		key = c.ID
+		key = w.s.fake.localPaymentID(c.ID) // the same draws in every fake
 	}
 	r := w.rngs[key]
 	if r == nil {
@@ -501,7 +501,7 @@ func (w *webhooks) newEvent(c Charge, status string, at time.Time, withKey bool)
 	w.nextID++
 	w.stats.Emitted++
 	ev := &event{WebhookEvent: WebhookEvent{
-		ID:         fmt.Sprintf("evt_fake%020d", w.nextID),
+		ID:         w.s.fake.newID("evt_", w.nextID),
 		Type:       eventType(status),
 		PaymentID:  c.ID,
 		PurchaseID: c.PurchaseID,

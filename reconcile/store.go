@@ -151,7 +151,11 @@ type Tx interface {
 	// received first.
 	ListInboxEvents(ctx context.Context, purchaseID string) ([]InboxEvent, error)
 	// ListUnmatchedEvents returns up to limit events whose outcome is
-	// unmatched, oldest received first.
+	// unmatched, least recently tried first: never-processed events, then
+	// by processed_at (which UpdateInboxEvent sets on every retry),
+	// received_at, provider and event id. Retrying a batch and recording
+	// the retry thus moves it behind the rest, so that events that never
+	// match cannot starve newer ones.
 	ListUnmatchedEvents(ctx context.Context, limit int) ([]InboxEvent, error)
 	// DeleteInboxEventsBefore deletes up to limit events received before
 	// the given time and returns how many it deleted.

@@ -88,15 +88,23 @@ WHERE purchase_id = $1 ORDER BY received_at, provider, event_id`, purchaseID)
 	return out, nil
 }
 
-// ListUnmatchedEvents implements reconcile.Tx: oldest received first, then
-// by provider and event id. limit must be positive (reconcile.ErrInvalid
-// otherwise).
+// listUnmatchedEventsSQL lists the unmatched events least recently tried
+// first. The outcome is a literal, not a parameter, so that the planner
+// can use the partial index webhook_inbox_unmatched_idx (migration 00003),
+// which holds the unmatched events in this order, in a generic plan too.
+const listUnmatchedEventsSQL = `SELECT ` + inboxColumns + ` FROM webhook_inbox
+WHERE outcome = '` + string(reconcile.EventUnmatched) + `'
+ORDER BY processed_at NULLS FIRST, received_at, provider, event_id LIMIT $1`
+
+// ListUnmatchedEvents implements reconcile.Tx: least recently tried
+// first, that is never processed (processed_at NULL) first, then by
+// processed_at, received_at, provider and event id. limit must be positive
+// (reconcile.ErrInvalid otherwise).
 func (t *txn) ListUnmatchedEvents(ctx context.Context, limit int) ([]reconcile.InboxEvent, error) {
 	if limit <= 0 {
 		return nil, fmt.Errorf("postgres: list unmatched events: %w: limit %d", reconcile.ErrInvalid, limit)
 	}
-	rows, err := t.tx.Query(ctx, `SELECT `+inboxColumns+` FROM webhook_inbox
-WHERE outcome = $1 ORDER BY received_at, provider, event_id LIMIT $2`, string(reconcile.EventUnmatched), limit)
+	rows, err := t.tx.Query(ctx, listUnmatchedEventsSQL, limit)
 	if err != nil {
 		return nil, wrap(err, "list unmatched events")
 	}

@@ -294,8 +294,9 @@ func TestInboxPayloadEmptyAndNil(t *testing.T) {
 	}
 }
 
-// TestRetentionQueriesUseTheirIndexes guards the indexes 00002 adds for
-// the sweeps against a rewrite of the queries that could not use them.
+// TestRetentionQueriesUseTheirIndexes guards the indexes 00002 and 00003
+// add for the sweeps against a rewrite of the queries that could not use
+// them.
 func TestRetentionQueriesUseTheirIndexes(t *testing.T) {
 	_, url := newStore(t)
 	conn := rawConn(t, url)
@@ -303,7 +304,7 @@ func TestRetentionQueriesUseTheirIndexes(t *testing.T) {
 	for _, tc := range []struct{ query, index string }{
 		{`SELECT provider, event_id FROM webhook_inbox WHERE received_at < now() ORDER BY received_at LIMIT 10`, "webhook_inbox_received_at_idx"},
 		{`SELECT client, key FROM idempotency_keys WHERE created_at < now() ORDER BY created_at LIMIT 10`, "idempotency_keys_created_at_idx"},
-		{`SELECT * FROM webhook_inbox WHERE outcome = 'unmatched' ORDER BY received_at LIMIT 10`, "webhook_inbox_outcome_idx"},
+		{`SELECT * FROM webhook_inbox WHERE outcome = 'unmatched' ORDER BY processed_at NULLS FIRST, received_at, provider, event_id LIMIT 10`, "webhook_inbox_unmatched_idx"},
 		{`SELECT * FROM webhook_inbox WHERE purchase_id = 'pur_1' ORDER BY received_at`, "webhook_inbox_purchase_idx"},
 		{`SELECT min(uncertain_since) FROM purchases WHERE state IN ('uncertain', 'reconciling')`, "purchases_uncertain_since_idx"},
 		{`SELECT id FROM purchases WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < now() ORDER BY uncertain_since LIMIT 10`, "purchases_uncertain_since_idx"},
@@ -318,5 +319,25 @@ func TestRetentionQueriesUseTheirIndexes(t *testing.T) {
 		if !strings.Contains(plan, tc.index) {
 			t.Errorf("%s\ndoes not use %s:\n%s", tc.query, tc.index, plan)
 		}
+	}
+}
+
+// TestListUnmatchedEventsPlan: the sweep's own query reads the unmatched
+// events from webhook_inbox_unmatched_idx in its order, without a sort,
+// in a generic plan too (the one a prepared statement ends up with).
+func TestListUnmatchedEventsPlan(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	exec(t, conn, `SET enable_seqscan = off`)
+	exec(t, conn, `SET plan_cache_mode = force_generic_plan`)
+	exec(t, conn, `PREPARE list_unmatched AS `+postgres.ListUnmatchedEventsSQL)
+	rows, _ := conn.Query(t.Context(), `EXPLAIN EXECUTE list_unmatched(10)`)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatalf("EXPLAIN: %v", err)
+	}
+	plan := strings.Join(lines, "\n")
+	if !strings.Contains(plan, "webhook_inbox_unmatched_idx") || strings.Contains(plan, "Sort") {
+		t.Errorf("ListUnmatchedEvents does not read webhook_inbox_unmatched_idx in order:\n%s", plan)
 	}
 }

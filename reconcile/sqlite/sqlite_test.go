@@ -362,6 +362,35 @@ func TestMigrationsDownUp(t *testing.T) {
 	}
 }
 
+// TestListUnmatchedEventsPlan: the sweep's query reads the unmatched
+// events from webhook_inbox_unmatched_idx in its order, without sorting
+// them.
+func TestListUnmatchedEventsPlan(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+sqlite.ListUnmatchedEventsSQL, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, notUsed int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+			t.Fatal(err)
+		}
+		plan = append(plan, detail)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	all := strings.Join(plan, "\n")
+	if !strings.Contains(all, "webhook_inbox_unmatched_idx") || strings.Contains(all, "TEMP B-TREE") {
+		t.Errorf("ListUnmatchedEvents does not read webhook_inbox_unmatched_idx in order:\n%s", all)
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -276,9 +276,11 @@ func testInbox(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 			{"evt_4", 4, reconcile.EventUnmatched},
 			{"evt_2", 2, reconcile.EventUnmatched},
 			{"evt_applied", 0, reconcile.EventApplied},
+			{"evt_6b", 6, reconcile.EventUnmatched},
 			{"evt_5", 5, reconcile.EventUnmatched},
 			{"evt_1", 1, reconcile.EventUnmatched},
 			{"evt_ignored", 0, reconcile.EventIgnored},
+			{"evt_6a", 6, reconcile.EventUnmatched},
 			{"evt_3", 3, reconcile.EventUnmatched},
 		} {
 			e := inboxEvent(ev.id, at(ev.received*time.Minute))
@@ -300,13 +302,44 @@ func testInbox(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 			}
 			return eventIDs(got)
 		}
-		equal(t, "unmatched, oldest received first", list(10), []string{"evt_1", "evt_2", "evt_3", "evt_4", "evt_5"})
+		retry := func(at time.Time, ids ...string) {
+			t.Helper()
+			for _, id := range ids {
+				updateEvent(t, s, id, "", reconcile.EventUnmatched, at)
+			}
+		}
+		// Never tried: oldest received first, then by event id.
+		equal(t, "unmatched, never tried", list(10), []string{"evt_1", "evt_2", "evt_3", "evt_4", "evt_5", "evt_6a", "evt_6b"})
 		equal(t, "unmatched, limit 2", list(2), []string{"evt_1", "evt_2"})
 		updateEvent(t, s, "evt_1", "pur_1", reconcile.EventApplied, at(time.Hour))
 		equal(t, "unmatched after evt_1 matched", list(2), []string{"evt_2", "evt_3"})
-		// Processed again and still unmatched: it stays on the list.
-		updateEvent(t, s, "evt_2", "", reconcile.EventUnmatched, at(time.Hour))
-		equal(t, "unmatched after evt_2 was retried", list(10), []string{"evt_2", "evt_3", "evt_4", "evt_5"})
+		// Tried again and still unmatched: it stays on the list, behind
+		// the events never tried, however long ago it was received.
+		retry(at(time.Hour), "evt_2")
+		equal(t, "unmatched after evt_2 was retried", list(10), []string{"evt_3", "evt_4", "evt_5", "evt_6a", "evt_6b", "evt_2"})
+		// Among the tried, least recently tried first, whatever their
+		// received_at: evt_3 (received after evt_2, tried before it), then
+		// evt_2, then evt_5 (tried last).
+		retry(at(2*time.Hour), "evt_5")
+		retry(at(30*time.Minute), "evt_3")
+		equal(t, "unmatched after evt_3 and evt_5 were retried", list(10), []string{"evt_4", "evt_6a", "evt_6b", "evt_3", "evt_2", "evt_5"})
+		// Tried at the same instant: oldest received first, then by id.
+		retry(at(3*time.Hour), "evt_6b", "evt_6a", "evt_4")
+		want := []string{"evt_3", "evt_2", "evt_5", "evt_4", "evt_6a", "evt_6b"}
+		equal(t, "unmatched, all tried", list(10), want)
+		// A sweep that retries its batch, one event after the other, moves
+		// on to the others: events that never match cannot hold the head
+		// of the list.
+		now := at(4 * time.Hour)
+		for i := range 3 {
+			batch := list(2)
+			equal(t, fmt.Sprintf("sweep batch %d", i+1), batch, want[2*i:2*i+2])
+			for _, id := range batch {
+				now = now.Add(time.Second)
+				retry(now, id)
+			}
+		}
+		equal(t, "unmatched after a full round of sweeps", list(10), want)
 	})
 
 	parallel(t, "DeleteBefore", func(t *testing.T) {
