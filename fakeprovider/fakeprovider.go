@@ -44,7 +44,6 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -88,7 +87,7 @@ const (
 // ErrInvalidRequest is wrapped by the error of a create Stripe would reject
 // as invalid (amount not positive, no currency). The provider did not act,
 // but the request will never succeed, so it is not provider.ErrRetryLater.
-var ErrInvalidRequest = errors.New("fakeprovider: invalid request")
+var ErrInvalidRequest = fmt.Errorf("fakeprovider: invalid request: %w", provider.ErrRejected)
 
 // Config configures a Fake. The zero value is a well-behaved provider on
 // the real clock.
@@ -331,6 +330,11 @@ func (f *Fake) createHashed(req provider.CreateRequest, hash string) attempt {
 	a := attempt{fault: f.nextFault(req.PurchaseID)}
 	if a.fault == FailBefore || a.fault == Timeout {
 		f.mu.Unlock()
+		return a
+	}
+	if a.fault == Reject {
+		f.mu.Unlock()
+		a.err = fmt.Errorf("%w: create for %s: injected reject", ErrInvalidRequest, req.PurchaseID)
 		return a
 	}
 	if err := validate(req); err != nil {

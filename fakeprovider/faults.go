@@ -44,6 +44,10 @@ const (
 	// Decline: the card is declined: status requires_payment_method,
 	// Outcome Declined, Reason "card_declined".
 	Decline Fault = "decline"
+	// Reject: the provider refuses the request as invalid without acting
+	// on it (as Stripe does a 400 or a 401); the error wraps
+	// ErrInvalidRequest and provider.ErrRejected. Script only.
+	Reject Fault = "reject"
 	// DeclineThenSucceed: the card is declined at first, and once
 	// Config.SettleAfter has passed the charge turns out to have succeeded
 	// after all (a bank's late approval): the provider's truth contradicts

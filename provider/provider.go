@@ -42,6 +42,10 @@ const (
 	// IdempotencyMismatch: the provider holds the key with other
 	// parameters. It is a bug: escalate, never retry with another key.
 	IdempotencyMismatch Outcome = "idempotency_mismatch"
+	// Rejected: the provider refused the request without acting on it,
+	// and sending it unchanged will be refused again (invalid parameters,
+	// a bad or under-privileged key). A human must fix the cause.
+	Rejected Outcome = "rejected"
 )
 
 // Final reports whether o settles the purchase.
@@ -56,6 +60,9 @@ var (
 	// ErrIdempotencyMismatch means the key was reused with different
 	// parameters. Never retry it with another key.
 	ErrIdempotencyMismatch = errors.New("provider: idempotency key reused with different parameters")
+	// ErrRejected means the provider refused the request without acting
+	// on it, and will refuse it again unchanged.
+	ErrRejected = errors.New("provider: request rejected, not acted on")
 )
 
 // OutcomeOf classifies the result of a Provider call: the result's own
@@ -68,6 +75,8 @@ func OutcomeOf(res Result, err error) Outcome {
 		return RetryLater
 	case errors.Is(err, ErrIdempotencyMismatch):
 		return IdempotencyMismatch
+	case errors.Is(err, ErrRejected):
+		return Rejected
 	default:
 		return Unknown
 	}

@@ -348,3 +348,31 @@ func TestStatusQueryWinsRaceWithEvent(t *testing.T) {
 		raceStatusQueryAndEvent(t, newStore, false)
 	})
 }
+
+// TestRejectedEscalatesAtOnce: the provider refuses the create without
+// acting (a bad API key, say). The purchase stays submitted, goes to the
+// operators at once, and once the cause is fixed the slow check resends
+// the same request: one charge, and off the list.
+func TestRejectedEscalatesAtOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		p := f.create("zoe")
+		f.fake.Script(p.ID, fakeprovider.Reject)
+		f.runUntilIdle(f.svc)
+		d := f.wantState(p.ID, statemachine.Submitted)
+		if d.Purchase.EscalationReason != reconcile.EscalationProviderRejected {
+			t.Fatalf("escalation %q, want provider_rejected\n%s", d.Purchase.EscalationReason, history(d))
+		}
+		if last := d.Attempts[len(d.Attempts)-1]; last.Outcome != provider.Rejected {
+			t.Fatalf("attempt %+v", last)
+		}
+		f.wantMoneyTaken(p.ID, 0)
+		f.clock.Advance(6 * time.Hour)
+		f.runUntilIdle(f.svc)
+		d = f.wantState(p.ID, statemachine.Succeeded)
+		if d.Purchase.Escalated() {
+			t.Fatal("still escalated after settling")
+		}
+		f.wantMoneyTaken(p.ID, 1)
+	})
+}

@@ -76,6 +76,9 @@ const (
 	// EscalationProviderMismatch: the provider settled an amount or
 	// currency other than the purchase's.
 	EscalationProviderMismatch EscalationReason = "provider_mismatch"
+	// EscalationProviderRejected: the provider refused the request without
+	// acting on it (invalid parameters, a bad API key).
+	EscalationProviderRejected EscalationReason = "provider_rejected"
 )
 
 // Sticky reports whether the reason keeps a purchase on the operator list

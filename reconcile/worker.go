@@ -508,6 +508,14 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, p Purchase, cause Caus
 		}
 	case provider.IdempotencyMismatch:
 		next.State, escalate = statemachine.Uncertain, EscalationIdempotencyMismatch
+	case provider.Rejected:
+		// Refused without acting: nothing is uncertain from submitted, but
+		// resending unchanged will not help. A human fixes the cause; the
+		// slow checks then resend the same request.
+		next.State, escalate = statemachine.Uncertain, EscalationProviderRejected
+		if p.State == statemachine.Submitted {
+			next.State = statemachine.Submitted
+		}
 	default: // pending, unknown, not found: not proof of anything
 		next.State = statemachine.Uncertain
 		if a.Op == provider.OpSearch && a.Outcome == provider.NotFound && !s.keyReplayable(p) {

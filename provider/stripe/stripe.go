@@ -48,13 +48,10 @@ const (
 // other than a decline, a key in use, an idempotency mismatch, a rate
 // limit or a missing PaymentIntent: invalid parameters, a bad or
 // under-privileged key), or that the adapter refused to send it. Sending
-// the same request again will not help.
-//
-// provider has no sentinel for this, so provider.OutcomeOf classifies it
-// as Unknown: the worker keeps reconciling and eventually escalates, which
-// is safe. Callers that know they talk to Stripe (start-up checks, the
-// demo) may test for it with errors.Is.
-var ErrRejected = errors.New("stripe: request rejected, not acted on")
+// the same request again will not help. It is provider.ErrRejected, so
+// the worker escalates at once instead of reconciling a call the provider
+// never acted on.
+var ErrRejected = provider.ErrRejected
 
 // Config configures a Provider. The zero value of every field but
 // SecretKey is a documented default.

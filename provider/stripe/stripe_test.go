@@ -99,9 +99,9 @@ func transportRows(t *testing.T) []row {
 		{name: "429 lock_timeout", reply: respond(429, `{"error":{"type":"invalid_request_error","code":"lock_timeout","message":"This object cannot be accessed right now."}}`),
 			want: want{res: provider.Result{Reason: "lock_timeout"}, err: provider.ErrRetryLater, outcome: provider.RetryLater}},
 		{name: "401 invalid API key", reply: respond(401, `{"error":{"type":"invalid_request_error","message":"Invalid API Key provided: sk_test_****load"}}`),
-			want: want{res: provider.Result{Reason: "invalid_request_error"}, err: stripe.ErrRejected, outcome: provider.Unknown}},
+			want: want{res: provider.Result{Reason: "invalid_request_error"}, err: stripe.ErrRejected, outcome: provider.Rejected}},
 		{name: "403 key lacks permission", reply: respond(403, `{"error":{"type":"invalid_request_error","code":"secret_key_required","message":"This API call cannot be made with a publishable API key."}}`),
-			want: want{res: provider.Result{Reason: "secret_key_required"}, err: stripe.ErrRejected, outcome: provider.Unknown}},
+			want: want{res: provider.Result{Reason: "secret_key_required"}, err: stripe.ErrRejected, outcome: provider.Rejected}},
 		{name: "424 external dependency failed", reply: respond(424, `{"error":{"type":"api_error","message":"External dependency failed"}}`),
 			want: want{res: provider.Result{Reason: "api_error"}, err: errUnknown, outcome: provider.Unknown}},
 		{name: "200 whose body is not JSON", reply: func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("{truncated")) },
@@ -153,9 +153,9 @@ func TestCreateTranslation(t *testing.T) {
 		{name: "409 conflict other than a key in use", reply: respond(409, `{"error":{"type":"invalid_request_error","message":"Conflict"}}`),
 			want: want{res: provider.Result{Reason: "invalid_request_error"}, err: errUnknown, outcome: provider.Unknown}},
 		{name: "400 invalid parameters", reply: respond(400, `{"error":{"type":"invalid_request_error","code":"parameter_invalid_integer","param":"amount","message":"Invalid integer: -1"}}`),
-			want: want{res: provider.Result{Reason: "parameter_invalid_integer"}, err: stripe.ErrRejected, outcome: provider.Unknown}},
+			want: want{res: provider.Result{Reason: "parameter_invalid_integer"}, err: stripe.ErrRejected, outcome: provider.Rejected}},
 		{name: "400 resource_missing: no such payment method", reply: respond(400, `{"error":{"type":"invalid_request_error","code":"resource_missing","param":"payment_method","message":"No such PaymentMethod: 'pm_nope'"}}`),
-			want: want{res: provider.Result{Reason: "resource_missing"}, err: stripe.ErrRejected, outcome: provider.Unknown}},
+			want: want{res: provider.Result{Reason: "resource_missing"}, err: stripe.ErrRejected, outcome: provider.Rejected}},
 	}
 	rows = append(rows, transportRows(t)...)
 	req := testRequest()
@@ -220,7 +220,7 @@ func TestStatusTranslation(t *testing.T) {
 		{name: "404 resource_missing", reply: respond(404, `{"error":{"type":"invalid_request_error","code":"resource_missing","param":"intent","message":"No such payment_intent: 'pi_1'"}}`),
 			want: want{res: provider.Result{Outcome: provider.NotFound, Reason: "resource_missing"}, outcome: provider.NotFound}},
 		{name: "404 unrecognised URL: a misconfigured base, not a missing charge", reply: respond(404, `{"error":{"type":"invalid_request_error","message":"Unrecognized request URL (GET: /v1/payment_intent/pi_1)."}}`),
-			want: want{res: provider.Result{Reason: "invalid_request_error"}, err: stripe.ErrRejected, outcome: provider.Unknown}},
+			want: want{res: provider.Result{Reason: "invalid_request_error"}, err: stripe.ErrRejected, outcome: provider.Rejected}},
 	}
 	rows = append(rows, transportRows(t)...)
 	for _, r := range rows {
@@ -278,7 +278,7 @@ func TestSearchTranslation(t *testing.T) {
 		{name: "a match in a status Stripe may add", reply: found(paymentIntent("pi_1", "requires_magic", nil)),
 			want: want{res: provider.Result{PaymentID: "pi_1", Status: "requires_magic", Amount: 1999, Currency: "usd"}, err: errUnknown, outcome: provider.Unknown}},
 		{name: "400 invalid query", reply: respond(400, `{"error":{"type":"invalid_request_error","code":"parameter_invalid_string","param":"query","message":"Invalid query"}}`),
-			want: want{res: provider.Result{Reason: "parameter_invalid_string"}, err: stripe.ErrRejected, outcome: provider.Unknown}},
+			want: want{res: provider.Result{Reason: "parameter_invalid_string"}, err: stripe.ErrRejected, outcome: provider.Rejected}},
 	}
 	rows = append(rows, transportRows(t)...)
 	for _, r := range rows {
@@ -384,8 +384,8 @@ func TestRefusedBeforeSending(t *testing.T) {
 			if !errors.Is(err, stripe.ErrRejected) {
 				t.Errorf("error %v, want one wrapping stripe.ErrRejected", err)
 			}
-			if got := provider.OutcomeOf(res, err); got != provider.Unknown {
-				t.Errorf("OutcomeOf = %q, want %q", got, provider.Unknown)
+			if got := provider.OutcomeOf(res, err); got != provider.Rejected {
+				t.Errorf("OutcomeOf = %q, want %q", got, provider.Rejected)
 			}
 		})
 	}

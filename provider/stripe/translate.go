@@ -63,7 +63,7 @@ var statusOutcomes = map[stripego.PaymentIntentStatus]provider.Outcome{
 //	idempotency_error (400)                        error wrapping provider.ErrIdempotencyMismatch
 //	429 (rate_limit, lock_timeout)                 error wrapping provider.ErrRetryLater
 //	404 resource_missing on OpStatus               NotFound, Reason ReasonNotFound, nil error
-//	other 4xx but 409, 424 (400, 401, 403, 404…)   error wrapping ErrRejected → Unknown
+//	other 4xx but 409, 424 (400, 401, 403, 404…)   error wrapping ErrRejected → Rejected
 //	5xx, other 409, 424, a body that is no
 //	Stripe error, timeout, reset, EOF              error → Unknown
 //	connection never made (dial failed)            error wrapping provider.ErrRetryLater
