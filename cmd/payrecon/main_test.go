@@ -18,6 +18,7 @@ import (
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/demo"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -42,11 +43,11 @@ func TestDemoEndToEnd(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("demo exited %d\n%s", code, stderr)
 	}
-	var report demoReport
+	var report demo.Report
 	if err := json.Unmarshal([]byte(stdout), &report); err != nil {
 		t.Fatalf("report is not JSON: %v\n%s", err, stdout)
 	}
-	if !report.OK || len(report.Results) != len(demoScenarios()) {
+	if !report.OK || len(report.Results) != len(demo.Scenarios()) {
 		t.Fatalf("report: ok=%v, %d results", report.OK, len(report.Results))
 	}
 	want := map[string]struct {
