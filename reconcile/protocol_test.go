@@ -353,28 +353,45 @@ func claimOne(t *testing.T, f *fixture, owner string) reconcile.Lease {
 	return leases[0]
 }
 
+// stalled is a worker held inside a provider call.
+type stalled struct {
+	lease   reconcile.Lease
+	gate    *gate
+	process <-chan error // Process's result, once the call is released
+}
+
+// stall has worker-a claim the next due job and work it over p until its
+// first call of op, which is held; it returns once the worker is inside
+// that call.
+func (f *fixture) stall(p provider.Provider, op provider.Op) stalled {
+	f.t.Helper()
+	g := newGate(p, op)
+	a := f.service(g, "worker-a", reconcile.Config{})
+	l := claimOne(f.t, f, "worker-a")
+	done := make(chan error, 1)
+	go func() { done <- a.Process(context.Background(), l) }()
+	<-g.entered
+	return stalled{lease: l, gate: g, process: done}
+}
+
 // TestStaleWorkerCannotCommit: worker A stalls inside the create call, its
 // lease expires, worker B takes the job over and settles the purchase.
 // When A's answer finally arrives, A commits nothing.
 func TestStaleWorkerCannotCommit(t *testing.T) {
 	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
-		g := newGate(f.fake, provider.OpCreate)
-		a := f.service(g, "worker-a", reconcile.Config{})
 		b := f.service(f.fake, "worker-b", reconcile.Config{})
 		p := f.create("grace")
 
-		la := claimOne(t, f, "worker-a")
-		done := make(chan struct{})
-		go func() { defer close(done); a.Process(context.Background(), la) }()
-		<-g.entered // A has moved created→submitted and is inside the call
+		a := f.stall(f.fake, provider.OpCreate) // A has moved created→submitted and is inside the call
+		la := a.lease
 
 		f.clock.Advance(31 * time.Second) // A's lease expires
 		f.runUntilIdle(b)
 		f.wantState(p.ID, statemachine.Succeeded)
 
-		close(g.release) // A's reply arrives, too late
-		<-done
+		close(a.gate.release) // A's reply arrives, too late
+		<-a.process
 
 		d := f.wantState(p.ID, statemachine.Succeeded)
 		f.wantMoneyTaken(p.ID, 1)
@@ -431,13 +448,9 @@ func TestStaleProcessingAfterSuccess(t *testing.T) {
 
 		// Worker A asks for the status while the charge is still
 		// processing, and stalls before the answer is applied.
-		g := newGate(staleAnswer{f.fake}, provider.OpStatus)
-		a := f.service(g, "worker-a", reconcile.Config{})
 		f.clock.Advance(30 * time.Second)
-		la := claimOne(t, f, "worker-a")
-		done := make(chan struct{})
-		go func() { defer close(done); a.Process(context.Background(), la) }()
-		<-g.entered
+		a := f.stall(staleAnswer{f.fake}, provider.OpStatus)
+		la := a.lease
 
 		// Meanwhile the charge settles and worker B, taking over the
 		// expired lease, confirms the success.
@@ -446,8 +459,8 @@ func TestStaleProcessingAfterSuccess(t *testing.T) {
 		f.runUntilIdle(b)
 		f.wantState(p.ID, statemachine.Succeeded)
 
-		close(g.release) // A's stale "processing" arrives
-		<-done
+		close(a.gate.release) // A's stale "processing" arrives
+		<-a.process
 		d := f.wantState(p.ID, statemachine.Succeeded)
 		f.wantMoneyTaken(p.ID, 1)
 		var stale bool

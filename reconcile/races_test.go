@@ -23,12 +23,7 @@ func TestResolveWaitsForInFlightCall(t *testing.T) {
 		f.runUntilIdle(f.svc) // uncertain
 		f.clock.Advance(30 * time.Second)
 
-		g := newGate(f.fake, provider.OpCreate)
-		a := f.service(g, "worker-a", reconcile.Config{})
-		l := claimOne(t, f, "worker-a")
-		done := make(chan error, 1)
-		go func() { done <- a.Process(context.Background(), l) }()
-		<-g.entered // reconciling, replay in flight
+		a := f.stall(f.fake, provider.OpCreate) // reconciling, replay in flight
 
 		before := f.detail(p.ID)
 		_, err := f.svc.Resolve(context.Background(), reconcile.Resolution{
@@ -40,8 +35,8 @@ func TestResolveWaitsForInFlightCall(t *testing.T) {
 		if after := f.detail(p.ID); after.Purchase.Version != before.Purchase.Version || after.Job.LeaseToken != before.Job.LeaseToken {
 			t.Fatalf("refused resolve changed something: %+v → %+v", before.Purchase, after.Purchase)
 		}
-		close(g.release)
-		if err := <-done; err != nil {
+		close(a.gate.release)
+		if err := <-a.process; err != nil {
 			t.Fatal(err)
 		}
 		d := f.wantState(p.ID, statemachine.Uncertain) // the replay timed out too
@@ -73,12 +68,7 @@ func TestLateSuccessContradictsDecline(t *testing.T) {
 		f.runUntilIdle(f.svc) // uncertain; the charge succeeded at the provider
 		f.clock.Advance(30 * time.Second)
 
-		g := newGate(f.fake, provider.OpCreate)
-		a := f.service(g, "worker-a", reconcile.Config{})
-		l := claimOne(t, f, "worker-a")
-		done := make(chan error, 1)
-		go func() { done <- a.Process(context.Background(), l) }()
-		<-g.entered
+		a := f.stall(f.fake, provider.OpCreate)
 
 		outcome, err := f.svc.ApplyEvent(context.Background(), reconcile.Event{
 			Provider: "stripe", ID: "evt_decline", Type: "payment_intent.payment_failed",
@@ -87,8 +77,8 @@ func TestLateSuccessContradictsDecline(t *testing.T) {
 		if err != nil || outcome != reconcile.EventApplied {
 			t.Fatalf("decline event: %s, %v", outcome, err)
 		}
-		close(g.release)
-		if err := <-done; err != nil {
+		close(a.gate.release)
+		if err := <-a.process; err != nil {
 			t.Fatal(err)
 		}
 		d := f.wantState(p.ID, statemachine.Declined)
@@ -211,20 +201,15 @@ func TestRescueExpiredTakesOver(t *testing.T) {
 		f.runUntilIdle(f.svc)
 		f.clock.Advance(30 * time.Second)
 
-		g := newGate(f.fake, provider.OpCreate)
-		a := f.service(g, "worker-a", reconcile.Config{})
-		l := claimOne(t, f, "worker-a")
-		done := make(chan error, 1)
-		go func() { done <- a.Process(context.Background(), l) }()
-		<-g.entered // reconciling, stalled
+		a := f.stall(f.fake, provider.OpCreate) // reconciling, stalled
 
 		f.clock.Advance(31 * time.Second)
 		n, err := f.svc.RescueExpired(context.Background())
 		if err != nil || n != 1 {
 			t.Fatalf("RescueExpired: %d, %v", n, err)
 		}
-		close(g.release)
-		if err := <-done; !errors.Is(err, reconcile.ErrLeaseLost) {
+		close(a.gate.release)
+		if err := <-a.process; !errors.Is(err, reconcile.ErrLeaseLost) {
 			t.Fatalf("stalled worker: %v, want ErrLeaseLost", err)
 		}
 		d := f.wantState(p.ID, statemachine.Succeeded)
@@ -287,12 +272,7 @@ func raceStatusQueryAndEvent(t *testing.T, newStore func(testing.TB) reconcile.S
 	f.clock.Advance(2 * time.Minute)
 	pi := f.detail(p.ID).Purchase.ProviderPaymentID
 
-	g := newGate(f.fake, provider.OpStatus)
-	a := f.service(g, "worker-a", reconcile.Config{})
-	l := claimOne(t, f, "worker-a")
-	done := make(chan error, 1)
-	go func() { done <- a.Process(context.Background(), l) }()
-	<-g.entered
+	a := f.stall(f.fake, provider.OpStatus)
 
 	event := func() reconcile.EventOutcome {
 		outcome, err := f.svc.ApplyEvent(context.Background(), reconcile.Event{
@@ -308,8 +288,8 @@ func raceStatusQueryAndEvent(t *testing.T, newStore func(testing.TB) reconcile.S
 	if eventFirst {
 		outcome = event()
 	}
-	close(g.release)
-	if err := <-done; err != nil {
+	close(a.gate.release)
+	if err := <-a.process; err != nil {
 		t.Fatal(err)
 	}
 	if !eventFirst {
