@@ -33,11 +33,17 @@ func runMigrate(ctx context.Context, e *env, args []string) error {
 // newService opens the store, checks that it is migrated, and builds the
 // provider and the reconcile service from the settings.
 func newService(ctx context.Context, e *env) (*reconcile.Service, func(), error) {
+	return newObservedService(ctx, e, nil)
+}
+
+// newObservedService is newService with obs told about the protocol's
+// work (nil for none).
+func newObservedService(ctx context.Context, e *env, obs reconcile.Observer) (*reconcile.Service, func(), error) {
 	cfg, err := e.settings.reconcileConfig()
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	cfg.Logger = e.log
+	cfg.Logger, cfg.Observer = e.log, obs
 	p, err := newProvider(e)
 	if err != nil {
 		return nil, nil, err

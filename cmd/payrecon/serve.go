@@ -35,31 +35,19 @@ type appOptions struct {
 
 func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	metrics := prometheus.New()
-	cfg, err := e.settings.reconcileConfig()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	cfg.Logger = e.log
-	cfg.Observer = metrics
-	p, err := newProvider(e)
+	svc, closeStore, err := newObservedService(ctx, e, metrics)
 	if err != nil {
 		return nil, err
 	}
-	st, err := openStore(ctx, e, true)
-	if err != nil {
-		return nil, err
-	}
-	a := &app{metrics: metrics, close: func() { st.Close() }}
+	a := &app{svc: svc, metrics: metrics, close: closeStore}
 	fail := func(err error) (*app, error) { a.close(); return nil, err }
-	if a.svc, err = reconcile.New(st.Store, p, cfg); err != nil {
-		return fail(fmt.Errorf("%w: %w", errUsage, err))
-	}
+	st := svc.Store()
 
 	sweeps, err := e.sweeps(a.svc, metrics)
 	if err != nil {
 		return fail(err)
 	}
-	a.sched, err = cron.New(st.Store, sweeps, cron.Config{Owner: a.svc.Config().WorkerID, Logger: e.log, Observer: metrics})
+	a.sched, err = cron.New(st, sweeps, cron.Config{Owner: a.svc.Config().WorkerID, Logger: e.log, Observer: metrics})
 	if err != nil {
 		return fail(fmt.Errorf("%w: %w", errUsage, err))
 	}
