@@ -41,6 +41,10 @@ const (
 	EventRejected EventOutcome = "rejected"
 )
 
+// UnverifiedEventType stands for the type of a webhook rejected before its
+// type could be trusted, in metrics and logs.
+const UnverifiedEventType = "unverified"
+
 // Event is a verified provider event in neutral terms.
 type Event struct {
 	Provider    string // "stripe"

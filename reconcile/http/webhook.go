@@ -77,7 +77,7 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 }
 
 func (s *Server) rejectWebhook(w http.ResponseWriter, status int, code, message string) {
-	s.observeWebhook("unverified", reconcile.EventRejected)
+	s.observeWebhook(reconcile.UnverifiedEventType, reconcile.EventRejected)
 	s.cfg.Logger.Warn("webhook rejected", "status", status, "reason", message)
 	writeError(w, status, code, message)
 }

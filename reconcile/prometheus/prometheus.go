@@ -119,7 +119,7 @@ func New() *Metrics {
 			m.webhookEvents.WithLabelValues(typ, string(o))
 		}
 	}
-	m.webhookEvents.WithLabelValues(unverifiedType, string(reconcile.EventRejected))
+	m.webhookEvents.WithLabelValues(reconcile.UnverifiedEventType, string(reconcile.EventRejected))
 	return m
 }
 
@@ -134,9 +134,6 @@ var webhookOutcomes = []reconcile.EventOutcome{
 	reconcile.EventApplied, reconcile.EventDuplicate, reconcile.EventStale, reconcile.EventConflict,
 	reconcile.EventContradiction, reconcile.EventUnmatched,
 }
-
-// unverifiedType labels webhooks rejected before their type was known.
-const unverifiedType = "unverified"
 
 // Handler serves the metrics in the Prometheus exposition format.
 func (m *Metrics) Handler() http.Handler {
