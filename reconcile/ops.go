@@ -63,16 +63,7 @@ func (s *Service) Case(ctx context.Context, id string) (Case, error) {
 	var c Case
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
-		if c.Purchase, err = tx.GetPurchase(ctx, id); err != nil {
-			return err
-		}
-		if c.Transitions, err = tx.ListTransitions(ctx, id); err != nil {
-			return err
-		}
-		if c.Attempts, err = tx.ListAttempts(ctx, id); err != nil {
-			return err
-		}
-		if c.Job, err = tx.GetJob(ctx, id); err != nil {
+		if c.Detail, err = detailTx(ctx, tx, id); err != nil {
 			return err
 		}
 		if c.Events, err = tx.ListInboxEvents(ctx, id); err != nil {

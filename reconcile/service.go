@@ -166,20 +166,32 @@ func (s *Service) Purchase(ctx context.Context, id string) (Detail, error) {
 	var d Detail
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
-		if d.Purchase, err = tx.GetPurchase(ctx, id); err != nil {
-			return err
-		}
-		if d.Transitions, err = tx.ListTransitions(ctx, id); err != nil {
-			return err
-		}
-		if d.Attempts, err = tx.ListAttempts(ctx, id); err != nil {
-			return err
-		}
-		d.Job, err = tx.GetJob(ctx, id)
+		d, err = detailTx(ctx, tx, id)
 		return err
 	})
 	if err != nil {
 		return Detail{}, fmt.Errorf("reconcile: purchase %q: %w", id, err)
+	}
+	return d, nil
+}
+
+// detailTx reads a purchase and its audit trail in tx.
+func detailTx(ctx context.Context, tx Tx, id string) (Detail, error) {
+	var (
+		d   Detail
+		err error
+	)
+	if d.Purchase, err = tx.GetPurchase(ctx, id); err != nil {
+		return Detail{}, err
+	}
+	if d.Transitions, err = tx.ListTransitions(ctx, id); err != nil {
+		return Detail{}, err
+	}
+	if d.Attempts, err = tx.ListAttempts(ctx, id); err != nil {
+		return Detail{}, err
+	}
+	if d.Job, err = tx.GetJob(ctx, id); err != nil {
+		return Detail{}, err
 	}
 	return d, nil
 }
