@@ -18,9 +18,19 @@
 // charging, leave a charge processing, answer a stale status, lag in
 // search, decline.
 //
+// List (provider.Provider's) reads the ledger itself, oldest first, but
+// may lag a little behind new charges (Config.ListLag).
+//
+// The fake is adversarial and observable beyond Stripe's API: a test can
+// make a charge payrecon did not make (ChargeOutside: from a dashboard,
+// another system, a second charge for a purchase, another amount), move a
+// charge to another status at any time (SetStatus: a late approval after
+// a decline, a cancellation), and read the whole ledger with the calls it
+// received (Ledger, also served by a Server as GET /_fake/ledger).
+//
 // Determinism: time comes only from Config.Now, so a test with a fake clock
-// decides when processing settles, when search catches up and when keys
-// expire; nothing sleeps. A Create call's fault comes from the purchase's
+// decides when processing settles, when search and list catch up and when
+// keys expire; nothing sleeps. A Create call's fault comes from the purchase's
 // script (Fake.Script) when it has one, otherwise from the configured
 // probabilities, drawn from a math/rand/v2 source seeded by Config.Seed and
 // the purchase id: one source per purchase, one draw per Create call, so
@@ -44,9 +54,11 @@ import (
 	"context"
 	crand "crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -85,9 +97,21 @@ const (
 )
 
 // ErrInvalidRequest is wrapped by the error of a create Stripe would reject
-// as invalid (amount not positive, no currency). The provider did not act,
-// but the request will never succeed, so it is not provider.ErrRetryLater.
+// as invalid (amount not positive, no currency), and of an invalid
+// OutsideCharge. The provider did not act, but the request will never
+// succeed, so it is not provider.ErrRetryLater.
 var ErrInvalidRequest = fmt.Errorf("fakeprovider: invalid request: %w", provider.ErrRejected)
+
+// Errors of SetStatus (and of an OutsideCharge with an unknown status).
+var (
+	// ErrNoSuchPayment: no charge in the ledger has the payment id.
+	ErrNoSuchPayment = errors.New("fakeprovider: no such payment")
+	// ErrUnknownStatus: the status is none of the fake's Status* words.
+	ErrUnknownStatus = errors.New("fakeprovider: unknown status")
+)
+
+// statuses are the PaymentIntent statuses a charge may have.
+var statuses = []string{StatusSucceeded, StatusProcessing, StatusRequiresAction, StatusRequiresPaymentMethod, StatusCanceled}
 
 // Config configures a Fake. The zero value is a well-behaved provider on
 // the real clock.
@@ -117,6 +141,10 @@ type Config struct {
 	// SearchLag is how long Search says NotFound for a charge after its
 	// creation. Default 0.
 	SearchLag time.Duration
+	// ListLag is how long a new charge stays out of List (and of a
+	// Server's GET /v1/payment_intents), as a provider's listing may lag a
+	// little behind its writes. Default 0.
+	ListLag time.Duration
 	// OnAccept, if set, is called without the fake's lock after a create is
 	// accepted (its key marked in flight) and before the charge is made.
 	// Blocking in it holds the request in flight, so that tests can send a
@@ -137,13 +165,14 @@ type Charge struct {
 	PaymentMethod  string
 	IdempotencyKey string
 	// Status is the charge's Stripe status now: succeeded, processing,
-	// requires_payment_method (declined) or canceled.
+	// requires_action, requires_payment_method (declined) or canceled.
 	Status string
 	// FinalStatus is the status the charge has once settled: Status itself
-	// unless Status is processing. Only the simulator knows it in advance.
+	// unless Status is processing (or declined before a late approval).
+	// Only the simulator knows it in advance. SetStatus sets both.
 	FinalStatus string
-	// DeclineCode is the decline code when FinalStatus is
-	// requires_payment_method, else "".
+	// DeclineCode is the decline code of the charge's decline, if it was
+	// ever declined, else "".
 	DeclineCode string
 	// Fault is the fault injected into the create that made the charge.
 	Fault     Fault
@@ -151,12 +180,49 @@ type Charge struct {
 	// SettlesAt is when a processing charge settles; zero for a charge
 	// created final.
 	SettlesAt time.Time
+	// Outside reports a charge made by ChargeOutside, not by a create:
+	// payrecon did not make it, and it has no idempotency key.
+	Outside bool
+	// MovedAt is when SetStatus last moved the charge; zero if never.
+	MovedAt time.Time
 }
 
 // MoneyTaken reports whether the charge took the customer's money: it
 // succeeded, or is processing and will settle to succeeded. A declined
 // charge is in the ledger but took nothing.
 func (c Charge) MoneyTaken() bool { return c.FinalStatus == StatusSucceeded }
+
+// OutsideCharge is a charge made outside payrecon (see Fake.ChargeOutside).
+type OutsideCharge struct {
+	// PurchaseID is the purchase id in the charge's metadata; "" for none.
+	PurchaseID string
+	// Customer is the customer reference in the metadata; "" for none.
+	Customer string
+	// Amount (positive) and Currency (required) are the charge's.
+	Amount   int64
+	Currency string
+	// Status is the charge's status, one of the Status* constants.
+	// Default StatusSucceeded. It stays until SetStatus moves it: a
+	// processing outside charge does not settle by itself.
+	Status string
+}
+
+// validate reports why c cannot be charged, and c with its status
+// defaulted.
+func (c OutsideCharge) validate() (OutsideCharge, error) {
+	if c.Status == "" {
+		c.Status = StatusSucceeded
+	}
+	switch {
+	case !slices.Contains(statuses, c.Status):
+		return c, fmt.Errorf("fakeprovider: outside charge: status %q: %w (want one of %s)", c.Status, ErrUnknownStatus, strings.Join(statuses, ", "))
+	case c.Amount <= 0:
+		return c, fmt.Errorf("%w: outside charge: amount %d must be positive", ErrInvalidRequest, c.Amount)
+	case c.Currency == "":
+		return c, fmt.Errorf("%w: outside charge: currency is required", ErrInvalidRequest)
+	}
+	return c, nil
+}
 
 // Fake is an in-process provider.Provider simulating Stripe. Create it with
 // New. Safe for concurrent use.
@@ -173,11 +239,34 @@ type Fake struct {
 	rngs     map[string]*rand.Rand
 	calls    map[provider.Op]int
 	keyCalls map[string]int
+	// unsettled are the charges with a settlement still to come (or done
+	// lazily and not yet pruned), in creation order.
+	unsettled []*entry
+	// watchers are the change logs of the Servers with webhooks that
+	// watch the fake: record appends every state change of a charge to
+	// each, and each Server takes its own when it looks.
+	watchers []*changeLog
 }
+
+// changeLog is the changes one Server has yet to announce.
+type changeLog struct{ changes []change }
 
 type entry struct {
 	Charge
+	seq        int // place in creation order, from 1
 	staleReads int // Status calls left that answer processing
+}
+
+// change is one state change of a charge: its creation, its settlement,
+// or a move by SetStatus.
+type change struct {
+	c       Charge // the charge just after the change
+	status  string // c.Status
+	at      time.Time
+	created bool // the charge's creation (its event carries the key)
+	// silent: the change is not announced (ChargeOutside or SetStatus
+	// through a Server without webhooks).
+	silent bool
 }
 
 // saved is the response Stripe saves for an idempotency key.
@@ -199,9 +288,9 @@ func New(cfg Config) *Fake {
 	if !validInstance(cfg.Instance) {
 		panic(fmt.Sprintf("fakeprovider: instance %q: want letters and digits only", cfg.Instance))
 	}
-	if cfg.KeyRetention < 0 || cfg.SettleAfter < 0 || cfg.SearchLag < 0 {
-		panic(fmt.Sprintf("fakeprovider: negative duration in config (key retention %v, settle after %v, search lag %v)",
-			cfg.KeyRetention, cfg.SettleAfter, cfg.SearchLag))
+	if cfg.KeyRetention < 0 || cfg.SettleAfter < 0 || cfg.SearchLag < 0 || cfg.ListLag < 0 {
+		panic(fmt.Sprintf("fakeprovider: negative duration in config (key retention %v, settle after %v, search lag %v, list lag %v)",
+			cfg.KeyRetention, cfg.SettleAfter, cfg.SearchLag, cfg.ListLag))
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -424,7 +513,7 @@ func (f *Fake) nextFault(purchaseID string) Fault {
 // newCharge records a charge made by req under fault. Call with f.mu held.
 func (f *Fake) newCharge(req provider.CreateRequest, fault Fault, now time.Time) *entry {
 	f.seq++
-	e := &entry{Charge: Charge{
+	e := &entry{seq: f.seq, Charge: Charge{
 		ID:             f.newID("pi_", f.seq),
 		PurchaseID:     req.PurchaseID,
 		Customer:       req.Customer,
@@ -453,27 +542,77 @@ func (f *Fake) newCharge(req provider.CreateRequest, fault Fault, now time.Time)
 	if fault == StaleProcessing {
 		e.staleReads = 1
 	}
-	f.ledger = append(f.ledger, e)
-	f.byID[e.ID] = e
+	f.add(e, false)
 	return e
 }
 
+// add appends e, just made, to the ledger and logs its creation. Call with
+// f.mu held.
+func (f *Fake) add(e *entry, silent bool) {
+	f.ledger = append(f.ledger, e)
+	f.byID[e.ID] = e
+	if !e.SettlesAt.IsZero() {
+		f.unsettled = append(f.unsettled, e)
+	}
+	f.record(e, e.CreatedAt, true, silent)
+}
+
+// record logs e's change to its current status for every Server that
+// watches. Call with f.mu held.
+func (f *Fake) record(e *entry, at time.Time, created, silent bool) {
+	for _, l := range f.watchers {
+		l.changes = append(l.changes, change{c: e.Charge, status: e.Status, at: at, created: created, silent: silent})
+	}
+}
+
+// watch returns a new change log that records every change from now on.
+func (f *Fake) watch() *changeLog {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := &changeLog{}
+	f.watchers = append(f.watchers, l)
+	return l
+}
+
+// unwatch stops recording changes to l.
+func (f *Fake) unwatch(l *changeLog) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watchers = slices.DeleteFunc(f.watchers, func(w *changeLog) bool { return w == l })
+}
+
 // settle moves a charge that is not final yet (processing, or declined
-// before a late approval) to its final status once its time has come.
-// Call with f.mu held.
-func (e *entry) settle(now time.Time) {
+// before a late approval) to its final status once its time has come, and
+// logs the change as made at SettlesAt. Call with f.mu held.
+func (f *Fake) settle(e *entry, now time.Time) {
 	if !e.SettlesAt.IsZero() && e.Status != e.FinalStatus && !now.Before(e.SettlesAt) {
 		e.Status = e.FinalStatus
+		f.record(e, e.SettlesAt, false, false)
 	}
+}
+
+// settleDue settles every charge whose time has come, in creation order,
+// and forgets those settled. Call with f.mu held.
+func (f *Fake) settleDue(now time.Time) {
+	still := f.unsettled[:0]
+	for _, e := range f.unsettled {
+		f.settle(e, now)
+		if e.Status != e.FinalStatus {
+			still = append(still, e)
+		}
+	}
+	clear(f.unsettled[len(still):])
+	f.unsettled = still
 }
 
 func (e *entry) result() provider.Result {
 	r := provider.Result{
-		Outcome:   outcomeOf(e.Status),
-		PaymentID: e.ID,
-		Status:    e.Status,
-		Amount:    e.Amount,
-		Currency:  e.Currency,
+		Outcome:    outcomeOf(e.Status),
+		PaymentID:  e.ID,
+		Status:     e.Status,
+		Amount:     e.Amount,
+		Currency:   e.Currency,
+		PurchaseID: e.PurchaseID,
 	}
 	if e.Status == StatusRequiresPaymentMethod {
 		r.Reason = e.DeclineCode
@@ -508,7 +647,7 @@ func (f *Fake) Status(ctx context.Context, paymentID string) (provider.Result, e
 	if e == nil {
 		return provider.Result{Outcome: provider.NotFound, Reason: ReasonNotFound}, nil
 	}
-	e.settle(f.cfg.Now())
+	f.settle(e, f.cfg.Now())
 	r := e.result()
 	if e.staleReads > 0 {
 		e.staleReads--
@@ -517,11 +656,14 @@ func (f *Fake) Status(ctx context.Context, paymentID string) (provider.Result, e
 	return r, nil
 }
 
-// Search implements provider.Provider: the charge made for purchaseID,
-// once Config.SearchLag has passed since its creation, else NotFound. If
-// several charges are visible (a double charge!), it returns a succeeded
-// one if any, else a processing one, else a declined one, the oldest of
-// its kind, and appends to Reason how many there are.
+// Search implements provider.Provider: the charge made for purchaseID
+// (outside charges included), once Config.SearchLag has passed since its
+// creation, else NotFound. If several charges are visible (a double
+// charge!), it returns a succeeded one if any, else a pending one, else a
+// declined one, the oldest of its kind, and appends to Reason how many
+// there are. Charges counts the visible charges whose status now took or
+// may take money (outcome Succeeded or Pending). A charge with no purchase
+// id is never found, not even for "".
 func (f *Fake) Search(ctx context.Context, purchaseID string) (provider.Result, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -531,13 +673,16 @@ func (f *Fake) Search(ctx context.Context, purchaseID string) (provider.Result, 
 	}
 	now := f.cfg.Now()
 	var best *entry
-	n := 0
+	n, taking := 0, 0
 	for _, e := range f.ledger {
-		if e.PurchaseID != purchaseID || now.Sub(e.CreatedAt) < f.cfg.SearchLag {
+		if e.PurchaseID == "" || e.PurchaseID != purchaseID || now.Sub(e.CreatedAt) < f.cfg.SearchLag {
 			continue
 		}
-		e.settle(now)
+		f.settle(e, now)
 		n++
+		if o := outcomeOf(e.Status); o == provider.Succeeded || o == provider.Pending {
+			taking++
+		}
 		if best == nil || searchRank(e.Status) < searchRank(best.Status) {
 			best = e
 		}
@@ -546,6 +691,7 @@ func (f *Fake) Search(ctx context.Context, purchaseID string) (provider.Result, 
 		return provider.Result{Outcome: provider.NotFound}, nil
 	}
 	r := best.result()
+	r.Charges = taking
 	if n > 1 {
 		many := fmt.Sprintf("%d charges for purchase %s", n, purchaseID)
 		if r.Reason != "" {
@@ -583,7 +729,7 @@ func (f *Fake) charges(keep func(Charge) bool) []Charge {
 	now := f.cfg.Now()
 	var out []Charge
 	for _, e := range f.ledger {
-		e.settle(now)
+		f.settle(e, now)
 		if keep(e.Charge) {
 			out = append(out, e.Charge)
 		}
@@ -617,11 +763,12 @@ func (f *Fake) CountSucceeded(purchaseID string) int {
 }
 
 // DoubleCharged returns, sorted, the purchases with more than one charge
-// that took money.
+// that took money, outside charges included (charges with no purchase id
+// are not counted).
 func (f *Fake) DoubleCharged() []string {
 	taken := make(map[string]int)
 	for _, c := range f.Charges() {
-		if c.MoneyTaken() {
+		if c.MoneyTaken() && c.PurchaseID != "" {
 			taken[c.PurchaseID]++
 		}
 	}
@@ -649,4 +796,47 @@ func (f *Fake) CreateCalls(key string) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.keyCalls[key]
+}
+
+// List implements provider.Provider: every charge created within w (From
+// inclusive, Until exclusive), outside charges included, oldest first
+// (creation order), settled as of now, except those created less than
+// Config.ListLag ago. It reads the ledger, not a lagging index: no
+// SearchLag, no stale reads. It counts as one OpList call. An empty or
+// reversed window lists nothing.
+func (f *Fake) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[provider.OpList]++
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("fakeprovider: list [%s, %s): not sent: %w",
+			w.From.Format(time.RFC3339Nano), w.Until.Format(time.RFC3339Nano), err)
+	}
+	now := f.cfg.Now()
+	var out []provider.Payment
+	for _, e := range f.ledger {
+		if !f.listable(e, now) || e.CreatedAt.Before(w.From) || !e.CreatedAt.Before(w.Until) {
+			continue
+		}
+		f.settle(e, now)
+		out = append(out, e.payment())
+	}
+	return out, nil
+}
+
+// listable reports whether List can see e at now (Config.ListLag).
+func (f *Fake) listable(e *entry, now time.Time) bool {
+	return now.Sub(e.CreatedAt) >= f.cfg.ListLag
+}
+
+func (e *entry) payment() provider.Payment {
+	return provider.Payment{
+		ID:         e.ID,
+		PurchaseID: e.PurchaseID,
+		Amount:     e.Amount,
+		Currency:   e.Currency,
+		Status:     e.Status,
+		Outcome:    outcomeOf(e.Status),
+		Created:    e.CreatedAt,
+	}
 }

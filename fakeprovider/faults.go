@@ -127,8 +127,8 @@ func (fs Faults) pick(u float64) Fault {
 }
 
 // ParseConfig parses a fault spec into the Config fields it sets (Faults,
-// Seed, SearchLag, SettleAfter, KeyRetention); the other fields are left
-// zero for the caller to fill (Now) or for New to default.
+// Seed, SearchLag, ListLag, SettleAfter, KeyRetention); the other fields
+// are left zero for the caller to fill (Now) or for New to default.
 //
 // The spec is a comma-separated list of name=value items, for example
 //
@@ -141,6 +141,8 @@ func (fs Faults) pick(u float64) Fault {
 //	                   probability in [0,1] that a Create call gets the
 //	                   fault; together at most 1
 //	search_lag=DUR     Config.SearchLag, a Go duration >= 0 ("30s")
+//	list_lag=DUR       Config.ListLag, a Go duration >= 0 ("2s"): how long a
+//	                   new charge stays out of List
 //	settle_after=DUR   Config.SettleAfter, a Go duration > 0
 //	key_retention=DUR  Config.KeyRetention, a Go duration > 0 ("24h")
 //	seed=N             Config.Seed, a decimal int64
@@ -202,12 +204,14 @@ func setItem(cfg *Config, name, value string) error {
 		return nil
 	case "search_lag":
 		return setDuration(&cfg.SearchLag, value, true)
+	case "list_lag":
+		return setDuration(&cfg.ListLag, value, true)
 	case "settle_after":
 		return setDuration(&cfg.SettleAfter, value, false)
 	case "key_retention":
 		return setDuration(&cfg.KeyRetention, value, false)
 	}
-	return fmt.Errorf("unknown name (want one of %s, search_lag, settle_after, key_retention, seed)", faultNames())
+	return fmt.Errorf("unknown name (want one of %s, search_lag, list_lag, settle_after, key_retention, seed)", faultNames())
 }
 
 // setDuration parses value into *d. Zero is refused where the field's zero

@@ -28,12 +28,13 @@ func TestParseConfig(t *testing.T) {
 		},
 		{
 			"fail_before=0.1, timeout=0.1 ,lost_reply = 0.1,processing=0.1,processing_decline=0.1," +
-				"stale_processing=0.1,decline=0.1,search_lag=0s,settle_after=2m,key_retention=48h,seed=-3",
+				"stale_processing=0.1,decline=0.1,search_lag=0s,list_lag=2s,settle_after=2m,key_retention=48h,seed=-3",
 			fakeprovider.Config{
 				Faults: fakeprovider.Faults{
 					FailBefore: 0.1, Timeout: 0.1, LostReply: 0.1, Processing: 0.1,
 					ProcessingDecline: 0.1, StaleProcessing: 0.1, Decline: 0.1,
 				},
+				ListLag:      2 * time.Second,
 				SettleAfter:  2 * time.Minute,
 				KeyRetention: 48 * time.Hour,
 				Seed:         -3,
@@ -42,6 +43,8 @@ func TestParseConfig(t *testing.T) {
 		// Sums to 1.0000000000000002 in float64: rounding is tolerated.
 		{"timeout=0.1,lost_reply=0.2,decline=0.7", fakeprovider.Config{Faults: fakeprovider.Faults{Timeout: 0.1, LostReply: 0.2, Decline: 0.7}}},
 		{"decline=1", fakeprovider.Config{Faults: fakeprovider.Faults{Decline: 1}}},
+		{"list_lag=0s", fakeprovider.Config{}},
+		{"list_lag=1m30s", fakeprovider.Config{ListLag: 90 * time.Second}},
 	}
 	for _, tc := range tests {
 		got, err := fakeprovider.ParseConfig(tc.spec)
@@ -50,7 +53,7 @@ func TestParseConfig(t *testing.T) {
 			continue
 		}
 		// Config holds a func, so compare field by field.
-		if got.Faults != tc.want.Faults || got.Seed != tc.want.Seed || got.SearchLag != tc.want.SearchLag ||
+		if got.Faults != tc.want.Faults || got.Seed != tc.want.Seed || got.SearchLag != tc.want.SearchLag || got.ListLag != tc.want.ListLag ||
 			got.SettleAfter != tc.want.SettleAfter || got.KeyRetention != tc.want.KeyRetention ||
 			got.Now != nil || got.OnAccept != nil {
 			t.Errorf("ParseConfig(%q) = %+v, want %+v", tc.spec, got, tc.want)
@@ -59,7 +62,7 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestParseConfigErrors(t *testing.T) {
-	const names = "fail_before, timeout, lost_reply, processing, processing_decline, stale_processing, decline, search_lag, settle_after, key_retention, seed"
+	const names = "fail_before, timeout, lost_reply, processing, processing_decline, stale_processing, decline, search_lag, list_lag, settle_after, key_retention, seed"
 	tests := []struct{ spec, want string }{
 		{"lost_reply=1.5", "fake faults: lost_reply=1.5: probability must be in [0,1]"},
 		{"timeout=-0.1", "fake faults: timeout=-0.1: probability must be in [0,1]"},
@@ -79,6 +82,9 @@ func TestParseConfigErrors(t *testing.T) {
 		{"search_lag=soon", "fake faults: search_lag=soon: not a duration (want e.g. 30s, 1m, 24h)"},
 		{"search_lag=30", "fake faults: search_lag=30: not a duration (want e.g. 30s, 1m, 24h)"},
 		{"search_lag=-1s", "fake faults: search_lag=-1s: duration must not be negative"},
+		{"list_lag=-1s", "fake faults: list_lag=-1s: duration must not be negative"},
+		{"list_lag=1", "fake faults: list_lag=1: not a duration (want e.g. 30s, 1m, 24h)"},
+		{"list_lag=1s,list_lag=2s", "fake faults: list_lag=2s: list_lag given twice"},
 		{"settle_after=0s", "fake faults: settle_after=0s: duration must be positive"},
 		{"settle_after=-1m", "fake faults: settle_after=-1m: duration must not be negative"},
 		{"key_retention=0", "fake faults: key_retention=0: duration must be positive"},
@@ -121,6 +127,7 @@ func TestNewPanicsOnInvalidConfig(t *testing.T) {
 		{KeyRetention: -time.Hour},
 		{SettleAfter: -time.Second},
 		{SearchLag: -time.Second},
+		{ListLag: -time.Second},
 		{Instance: "a_b"},
 		{Instance: "run-1"},
 		{Instance: "é"},

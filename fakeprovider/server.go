@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +103,24 @@ type ServerConfig struct {
 //	POST /v1/payment_intents           create and confirm (confirm=true only)
 //	GET  /v1/payment_intents/{id}      retrieve; 404 resource_missing if unknown
 //	GET  /v1/payment_intents/search    query=metadata['KEY']:'VALUE', limit, page
+//	GET  /v1/payment_intents           list: created, created[gt], created[gte],
+//	                                   created[lt], created[lte], limit,
+//	                                   starting_after, ending_before
+//
+// A list answers {"object":"list","url":"/v1/payment_intents","has_more":
+// ...,"data":[...]}, newest first as Stripe lists, ties in created seconds
+// in creation order (newest first), so that pages are stable. created
+// filters take unix seconds and compare the PaymentIntent's created
+// (seconds); limit is 1 to 100, default 10; starting_after=ID gives the
+// page after the PaymentIntent ID (older ones; stripe-go's
+// auto-pagination sends the last id of the previous page),
+// ending_before=ID the page just before it (newer ones, still newest
+// first), has_more telling whether more lie beyond the page in that
+// direction. A cursor need not match the filters, but must exist (else a
+// 400 resource_missing), and only one may be given. It lists what
+// Fake.List sees (Config.ListLag), settled as of now; each request counts
+// as one List call. An unknown parameter is a 400 parameter_unknown, as
+// everywhere.
 //
 // A create goes through the Fake's own key store (Idempotency-Key header),
 // so a replay answers the saved response (header Idempotent-Replayed:
@@ -114,6 +133,27 @@ type ServerConfig struct {
 // answer; a decline is a 402 card_error embedding the PaymentIntent.
 //
 // Webhooks: see Tick, Events, Deliveries and WebhookStats.
+//
+// The simulator's own endpoints, outside Stripe's API, for tests in
+// other processes (plain net/http, no API key: they need none, so that a
+// test needs no Stripe client; the fake serves test keys only). Errors
+// are Stripe error objects ({"error":{...}}), unknown parameters a 400
+// parameter_unknown:
+//
+//	GET  /_fake/ledger                        the Fake's Ledger as JSON (see Ledger)
+//	POST /_fake/charges                       Server.ChargeOutside: purchase_id, customer,
+//	                                          amount, currency, status, webhooks;
+//	                                          answers the PaymentIntent
+//	POST /_fake/payment_intents/{id}/status   Server.SetStatus: status, webhooks;
+//	                                          answers the PaymentIntent, or a 404
+//	                                          resource_missing for an unknown id
+//
+// Their parameters come form-encoded (body or query) or as a JSON object
+// (Content-Type: application/json; amount a number, webhooks a boolean).
+// webhooks=true (the default) announces the change at once, before the
+// answer, to a server with a webhook URL; webhooks=false never announces
+// it: the change a dashboard or another system made without the endpoint
+// hearing of it.
 type Server struct {
 	fake *Fake
 	cfg  ServerConfig
@@ -217,6 +257,7 @@ func (s *Server) Close() {
 	})
 	s.wg.Wait()
 	if s.wh != nil {
+		s.fake.unwatch(s.wh.log) // it announces nothing more
 		if n := s.WebhookStats().Pending; n > 0 {
 			s.log.Warn("fakeprovider: server closed with webhook deliveries not made", "pending", n)
 		}
@@ -238,6 +279,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Request-Id", reqID)
 	h.Set("Stripe-Version", APIVersion)
+	if strings.HasPrefix(r.URL.Path, controlPrefix) {
+		s.control(w, r)
+		return
+	}
 	if msg := checkAuth(r.Header.Get("Authorization")); msg != "" {
 		h.Set("Www-Authenticate", `Bearer realm="Stripe"`)
 		writeError(w, http.StatusUnauthorized, apiError{Type: "invalid_request_error", Message: msg})
@@ -247,6 +292,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch rest, ok := strings.CutPrefix(r.URL.Path, base); {
 	case ok && rest == "" && r.Method == http.MethodPost:
 		s.create(w, r, reqID)
+	case ok && rest == "" && r.Method == http.MethodGet:
+		s.list(w, r)
 	case ok && rest == "/search" && r.Method == http.MethodGet:
 		s.search(w, r)
 	case ok && strings.HasPrefix(rest, "/") && !strings.Contains(rest[1:], "/") && rest != "/" && r.Method == http.MethodGet:
@@ -498,15 +545,10 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("Invalid query %q: the fake provider understands only metadata['KEY']:'VALUE'", q.Get("query"))})
 		return
 	}
-	limit := defaultSearchLimit
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxSearchLimit {
-			writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_integer", Param: "limit",
-				Message: fmt.Sprintf("Invalid limit %q: must be between 1 and %d", v, maxSearchLimit)})
-			return
-		}
-		limit = n
+	limit, bad := parseLimit(q.Get("limit"), defaultSearchLimit, maxSearchLimit)
+	if bad != nil {
+		writeError(w, http.StatusBadRequest, *bad)
+		return
 	}
 	offset := 0
 	if v := q.Get("page"); v != "" {
@@ -534,6 +576,120 @@ func (s *Server) search(w http.ResponseWriter, r *http.Request) {
 		res.HasMore = true
 		token := fmt.Sprintf("page_%d", next)
 		res.NextPage = &token
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// parseLimit parses a limit parameter: def when empty, else an integer in
+// [1, most].
+func parseLimit(v string, def, most int) (int, *apiError) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > most {
+		return 0, &apiError{Type: "invalid_request_error", Code: "parameter_invalid_integer", Param: "limit",
+			Message: fmt.Sprintf("Invalid limit %q: must be between 1 and %d", v, most)}
+	}
+	return n, nil
+}
+
+// Limits of list, as Stripe's.
+const (
+	defaultListLimit = 10
+	maxListLimit     = 100
+)
+
+// createdBounds are the created filters of a list, with what each asks
+// of a PaymentIntent's created (unix seconds) c given the value v.
+var createdBounds = []struct {
+	param string
+	ok    func(c, v int64) bool
+}{
+	{"created", func(c, v int64) bool { return c == v }},
+	{"created[gt]", func(c, v int64) bool { return c > v }},
+	{"created[gte]", func(c, v int64) bool { return c >= v }},
+	{"created[lt]", func(c, v int64) bool { return c < v }},
+	{"created[lte]", func(c, v int64) bool { return c <= v }},
+}
+
+// list serves GET /v1/payment_intents (see Server).
+func (s *Server) list(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	allowed := []string{"limit", "starting_after", "ending_before"}
+	for _, b := range createdBounds {
+		allowed = append(allowed, b.param)
+	}
+	if bad := onlyParams(q, allowed...); bad != nil {
+		writeError(w, http.StatusBadRequest, *bad)
+		return
+	}
+	var checks []func(int64) bool
+	for _, b := range createdBounds {
+		if !q.Has(b.param) {
+			continue
+		}
+		v, err := strconv.ParseInt(q.Get(b.param), 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_integer", Param: b.param,
+				Message: fmt.Sprintf("Invalid integer: %s", q.Get(b.param))})
+			return
+		}
+		checks = append(checks, func(c int64) bool { return b.ok(c, v) })
+	}
+	limit, bad := parseLimit(q.Get("limit"), defaultListLimit, maxListLimit)
+	if bad != nil {
+		writeError(w, http.StatusBadRequest, *bad)
+		return
+	}
+	after, before := q.Get("starting_after"), q.Get("ending_before")
+	if after != "" && before != "" {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_string", Param: "ending_before",
+			Message: "You may only specify one of these parameters: starting_after, ending_before."})
+		return
+	}
+	cursor, cursorID, cursorParam := 0, after, "starting_after"
+	if before != "" {
+		cursorID, cursorParam = before, "ending_before"
+	}
+	if cursorID != "" {
+		n, ok := s.fake.seqOf(cursorID)
+		if !ok {
+			writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: ReasonNotFound, Param: cursorParam,
+				DocURL: "https://stripe.com/docs/error-codes/resource-missing", Message: fmt.Sprintf("No such payment_intent: '%s'", cursorID)})
+			return
+		}
+		cursor = n
+	}
+	found, err := s.fake.listCharges(r.Context(), func(created int64) bool {
+		for _, ok := range checks {
+			if !ok(created) {
+				return false
+			}
+		}
+		return true
+	})
+	if err != nil { // the client is gone
+		dropConnection(w)
+		return
+	}
+	// found is newest first: seq decreasing.
+	var page []listed
+	hasMore := false
+	switch {
+	case after != "":
+		rest := found[sort.Search(len(found), func(i int) bool { return found[i].seq < cursor }):]
+		page, hasMore = rest[:min(limit, len(rest))], len(rest) > limit
+	case before != "":
+		newer := found[:sort.Search(len(found), func(i int) bool { return found[i].seq <= cursor })]
+		start := max(0, len(newer)-limit)
+		page, hasMore = newer[start:], start > 0
+	default:
+		page, hasMore = found[:min(limit, len(found))], len(found) > limit
+	}
+	res := listResult{Object: "list", URL: "/v1/payment_intents", HasMore: hasMore, Data: []paymentIntent{}}
+	for _, l := range page {
+		res.Data = append(res.Data, renderPI(l.c, l.c.Status))
 	}
 	writeJSON(w, http.StatusOK, res)
 }
@@ -613,10 +769,50 @@ func (f *Fake) searchCharges(ctx context.Context, key, value string) ([]Charge, 
 		if v, ok := metadataOf(e.Charge)[key]; !ok || v != value {
 			continue
 		}
-		e.settle(now)
+		f.settle(e, now)
 		out = append(out, e.Charge)
 	}
 	return out, nil
+}
+
+// listed is a charge as the HTTP list finds it, with its place in
+// creation order (entry.seq), the cursor of stable pages.
+type listed struct {
+	c   Charge
+	seq int
+}
+
+// listCharges is List for the HTTP front end: every charge List can see
+// (Config.ListLag) whose created unix second keep accepts, settled as of
+// now, newest first. It counts as a List call.
+func (f *Fake) listCharges(ctx context.Context, keep func(created int64) bool) ([]listed, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[provider.OpList]++
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	now := f.cfg.Now()
+	var out []listed
+	for i := len(f.ledger) - 1; i >= 0; i-- {
+		e := f.ledger[i]
+		if !f.listable(e, now) || !keep(e.CreatedAt.Unix()) {
+			continue
+		}
+		f.settle(e, now)
+		out = append(out, listed{c: e.Charge, seq: e.seq})
+	}
+	return out, nil
+}
+
+// seqOf returns the place in creation order of the charge id.
+func (f *Fake) seqOf(id string) (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if e := f.byID[id]; e != nil {
+		return e.seq, true
+	}
+	return 0, false
 }
 
 // dropConnection closes the request's connection without an answer: a
@@ -676,6 +872,14 @@ type errorBody struct {
 	Error apiError `json:"error"`
 }
 
+// listResult is a list object as Stripe renders it.
+type listResult struct {
+	Object  string          `json:"object"`
+	URL     string          `json:"url"`
+	HasMore bool            `json:"has_more"`
+	Data    []paymentIntent `json:"data"`
+}
+
 type searchResult struct {
 	Object   string          `json:"object"`
 	URL      string          `json:"url"`
@@ -714,6 +918,13 @@ func renderPI(c Charge, status string) paymentIntent {
 	case StatusRequiresPaymentMethod:
 		e := cardError(c)
 		pi.LastPaymentError = &e
+	case StatusCanceled:
+		at := c.CreatedAt
+		if !c.MovedAt.IsZero() {
+			at = c.MovedAt
+		}
+		sec := at.Unix()
+		pi.CanceledAt = &sec
 	}
 	return pi
 }

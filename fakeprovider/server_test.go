@@ -295,7 +295,7 @@ func TestServerDecline(t *testing.T) {
 	res := adapterCreate(t, s.adapter, req)
 	charge := s.fake.ChargesFor(req.PurchaseID)[0]
 	want := provider.Result{Outcome: provider.Declined, PaymentID: charge.ID, Status: fakeprovider.StatusRequiresPaymentMethod,
-		Reason: fakeprovider.WireDeclineCode, Amount: req.Amount, Currency: req.Currency}
+		Reason: fakeprovider.WireDeclineCode, Amount: req.Amount, Currency: req.Currency, PurchaseID: req.PurchaseID}
 	if res != want {
 		t.Errorf("create = %+v, want %+v", res, want)
 	}

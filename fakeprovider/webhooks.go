@@ -28,16 +28,26 @@ import (
 //	charge created succeeded                 payment_intent.succeeded
 //	charge created declined                  payment_intent.payment_failed (requires_payment_method)
 //	charge created processing                payment_intent.processing
+//	charge created requires_action           payment_intent.requires_action
+//	charge created canceled                  payment_intent.canceled
 //	processing charge settles                payment_intent.succeeded or .payment_failed
-//	(canceled, never made by the Fake)       payment_intent.canceled
+//	SetStatus moves a charge                 the event of its new status, as above
 //
-// The server finds changes by looking at the ledger: after each create it
-// serves, and at each Tick, so charges made by direct Fake.Create calls
-// are announced too, at the next look; charges already in the ledger when
-// NewServer is called are not. A charge's creation event carries the
-// request's idempotency key (request.idempotency_key); a settlement
-// event, like Stripe's automatic ones, carries none, and is created at
-// the charge's SettlesAt. request.id is always null.
+// The Fake logs every change of its ledger while a Server with webhooks
+// watches it: a charge's creation (by a create, or by ChargeOutside), its
+// settlement, a move by SetStatus. The server turns the log into events
+// when it looks: after each create it serves, at each Tick, and at once
+// for Server.ChargeOutside and Server.SetStatus. So changes made by
+// direct Fake calls (Create, ChargeOutside, SetStatus, or a Status read
+// that settles a charge) are announced too, at the next look, in the order
+// they were made; changes made before NewServer are not. Only
+// Server.ChargeOutside and Server.SetStatus with webhooks false (and
+// their HTTP forms with webhooks=false) make a change that is never
+// announced: the charge a dashboard made without the endpoint hearing of
+// it. A charge's creation event carries the request's idempotency key
+// (request.idempotency_key); a settlement or a move carries none, like
+// Stripe's automatic events, and a settlement is created at the charge's
+// SettlesAt, a move when it was made. request.id is always null.
 //
 // Delivery is Stripe's: a copy of an event is retried, with backoff, until
 // a 2xx answer or WebhookMaxAttempts attempts; each attempt is signed
@@ -185,10 +195,11 @@ func SignatureHeader(payload []byte, secret string, t time.Time) string {
 }
 
 // Tick emits the events of the changes since the last look at the ledger
-// (charges that settled by the Fake's clock, charges made by direct
-// Fake.Create calls) and releases the events held by WebhookDelay, after
-// the new ones. With SyncDelivery it delivers them before returning;
-// otherwise the background goroutine does. Tests call it after moving a
+// (charges that settled by the Fake's clock, changes made by direct
+// Fake.Create, Fake.ChargeOutside and Fake.SetStatus calls) and releases
+// the events held by WebhookDelay, after the new ones. With SyncDelivery
+// it delivers them before returning; otherwise the background goroutine
+// does. Tests call it after moving a
 // fake clock; on the real clock the background ticker calls it every
 // TickEvery. It does nothing without webhooks or after Close.
 func (s *Server) Tick() {
@@ -293,9 +304,8 @@ type webhooks struct {
 	deliverMu sync.Mutex // SyncDelivery: one goroutine delivers at a time
 	wake      chan struct{}
 
+	log        *changeLog // the Fake's changes to announce; guarded by Fake.mu
 	mu         sync.Mutex // guards the rest; taken before Fake.mu
-	seen       int        // ledger entries looked at
-	open       []*entry   // charges emitted processing, to settle
 	rngs       map[string]*rand.Rand
 	nextID     int
 	events     []*event
@@ -327,27 +337,15 @@ type outCopy struct {
 }
 
 func newWebhooks(s *Server) *webhooks {
-	f := s.fake
-	f.mu.Lock()
-	seen := len(f.ledger)
-	f.mu.Unlock()
 	return &webhooks{
 		s:         s,
 		wake:      make(chan struct{}, 1),
-		seen:      seen,
+		log:       s.fake.watch(),
 		rngs:      make(map[string]*rand.Rand),
 		reordered: make(map[string][]*event),
 		scripts:   make(map[string][]WebhookFault),
 		changed:   make(chan struct{}),
 	}
-}
-
-// change is one state change of a charge.
-type change struct {
-	c       Charge
-	status  string
-	at      time.Time
-	created bool // the charge's creation, not its settlement
 }
 
 // scan emits the events of the ledger's changes, then, with
@@ -360,45 +358,25 @@ func (w *webhooks) scan(releaseDelayed bool) {
 		held, w.delayed = w.delayed, nil
 	}
 	for _, ch := range w.changes() {
-		w.emit(ch)
+		if !ch.silent {
+			w.emit(ch)
+		}
 	}
 	for _, ev := range held {
 		w.release(ev)
 	}
 }
 
-// changes returns the ledger's changes since the last call, oldest first.
-// Call with w.mu held.
+// changes settles the charges whose time has come and returns the
+// ledger's changes logged since the last call, in the order they were
+// made. Call with w.mu held.
 func (w *webhooks) changes() []change {
 	f := w.s.fake
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	now := f.cfg.Now()
-	var out []change
-	for ; w.seen < len(f.ledger); w.seen++ {
-		e := f.ledger[w.seen]
-		if e.SettlesAt.IsZero() {
-			out = append(out, change{c: e.Charge, status: e.Status, at: e.CreatedAt, created: true})
-			continue
-		}
-		first := StatusProcessing
-		if e.Fault == DeclineThenSucceed {
-			first = StatusRequiresPaymentMethod
-		}
-		out = append(out, change{c: e.Charge, status: first, at: e.CreatedAt, created: true})
-		w.open = append(w.open, e)
-	}
-	still := w.open[:0]
-	for _, e := range w.open {
-		e.settle(now)
-		if e.Status != e.FinalStatus {
-			still = append(still, e)
-			continue
-		}
-		out = append(out, change{c: e.Charge, status: e.Status, at: e.SettlesAt})
-	}
-	clear(w.open[len(still):])
-	w.open = still
+	f.settleDue(f.cfg.Now())
+	out := w.log.changes
+	w.log.changes = nil
 	return out
 }
 
@@ -418,8 +396,9 @@ func (w *webhooks) emit(ch change) {
 	}
 	// A scripted fault for the purchase's next event wins over the draw;
 	// the draw is still taken, so the faults that follow stay the same.
+	// An outside charge's events take none of the purchase's scripts.
 	var scripted WebhookFault
-	if q := w.scripts[ch.c.PurchaseID]; len(q) > 0 {
+	if q := w.scripts[ch.c.PurchaseID]; len(q) > 0 && !ch.c.Outside {
 		scripted, w.scripts[ch.c.PurchaseID] = q[0], q[1:]
 	}
 	has := func(f WebhookFault, i int, prob float64) bool { return scripted == f || u[i] < prob }
@@ -465,7 +444,8 @@ func (w *webhooks) emit(ch change) {
 
 // ScriptWebhooks gives the next webhook events of purchaseID these faults,
 // one per event in order; after them, events get the configured
-// probabilities again. Deterministic whatever the interleaving.
+// probabilities again. Deterministic whatever the interleaving. The events
+// of an outside charge (ChargeOutside) for purchaseID take none of them.
 func (s *Server) ScriptWebhooks(purchaseID string, faults ...WebhookFault) {
 	w := s.wh
 	if w == nil {
@@ -480,10 +460,12 @@ func (s *Server) ScriptWebhooks(purchaseID string, faults ...WebhookFault) {
 // same seed and purchase.
 const webhookSalt = 0x77656268_6f6f6b73 // "webhooks"
 
-// rng returns the fault source of c's purchase. Call with w.mu held.
+// rng returns the fault source of c's purchase, or of c itself for a
+// charge with no purchase id or made outside (whose events must not shift
+// the purchase's draws). Call with w.mu held.
 func (w *webhooks) rng(c Charge) *rand.Rand {
 	key := c.PurchaseID
-	if key == "" {
+	if key == "" || c.Outside {
 		key = w.s.fake.localPaymentID(c.ID) // the same draws in every fake
 	}
 	r := w.rngs[key]

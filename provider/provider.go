@@ -123,6 +123,44 @@ type Result struct {
 	// Amount and Currency are what the provider reports, when it does.
 	Amount   int64  `json:"amount,omitempty"`
 	Currency string `json:"currency,omitempty"`
+	// PurchaseID is the purchase id the provider's record names in its
+	// metadata, exactly as stored there; "" when it names none. payrecon's
+	// judge compares it with the purchase the answer is applied to.
+	PurchaseID string `json:"purchase_id,omitempty"`
+	// Charges is, for a Search, how many of the payments found for the
+	// purchase took or may still take money (succeeded or pending). More
+	// than one is a double charge. 0 for other calls.
+	Charges int `json:"charges,omitempty"`
+}
+
+// Payment is one payment as the provider lists it (Provider.List), for the
+// audit from the provider's side.
+type Payment struct {
+	// ID is the provider's payment id.
+	ID string `json:"id"`
+	// PurchaseID is the purchase id in the payment's metadata, "" if none:
+	// a payment made outside payrecon may carry none, or a wrong one.
+	PurchaseID string `json:"purchase_id,omitempty"`
+	Amount     int64  `json:"amount"`
+	Currency   string `json:"currency"`
+	// Status is the provider's own status word; Outcome its neutral
+	// meaning (Succeeded, Declined or Pending; Unknown for a status the
+	// adapter does not know).
+	Status  string    `json:"status"`
+	Outcome Outcome   `json:"outcome"`
+	Created time.Time `json:"created"`
+}
+
+// MoneyTaken reports whether the payment took the customer's money or may
+// still take it: what the audit must match to a purchase. Only a definite
+// decline took nothing; a status the adapter does not know (Unknown)
+// counts as money that may be taken.
+func (p Payment) MoneyTaken() bool { return p.Outcome != Declined }
+
+// Window is a span of the provider's creation times: From inclusive,
+// Until exclusive.
+type Window struct {
+	From, Until time.Time
 }
 
 // Provider is the small interface payrecon consumes. Implementations must
@@ -138,6 +176,11 @@ type Provider interface {
 	// Search finds the charge made for a purchase by its metadata. It may
 	// lag behind writes: NotFound is not proof that no charge exists.
 	Search(ctx context.Context, purchaseID string) (Result, error)
+	// List returns every payment the provider created within w, oldest
+	// first, reading every page. Unlike Search it reads the provider's
+	// records directly rather than a lagging index. A failure returns an
+	// error and no payments: the caller lists the window again.
+	List(ctx context.Context, w Window) ([]Payment, error)
 }
 
 // Op names a provider operation, for the audit trail and metrics.
@@ -148,6 +191,7 @@ const (
 	OpCreate Op = "create"
 	OpStatus Op = "status"
 	OpSearch Op = "search"
+	OpList   Op = "list"
 )
 
 // Event is a provider's notification about a payment, verified and
@@ -166,6 +210,10 @@ type Event struct {
 	PaymentID string
 	// PurchaseID is payrecon's purchase id from the payment's metadata.
 	PurchaseID string
+	// Amount and Currency are the payment's, as the event's object
+	// carries them; 0 and "" when it carries none.
+	Amount   int64
+	Currency string
 	// Created is when the provider created the event.
 	Created time.Time
 	// Digest is a hex SHA-256 of what the event says (id, type, time,

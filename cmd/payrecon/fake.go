@@ -16,7 +16,11 @@ import (
 // runFakeProvider serves the fake provider as a Stripe-compatible HTTP
 // server on --addr, so that several worker processes (--provider stripe
 // --stripe-api-base http://ADDR) share one ledger, and sends signed
-// webhooks to --webhook-url.
+// webhooks to --webhook-url. It also serves the simulator's own endpoints
+// (GET /_fake/ledger, POST /_fake/charges, POST
+// /_fake/payment_intents/{id}/status; see fakeprovider.Server), which need
+// no API key: keep --addr on a loopback address. The list lag is an item
+// of --fake-faults (list_lag=DUR), like the search lag.
 func runFakeProvider(ctx context.Context, e *env, args []string) error {
 	var webhookURL string
 	if _, err := e.parse("fakeprovider", args, func(fs *flag.FlagSet) {

@@ -8,6 +8,9 @@
 // A charge is one PaymentIntent, created and confirmed in one call with
 // the purchase's stored idempotency key, and tagged with metadata
 // purchase_id so that Search can find it when its id was never learnt.
+// Every answer reports the purchase_id its PaymentIntent names, as stored,
+// for payrecon's judge to compare; List reads the PaymentIntents created
+// in a window, for the audit from Stripe's side.
 package stripe
 
 import (
@@ -17,6 +20,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -239,10 +243,31 @@ const maxSearchResults = 100
 
 // Search finds the PaymentIntents whose metadata purchase_id is purchaseID
 // with Stripe's search API, which lags writes (normally by under a minute,
-// more during incidents): no match gives Outcome NotFound, never a
-// decline. Of several matches it reports a succeeded one if any, else a
-// pending one, else a declined one, the oldest of its kind, and appends
-// "N charges for purchase ID" to Reason ("N+" past maxSearchResults).
+// more during incidents): no result gives Outcome NotFound, never a
+// decline.
+//
+// Every result is reported as Stripe holds it: the Result's PurchaseID is
+// the chosen PaymentIntent's metadata purchase_id, exactly as stored ("" if
+// none), never the purchaseID searched for. A result whose purchase_id is
+// not exactly purchaseID (a search index that matched loosely, a mock
+// answering any query) is never chosen over one that names the purchase.
+// Of the results that name it, Search reports a succeeded one if any, else
+// a pending one, else a declined one, the oldest of its kind. When none
+// names it, Search still reports the best of the others by the same order,
+// with the PurchaseID it names: the caller's judge sees that the payment is
+// not the purchase's, and escalates.
+//
+// Charges is how many results that name the purchase took or may take
+// money (Outcome Succeeded or Pending); more than one is a double charge.
+// Results naming another purchase or none never count. Reason gets "N
+// charges for purchase ID" when more than one result names the purchase,
+// declines included, and "K results not naming purchase ID" when some do
+// not. Search reads at most maxSearchResults results: past that, both
+// counts and Charges are lower bounds, and the counts in Reason end in
+// "+".
+//
+// A result in a status the status table does not know fails the whole
+// search (outcome Unknown), as it fails Status.
 func (p *Provider) Search(ctx context.Context, purchaseID string) (provider.Result, error) {
 	where := fmt.Sprintf("search payment intents (purchase %s)", purchaseID)
 	if purchaseID == "" {
@@ -256,10 +281,11 @@ func (p *Provider) Search(ctx context.Context, purchaseID string) (provider.Resu
 	params.Limit = stripego.Int64(maxSearchResults)
 
 	var (
-		best     provider.Result
-		bestRank int
-		bestAt   int64
-		n        int
+		best    provider.Result
+		bestKey searchKey
+		read    int // results read
+		named   int // of which name the purchase
+		charges int // of which took or may take money
 	)
 	for pi, err := range p.client.V1PaymentIntents.Search(ctx, params) {
 		if err != nil {
@@ -269,29 +295,160 @@ func (p *Provider) Search(ctx context.Context, purchaseID string) (provider.Resu
 		if err != nil {
 			return res, err
 		}
-		n++
-		if rank := searchRank(res.Outcome); n == 1 || rank < bestRank || (rank == bestRank && pi.Created < bestAt) {
-			best, bestRank, bestAt = res, rank, pi.Created
+		read++
+		names := res.PurchaseID == purchaseID
+		if names {
+			named++
+			if res.Outcome == provider.Succeeded || res.Outcome == provider.Pending {
+				charges++
+			}
 		}
-		if n == maxSearchResults {
+		key := searchKey{foreign: !names, rank: searchRank(res.Outcome), created: pi.Created}
+		if read == 1 || key.before(bestKey) {
+			best, bestKey = res, key
+		}
+		if read == maxSearchResults {
 			break
 		}
 	}
-	switch {
-	case n == 0:
+	if read == 0 {
 		return provider.Result{Outcome: provider.NotFound}, nil
-	case n > 1:
-		count := fmt.Sprint(n)
-		if n == maxSearchResults {
-			count += "+"
-		}
-		many := fmt.Sprintf("%s charges for purchase %s", count, purchaseID)
-		if best.Reason != "" {
-			many = best.Reason + "; " + many
-		}
-		best.Reason = many
 	}
+	best.Charges = charges
+	count := func(n int) string {
+		if read == maxSearchResults {
+			return fmt.Sprintf("%d+", n)
+		}
+		return fmt.Sprint(n)
+	}
+	reasons := []string{}
+	if best.Reason != "" {
+		reasons = append(reasons, best.Reason)
+	}
+	if named > 1 {
+		reasons = append(reasons, fmt.Sprintf("%s charges for purchase %s", count(named), purchaseID))
+	}
+	if other := read - named; other > 0 {
+		results := "results"
+		if other == 1 && read < maxSearchResults {
+			results = "result"
+		}
+		reasons = append(reasons, fmt.Sprintf("%s %s not naming purchase %s", count(other), results, purchaseID))
+	}
+	best.Reason = strings.Join(reasons, "; ")
 	return best, nil
+}
+
+// searchKey orders the results of a search: see before.
+type searchKey struct {
+	// foreign: the result's metadata does not name the purchase.
+	foreign bool
+	// rank is searchRank of its outcome.
+	rank int
+	// created is its creation time, in Unix seconds.
+	created int64
+}
+
+// before reports whether k is a better answer than o: one naming the
+// purchase before one that does not, then by rank, then the older.
+func (k searchKey) before(o searchKey) bool {
+	switch {
+	case k.foreign != o.foreign:
+		return !k.foreign
+	case k.rank != o.rank:
+		return k.rank < o.rank
+	}
+	return k.created < o.created
+}
+
+// listPageSize is how many PaymentIntents List asks for per page: Stripe's
+// maximum.
+const listPageSize = 100
+
+// List returns every PaymentIntent Stripe created within w, oldest first,
+// with Stripe's list API (GET /v1/payment_intents), reading every page
+// (limit listPageSize, starting_after the last one read). Unlike Search it
+// reads Stripe's records, not a lagging index.
+//
+// Stripe filters creation times in whole Unix seconds, so the request is
+// created[gte]=floor(w.From) and created[lt]=ceil(w.Until): a window whose
+// bounds are not whole seconds is widened to the seconds that cover it,
+// and List returns what Stripe returned for that range, without trimming
+// it to w. The extra payments are harmless to the audit, which matches
+// payments to purchases idempotently and may list overlapping windows.
+// Payments are sorted by creation time, oldest first (Stripe lists newest
+// first); those created in the same second keep Stripe's order, reversed.
+//
+// Each PaymentIntent becomes a provider.Payment: its id, its metadata
+// purchase_id exactly as stored ("" if none), amount, currency, status,
+// Outcome by the status table of the other calls (statusOutcomes; a status
+// it does not know gives Outcome Unknown for that payment rather than
+// failing the listing), and creation time in UTC.
+//
+// A failure on any page returns no payments and the error, translated as
+// for the other calls (see translate; a 404 means a misconfigured API
+// base and wraps ErrRejected). A window with a zero bound, starting before
+// the Unix epoch, or whose Until is not after its From is refused before
+// sending (ErrRejected): an audit of nothing is a caller's bug.
+func (p *Provider) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+	where := fmt.Sprintf("list payment intents created in [%s, %s)", formatBound(w.From), formatBound(w.Until))
+	switch {
+	case w.From.IsZero() || w.Until.IsZero():
+		return nil, fmt.Errorf("stripe: %s: window without a bound: %w", where, ErrRejected)
+	case w.From.Before(time.Unix(0, 0)):
+		return nil, fmt.Errorf("stripe: %s: window starts before the Unix epoch: %w", where, ErrRejected)
+	case !w.Until.After(w.From):
+		return nil, fmt.Errorf("stripe: %s: empty window: %w", where, ErrRejected)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, notSentYet(where, err)
+	}
+	params := &stripego.PaymentIntentListParams{
+		CreatedRange: &stripego.RangeQueryParams{
+			GreaterThanOrEqual: w.From.Unix(), // floor: Go keeps nanoseconds non-negative
+			LesserThan:         ceilUnix(w.Until),
+		},
+	}
+	params.Limit = stripego.Int64(listPageSize)
+
+	var payments []provider.Payment
+	for pi, err := range p.client.V1PaymentIntents.List(ctx, params) {
+		if err != nil {
+			return nil, listError(where, err)
+		}
+		payments = append(payments, paymentOf(pi))
+	}
+	slices.Reverse(payments)
+	slices.SortStableFunc(payments, func(a, b provider.Payment) int { return a.Created.Compare(b.Created) })
+	return payments, nil
+}
+
+// ceilUnix returns t in Unix seconds, rounded up.
+func ceilUnix(t time.Time) int64 {
+	s := t.Unix()
+	if t.Nanosecond() != 0 {
+		s++
+	}
+	return s
+}
+
+// formatBound formats a window bound for an error message.
+func formatBound(t time.Time) string {
+	if t.IsZero() {
+		return "zero"
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+// listError translates the error of a listing. The answers translateError
+// turns into results without error (a decline, a key in use) cannot answer
+// a listing; should one come, the listing's outcome is unknown.
+func listError(where string, err error) error {
+	res, terr := translateError(provider.OpList, where, err)
+	if terr == nil {
+		return fmt.Errorf("stripe: %s: unexpected %s answer (%s): outcome unknown", where, res.Outcome, res.Reason)
+	}
+	return terr
 }
 
 // notSentYet reports a call not sent because its context was already done.

@@ -3,6 +3,7 @@ package stripe_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -70,13 +71,13 @@ func (r row) run(t *testing.T, prefix string, call func(ctx context.Context, p *
 
 // Results shared by the tables.
 var (
-	succeeded = provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", Status: "succeeded", Amount: 1999, Currency: "usd"}
-	declined  = provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", Status: "requires_payment_method", Reason: "insufficient_funds", Amount: 1999, Currency: "usd"}
+	succeeded = provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "succeeded", Amount: 1999, Currency: "usd"}
+	declined  = provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_payment_method", Reason: "insufficient_funds", Amount: 1999, Currency: "usd"}
 )
 
 // pending returns the Pending result of pi_1 in status.
 func pending(status string) provider.Result {
-	return provider.Result{Outcome: provider.Pending, PaymentID: "pi_1", Status: status, Amount: 1999, Currency: "usd"}
+	return provider.Result{Outcome: provider.Pending, PaymentID: "pi_1", PurchaseID: "pur_1", Status: status, Amount: 1999, Currency: "usd"}
 }
 
 // transportRows are the failures below Stripe's answers, for every call.
@@ -127,9 +128,9 @@ func TestCreateTranslation(t *testing.T) {
 		{name: "requires_payment_method after a failed attempt", reply: ok(paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined})),
 			want: want{res: declined, outcome: provider.Declined}},
 		{name: "canceled", reply: ok(paymentIntent("pi_1", "canceled", map[string]any{"cancellation_reason": "automatic"})),
-			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", Status: "canceled", Reason: "automatic", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "canceled", Reason: "automatic", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
 		{name: "a status Stripe may add", reply: ok(paymentIntent("pi_1", "requires_magic", nil)),
-			want: want{res: provider.Result{PaymentID: "pi_1", Status: "requires_magic", Amount: 1999, Currency: "usd"}, err: errUnknown, outcome: provider.Unknown}},
+			want: want{res: provider.Result{PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_magic", Amount: 1999, Currency: "usd"}, err: errUnknown, outcome: provider.Unknown}},
 		{name: "402 card_error with the payment intent",
 			reply: respond(402, stripeError(t, map[string]any{
 				"type": "card_error", "code": "card_declined", "decline_code": "generic_decline",
@@ -137,13 +138,13 @@ func TestCreateTranslation(t *testing.T) {
 				"payment_intent": paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": map[string]any{
 					"type": "card_error", "code": "card_declined", "decline_code": "generic_decline"}}),
 			})),
-			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", Status: "requires_payment_method", Reason: "generic_decline", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_payment_method", Reason: "generic_decline", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
 		{name: "402 card_error without decline code",
 			reply: respond(402, stripeError(t, map[string]any{
 				"type": "card_error", "code": "expired_card", "message": "Your card has expired.",
 				"payment_intent": paymentIntent("pi_1", "requires_payment_method", nil),
 			})),
-			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", Status: "requires_payment_method", Reason: "expired_card", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_payment_method", Reason: "expired_card", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
 		{name: "409 idempotency_key_in_use",
 			reply: respond(409, `{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use","doc_url":"https://stripe.com/docs/error-codes/idempotency-key-in-use","message":"There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): payrecon-pur_1. Please try again later."}}`),
 			want:  want{res: provider.Result{Outcome: provider.Pending, Reason: "idempotency_key_in_use"}, outcome: provider.Pending}},
@@ -216,7 +217,11 @@ func TestStatusTranslation(t *testing.T) {
 		{name: "requires_payment_method after a failed attempt", reply: ok(paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined})),
 			want: want{res: declined, outcome: provider.Declined}},
 		{name: "canceled", reply: ok(paymentIntent("pi_1", "canceled", map[string]any{"cancellation_reason": "abandoned"})),
-			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", Status: "canceled", Reason: "abandoned", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "canceled", Reason: "abandoned", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+		{name: "metadata naming no purchase: PurchaseID empty", reply: ok(paymentIntent("pi_1", "succeeded", map[string]any{"metadata": map[string]any{}})),
+			want: want{res: provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", Status: "succeeded", Amount: 1999, Currency: "usd"}, outcome: provider.Succeeded}},
+		{name: "metadata naming another purchase: PurchaseID exactly as stored", reply: ok(paymentIntent("pi_1", "succeeded", map[string]any{"metadata": map[string]any{"purchase_id": "pur_1 "}})),
+			want: want{res: provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", PurchaseID: "pur_1 ", Status: "succeeded", Amount: 1999, Currency: "usd"}, outcome: provider.Succeeded}},
 		{name: "404 resource_missing", reply: respond(404, `{"error":{"type":"invalid_request_error","code":"resource_missing","param":"intent","message":"No such payment_intent: 'pi_1'"}}`),
 			want: want{res: provider.Result{Outcome: provider.NotFound, Reason: "resource_missing"}, outcome: provider.NotFound}},
 		{name: "404 unrecognised URL: a misconfigured base, not a missing charge", reply: respond(404, `{"error":{"type":"invalid_request_error","message":"Unrecognized request URL (GET: /v1/payment_intent/pi_1)."}}`),
@@ -248,12 +253,27 @@ func TestSearchTranslation(t *testing.T) {
 		}))
 	}
 	older := map[string]any{"created": 1600000000}
+	// charge returns res as the one charge a search found.
+	charge := func(res provider.Result) provider.Result {
+		res.Charges = 1
+		return res
+	}
+	// naming returns metadata naming purchase (none when "").
+	naming := func(purchase string) map[string]any {
+		md := map[string]any{"customer_ref": "cust-42"}
+		if purchase != "" {
+			md["purchase_id"] = purchase
+		}
+		return md
+	}
 	rows := []row{
 		{name: "no match yet", reply: found(),
 			want: want{res: provider.Result{Outcome: provider.NotFound}, outcome: provider.NotFound}},
 		{name: "one succeeded", reply: found(paymentIntent("pi_1", "succeeded", nil)),
-			want: want{res: succeeded, outcome: provider.Succeeded}},
-		{name: "one declined", reply: found(paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined})),
+			want: want{res: charge(succeeded), outcome: provider.Succeeded}},
+		{name: "one processing", reply: found(paymentIntent("pi_1", "processing", nil)),
+			want: want{res: charge(pending("processing")), outcome: provider.Pending}},
+		{name: "one declined: no charge", reply: found(paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined})),
 			want: want{res: declined, outcome: provider.Declined}},
 		{name: "several: the oldest succeeded one, and the count",
 			reply: found(
@@ -262,21 +282,55 @@ func TestSearchTranslation(t *testing.T) {
 				paymentIntent("pi_1", "succeeded", older),
 				paymentIntent("pi_3", "processing", nil),
 			),
-			want: want{res: provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", Status: "succeeded", Reason: "4 charges for purchase pur_1", Amount: 1999, Currency: "usd"}, outcome: provider.Succeeded}},
+			want: want{res: provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "succeeded", Reason: "4 charges for purchase pur_1", Amount: 1999, Currency: "usd", Charges: 3}, outcome: provider.Succeeded}},
+		{name: "two succeeded: a double charge",
+			reply: found(
+				paymentIntent("pi_2", "succeeded", nil),
+				paymentIntent("pi_1", "succeeded", older),
+			),
+			want: want{res: provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "succeeded", Reason: "2 charges for purchase pur_1", Amount: 1999, Currency: "usd", Charges: 2}, outcome: provider.Succeeded}},
 		{name: "several: pending before declined",
 			reply: found(
 				paymentIntent("pi_0", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined, "created": 1500000000}),
 				paymentIntent("pi_1", "processing", nil),
 			),
-			want: want{res: provider.Result{Outcome: provider.Pending, PaymentID: "pi_1", Status: "processing", Reason: "2 charges for purchase pur_1", Amount: 1999, Currency: "usd"}, outcome: provider.Pending}},
+			want: want{res: provider.Result{Outcome: provider.Pending, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "processing", Reason: "2 charges for purchase pur_1", Amount: 1999, Currency: "usd", Charges: 1}, outcome: provider.Pending}},
 		{name: "several declined: decline code and count",
 			reply: found(
 				paymentIntent("pi_2", "canceled", nil),
 				paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined, "created": 1500000000}),
 			),
-			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", Status: "requires_payment_method", Reason: "insufficient_funds; 2 charges for purchase pur_1", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_payment_method", Reason: "insufficient_funds; 2 charges for purchase pur_1", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+
+		// Metadata that does not name the purchase exactly.
+		{name: "a declined match beats an older success naming another purchase",
+			reply: found(
+				paymentIntent("pi_9", "succeeded", map[string]any{"metadata": naming("pur_10"), "created": 1500000000}),
+				paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined}),
+			),
+			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_payment_method", Reason: "insufficient_funds; 1 result not naming purchase pur_1", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+		{name: "successes naming no purchase or another case do not count as charges",
+			reply: found(
+				paymentIntent("pi_8", "succeeded", map[string]any{"metadata": naming(""), "created": 1500000000}),
+				paymentIntent("pi_9", "processing", map[string]any{"metadata": naming("PUR_1")}),
+				paymentIntent("pi_1", "succeeded", nil),
+			),
+			want: want{res: provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "succeeded", Reason: "2 results not naming purchase pur_1", Amount: 1999, Currency: "usd", Charges: 1}, outcome: provider.Succeeded}},
+		{name: "none names the purchase: the best reported as found, naming none",
+			reply: found(paymentIntent("pi_8", "succeeded", map[string]any{"metadata": map[string]any{}})),
+			want:  want{res: provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_8", Status: "succeeded", Reason: "1 result not naming purchase pur_1", Amount: 1999, Currency: "usd"}, outcome: provider.Succeeded}},
+		{name: "none names the purchase: the best reported as found, naming another",
+			reply: found(
+				paymentIntent("pi_7", "requires_payment_method", map[string]any{"metadata": naming("pur_1 "), "last_payment_error": cardDeclined}),
+				paymentIntent("pi_8", "processing", map[string]any{"metadata": naming("pur_2"), "created": 1600000000}),
+				paymentIntent("pi_9", "processing", map[string]any{"metadata": naming("pur_3")}),
+			),
+			want: want{res: provider.Result{Outcome: provider.Pending, PaymentID: "pi_8", PurchaseID: "pur_2", Status: "processing", Reason: "3 results not naming purchase pur_1", Amount: 1999, Currency: "usd"}, outcome: provider.Pending}},
 		{name: "a match in a status Stripe may add", reply: found(paymentIntent("pi_1", "requires_magic", nil)),
-			want: want{res: provider.Result{PaymentID: "pi_1", Status: "requires_magic", Amount: 1999, Currency: "usd"}, err: errUnknown, outcome: provider.Unknown}},
+			want: want{res: provider.Result{PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_magic", Amount: 1999, Currency: "usd"}, err: errUnknown, outcome: provider.Unknown}},
+		{name: "a result naming another purchase in a status Stripe may add",
+			reply: found(paymentIntent("pi_1", "succeeded", nil), paymentIntent("pi_9", "requires_magic", map[string]any{"metadata": naming("pur_9")})),
+			want:  want{res: provider.Result{PaymentID: "pi_9", PurchaseID: "pur_9", Status: "requires_magic", Amount: 1999, Currency: "usd"}, err: errUnknown, outcome: provider.Unknown}},
 		{name: "400 invalid query", reply: respond(400, `{"error":{"type":"invalid_request_error","code":"parameter_invalid_string","param":"query","message":"Invalid query"}}`),
 			want: want{res: provider.Result{Reason: "parameter_invalid_string"}, err: stripe.ErrRejected, outcome: provider.Rejected}},
 	}
@@ -296,6 +350,35 @@ func TestSearchTranslation(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSearchReadsOnePage checks that Search reads at most one page of
+// 100 results and reports its counts and Charges as lower bounds.
+func TestSearchReadsOnePage(t *testing.T) {
+	var pis []map[string]any
+	for i := range 100 {
+		extra := map[string]any{"created": 1700000000 + i}
+		if i%4 == 0 {
+			extra["metadata"] = map[string]any{"purchase_id": "pur_other"}
+		}
+		pis = append(pis, paymentIntent(fmt.Sprintf("pi_%03d", i), "succeeded", extra))
+	}
+	srv := newFakeStripe(t, respond(200, jsonOf(t, map[string]any{
+		"object": "search_result", "url": "/v1/payment_intents/search", "has_more": true, "next_page": "page_2", "data": pis,
+	})))
+	p := newProvider(t, srv.URL, stripe.Config{})
+	res, err := p.Search(t.Context(), "pur_1")
+	if err != nil {
+		t.Fatalf("Search: %v", err)
+	}
+	want := provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_001", PurchaseID: "pur_1", Status: "succeeded",
+		Reason: "75+ charges for purchase pur_1; 25+ results not naming purchase pur_1", Amount: 1999, Currency: "usd", Charges: 75}
+	if res != want {
+		t.Errorf("result\n got %+v\nwant %+v", res, want)
+	}
+	if n := len(srv.requests()); n != 1 {
+		t.Errorf("server got %d requests, want 1 page", n)
 	}
 }
 
@@ -469,6 +552,7 @@ func TestDoneContextSendsNothing(t *testing.T) {
 		}},
 		{"status", func(ctx context.Context, p *stripe.Provider) (provider.Result, error) { return p.Status(ctx, "pi_1") }},
 		{"search", func(ctx context.Context, p *stripe.Provider) (provider.Result, error) { return p.Search(ctx, "pur_1") }},
+		{"list", listAsResult(t, listWindow)},
 	}
 	for _, tc := range calls {
 		t.Run(tc.name, func(t *testing.T) {

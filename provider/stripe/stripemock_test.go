@@ -32,11 +32,13 @@ const (
 	stripeMockStartTimeout = 30 * time.Second
 )
 
-// TestStripeMock runs Create, Status and Search against stripe-mock, which
-// validates every request against Stripe's OpenAPI spec and answers with
-// fixtures. It proves the requests are well-formed Stripe requests; it
+// TestStripeMock runs Create, Status, Search and List against stripe-mock,
+// which validates every request against Stripe's OpenAPI spec and answers
+// with fixtures. It proves the requests are well-formed Stripe requests; it
 // cannot check behaviour, since stripe-mock keeps no state (its create
-// answers with a fixture in requires_payment_method).
+// answers with a fixture in requires_payment_method, its search and list
+// with a fixture whatever the query), except that the adapter reports the
+// fixtures as they are.
 func TestStripeMock(t *testing.T) {
 	base := startStripeMock(t)
 	p := newProvider(t, base, stripe.Config{})
@@ -67,22 +69,91 @@ func TestStripeMock(t *testing.T) {
 	}
 	checkSane(t, "Search", found)
 
+	// stripe-mock answers any search with its fixture, whose metadata is
+	// empty: a PaymentIntent that names no purchase. Search must report
+	// it as it is, so that payrecon's judge refuses to apply it to the
+	// purchase searched for (it once was applied), and count no charge.
+	const searched = "pur_x"
+	other, err := p.Search(ctx, searched)
+	if err != nil {
+		t.Fatalf("Search(%s): %v", searched, err)
+	}
+	checkSane(t, "Search(pur_x)", other)
+	if other.PurchaseID != "" {
+		t.Errorf("Search(%s): PurchaseID %q, want the fixture's empty metadata reported as \"\"", searched, other.PurchaseID)
+	}
+	if other.Charges != 0 {
+		t.Errorf("Search(%s): Charges %d, want 0: the fixture does not name the purchase", searched, other.Charges)
+	}
+	if want := "not naming purchase " + searched; !strings.Contains(other.Reason, want) {
+		t.Errorf("Search(%s): Reason %q, want it to say %q", searched, other.Reason, want)
+	}
+
+	// List: the request (created[gte], created[lt], limit) must pass
+	// stripe-mock's validation. It answers with its fixture whatever the
+	// window, so only the shape of the answer is checked.
+	now := time.Now()
+	w := provider.Window{From: now.Add(-24 * time.Hour), Until: now}
+	payments, err := p.List(ctx, w)
+	if err != nil {
+		t.Fatalf("List(%v, %v): %v", w.From, w.Until, err)
+	}
+	if len(payments) == 0 {
+		t.Fatal("List: no payments, want stripe-mock's fixture")
+	}
+	for i, pay := range payments {
+		checkSanePayment(t, fmt.Sprintf("List: payment %d", i), pay)
+		if i > 0 && pay.Created.Before(payments[i-1].Created) {
+			t.Errorf("List: payment %d created %v, before payment %d (%v): want oldest first", i, pay.Created, i-1, payments[i-1].Created)
+		}
+	}
+
 	// The checks above mean something only if stripe-mock refuses what
-	// the spec does not allow: a create with an unknown parameter.
+	// the spec does not allow: a create with an unknown parameter, a
+	// listing with a malformed created filter.
 	form := url.Values{"amount": {"1999"}, "currency": {"usd"}, "no_such_parameter": {"1"}}
 	bad, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payment_intents", strings.NewReader(form.Encode()))
 	if err != nil {
 		t.Fatalf("request: %v", err)
 	}
-	bad.SetBasicAuth(testKey, "")
 	bad.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	resp, err := http.DefaultClient.Do(bad)
+	checkRefused(t, "POST with an unknown parameter", bad)
+	bad, err = http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/payment_intents?created[gte]=yesterday", nil)
 	if err != nil {
-		t.Fatalf("POST with an unknown parameter: %v", err)
+		t.Fatalf("request: %v", err)
+	}
+	checkRefused(t, "GET with a malformed created filter", bad)
+}
+
+// checkRefused sends req to stripe-mock with the test key and checks that
+// it is refused with 400.
+func checkRefused(t *testing.T, what string, req *http.Request) {
+	t.Helper()
+	req.SetBasicAuth(testKey, "")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusBadRequest {
-		t.Errorf("POST with an unknown parameter: HTTP %d, want stripe-mock to refuse it with 400", resp.StatusCode)
+		t.Errorf("%s: HTTP %d, want stripe-mock to refuse it with 400", what, resp.StatusCode)
+	}
+}
+
+// checkSanePayment checks that pay is a listed PaymentIntent in a status
+// the table knows.
+func checkSanePayment(t *testing.T, what string, pay provider.Payment) {
+	t.Helper()
+	if !strings.HasPrefix(pay.ID, "pi_") {
+		t.Errorf("%s: id %q, want pi_…", what, pay.ID)
+	}
+	switch pay.Outcome {
+	case provider.Succeeded, provider.Declined, provider.Pending:
+	default:
+		t.Errorf("%s: outcome %q, want a PaymentIntent's outcome (%+v)", what, pay.Outcome, pay)
+	}
+	if pay.Status == "" || pay.Currency == "" || pay.Amount <= 0 || pay.Created.IsZero() {
+		t.Errorf("%s: incomplete payment %+v", what, pay)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"time"
 
 	stripego "github.com/stripe/stripe-go/v82"
 
@@ -23,7 +24,8 @@ const (
 )
 
 // statusOutcomes maps a PaymentIntent status to an outcome. A status not
-// listed (one Stripe may add) is an error, so its outcome is Unknown.
+// listed (one Stripe may add) is an error, so its outcome is Unknown; in
+// a listing, that payment's Outcome is Unknown.
 var statusOutcomes = map[stripego.PaymentIntentStatus]provider.Outcome{
 	stripego.PaymentIntentStatusSucceeded: provider.Succeeded,
 	stripego.PaymentIntentStatusCanceled:  provider.Declined,
@@ -68,8 +70,11 @@ var statusOutcomes = map[stripego.PaymentIntentStatus]provider.Outcome{
 //	Stripe error, timeout, reset, EOF              error → Unknown
 //	connection never made (dial failed)            error wrapping provider.ErrRetryLater
 //
-// An error that carries a PaymentIntent also fills the Result's PaymentID,
-// Status, Amount and Currency, for the audit trail.
+// Every Result that comes from a PaymentIntent, an error's included,
+// carries its PaymentID, Status, Amount, Currency and PurchaseID (the
+// metadata purchase_id exactly as stored, "" if none), for the judge and
+// the audit trail. List translates each PaymentIntent it reads with the
+// same status table (paymentOf), and its errors as above.
 func translate(op provider.Op, where string, pi *stripego.PaymentIntent, err error) (provider.Result, error) {
 	if err != nil {
 		return translateError(op, where, err)
@@ -136,13 +141,36 @@ func translateError(op provider.Op, where string, err error) (provider.Result, e
 	return res, ae
 }
 
-// resultOf returns pi's id, status, amount and currency, without outcome.
+// resultOf returns pi's id, status, amount, currency and metadata
+// purchase_id (exactly as stored, "" if none), without outcome.
 func resultOf(pi *stripego.PaymentIntent) provider.Result {
 	return provider.Result{
-		PaymentID: pi.ID,
-		Status:    string(pi.Status),
-		Amount:    pi.Amount,
-		Currency:  string(pi.Currency),
+		PaymentID:  pi.ID,
+		Status:     string(pi.Status),
+		Amount:     pi.Amount,
+		Currency:   string(pi.Currency),
+		PurchaseID: pi.Metadata[MetadataPurchaseID],
+	}
+}
+
+// paymentOf translates a listed PaymentIntent: its id, metadata
+// purchase_id (exactly as stored, "" if none), amount, currency, status,
+// creation time, and Outcome by statusOutcomes. A status the table does
+// not know gives Outcome Unknown: one payment the adapter cannot read
+// must not hide the others from the audit.
+func paymentOf(pi *stripego.PaymentIntent) provider.Payment {
+	outcome, ok := statusOutcomes[pi.Status]
+	if !ok {
+		outcome = provider.Unknown
+	}
+	return provider.Payment{
+		ID:         pi.ID,
+		PurchaseID: pi.Metadata[MetadataPurchaseID],
+		Amount:     pi.Amount,
+		Currency:   string(pi.Currency),
+		Status:     string(pi.Status),
+		Outcome:    outcome,
+		Created:    time.Unix(pi.Created, 0).UTC(),
 	}
 }
 

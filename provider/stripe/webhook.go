@@ -179,8 +179,10 @@ func (v *WebhookVerifier) SignatureHeader() string { return WebhookSignatureHead
 // The event becomes a provider.Event with ID, Type and Created. For a
 // payment_intent.* event, whose PaymentIntent must carry metadata
 // purchase_id (ErrNoPurchaseRef), PaymentID is the PaymentIntent's id,
-// PurchaseID its purchase_id and Outcome, by the event type first and
-// otherwise by the status table the API calls use (statusOutcomes):
+// PurchaseID its purchase_id, Amount and Currency its amount and currency
+// as the event's object carries them (0 and "" if absent), and Outcome, by
+// the event type first and otherwise by the status table the API calls use
+// (statusOutcomes):
 //
 //	payment_intent.succeeded                      Succeeded
 //	payment_intent.canceled                       Declined
@@ -193,8 +195,9 @@ func (v *WebhookVerifier) SignatureHeader() string { return WebhookSignatureHead
 //	status not in the table (where needed)        ErrMalformedEvent
 //
 // Any other event type (charge.*, customer.*, …) verifies with Outcome ""
-// (payrecon ignores it), PurchaseID "" and PaymentID the event object's id
-// if it is a PaymentIntent's (pi_…), else "".
+// (payrecon ignores it), PurchaseID "", Amount 0, Currency "" and
+// PaymentID the event object's id if it is a PaymentIntent's (pi_…), else
+// "".
 func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event, error) {
 	if err := v.verifySignature(payload, header); err != nil {
 		return provider.Event{}, err
@@ -242,6 +245,8 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 	}
 	ev.PaymentID = pi.ID
 	ev.PurchaseID = pi.Metadata[MetadataPurchaseID]
+	ev.Amount = pi.Amount
+	ev.Currency = string(pi.Currency)
 	if ev.PurchaseID == "" {
 		return provider.Event{}, fmt.Errorf("%w: %s: payment intent %s has no metadata %s, so payrecon did not create it", ErrNoPurchaseRef, where, pi.ID, MetadataPurchaseID)
 	}

@@ -178,6 +178,11 @@ func TestWebhookTranslatesEvents(t *testing.T) {
 		outcome    provider.Outcome
 		paymentID  string
 		purchaseID string
+		// amount and currency, when set, are what a payment_intent
+		// event must report instead of whPI's 300 usd; noMoney: 0 and "".
+		amount   int64
+		currency string
+		noMoney  bool
 	}{
 		{name: "succeeded", typ: "payment_intent.succeeded",
 			object: whPI(pi, "succeeded", whPurchase, nil), outcome: provider.Succeeded},
@@ -207,7 +212,13 @@ func TestWebhookTranslatesEvents(t *testing.T) {
 			object: whPI(pi, "requires_capture", whPurchase, nil), outcome: provider.Pending},
 		{name: "same release train, older version", typ: "payment_intent.succeeded", apiVersion: "2025-03-31.basil",
 			object: whPI(pi, "succeeded", whPurchase, nil), outcome: provider.Succeeded},
-		{name: "ignored: charge, no metadata", typ: "charge.succeeded", object: charge},
+		{name: "amount and currency from the object", typ: "payment_intent.succeeded",
+			object:  whPI(pi, "succeeded", whPurchase, map[string]any{"amount": 12345, "currency": "eur"}),
+			outcome: provider.Succeeded, amount: 12345, currency: "eur"},
+		{name: "object without amount or currency", typ: "payment_intent.processing",
+			object:  whPI(pi, "processing", whPurchase, map[string]any{"amount": nil, "currency": nil}),
+			outcome: provider.Pending, noMoney: true},
+		{name: "ignored: charge, no metadata, its amount not taken", typ: "charge.succeeded", object: charge},
 		{name: "ignored: customer", typ: "customer.created", object: customer},
 		{name: "ignored: object without id", typ: "balance.available", object: balance},
 		{name: "ignored type about a payment intent keeps its id (hypothetical type)", typ: "payment_intent_link.updated",
@@ -230,6 +241,13 @@ func TestWebhookTranslatesEvents(t *testing.T) {
 			}
 			if strings.HasPrefix(r.typ, "payment_intent.") {
 				want.PaymentID, want.PurchaseID = pi, "pur_01JABCDEF"
+				want.Amount, want.Currency = 300, "usd"
+				if r.amount != 0 || r.currency != "" {
+					want.Amount, want.Currency = r.amount, r.currency
+				}
+				if r.noMoney {
+					want.Amount, want.Currency = 0, ""
+				}
 			}
 			if len(ev.Digest) != 64 {
 				t.Errorf("digest %q, want a hex SHA-256", ev.Digest)

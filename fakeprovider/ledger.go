@@ -1,0 +1,182 @@
+package fakeprovider
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+)
+
+// ChargeOutside records a charge payrecon did not make, as a dashboard or
+// another system would make it: no idempotency key, Charge.Outside set,
+// the purchase id (if any) and customer in its metadata, created now in
+// c.Status (default succeeded), which it keeps until SetStatus moves it.
+// A second charge for a purchase is ChargeOutside with the purchase's id;
+// a charge with another amount, the same with that amount.
+//
+// It is not a provider call: it counts in no Calls, takes none of the
+// purchase's fault draws or scripted faults, and its webhook events take
+// none of the purchase's webhook draws or scripts (they draw from the
+// payment id's source). A Server with webhooks announces it, as any ledger
+// change, after its next create or at its next Tick; Server.ChargeOutside
+// announces it at once, or never.
+//
+// It panics if c is invalid (amount not positive, no currency, an unknown
+// status): that is a bug in the test.
+func (f *Fake) ChargeOutside(c OutsideCharge) Charge {
+	ch, err := f.chargeOutside(c, false)
+	if err != nil {
+		panic(err)
+	}
+	return ch
+}
+
+// chargeOutside is ChargeOutside, with silent: its creation is never
+// announced.
+func (f *Fake) chargeOutside(c OutsideCharge, silent bool) (Charge, error) {
+	c, err := c.validate()
+	if err != nil {
+		return Charge{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seq++
+	e := &entry{seq: f.seq, Charge: Charge{
+		ID:          f.newID("pi_", f.seq),
+		PurchaseID:  c.PurchaseID,
+		Customer:    c.Customer,
+		Amount:      c.Amount,
+		Currency:    c.Currency,
+		Status:      c.Status,
+		FinalStatus: c.Status,
+		CreatedAt:   f.cfg.Now(),
+		Outside:     true,
+	}}
+	if c.Status == StatusRequiresPaymentMethod {
+		e.DeclineCode = DeclineCode
+	}
+	f.add(e, silent)
+	return e.Charge, nil
+}
+
+// SetStatus moves the charge paymentID to status now, whatever its
+// status: a late approval after a decline (requires_payment_method to
+// succeeded), a cancellation, a success turning out declined. The status
+// is then final for the simulator (Status and FinalStatus alike): a
+// settlement still to come is called off, after the charge has settled
+// if its time had come. Moving a charge to the status it has changes
+// nothing but calls off its settlement.
+//
+// Status, Search, List and the Ledger see the move at once. A Server with
+// webhooks announces it, as any ledger change, after its next create or
+// at its next Tick; Server.SetStatus announces it at once, or never. It is
+// not a provider call: it counts in no Calls.
+//
+// The error wraps ErrNoSuchPayment for an unknown id and ErrUnknownStatus
+// for a status that is none of the Status* constants.
+func (f *Fake) SetStatus(paymentID, status string) (Charge, error) {
+	return f.setStatus(paymentID, status, false)
+}
+
+// setStatus is SetStatus, with silent: the move is never announced.
+func (f *Fake) setStatus(paymentID, status string, silent bool) (Charge, error) {
+	if !slices.Contains(statuses, status) {
+		return Charge{}, fmt.Errorf("fakeprovider: set status of %s: status %q: %w (want one of %s)",
+			paymentID, status, ErrUnknownStatus, strings.Join(statuses, ", "))
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	e := f.byID[paymentID]
+	if e == nil {
+		return Charge{}, fmt.Errorf("fakeprovider: set status of %s: %w", paymentID, ErrNoSuchPayment)
+	}
+	now := f.cfg.Now()
+	f.settle(e, now)
+	e.FinalStatus = status // calls off a settlement to come
+	if e.Status == status {
+		return e.Charge, nil
+	}
+	e.Status, e.MovedAt = status, now
+	if status == StatusRequiresPaymentMethod && e.DeclineCode == "" {
+		e.DeclineCode = DeclineCode
+	}
+	f.record(e, now, false, silent)
+	return e.Charge, nil
+}
+
+// Ledger is everything the fake holds, for tests to count real charges and
+// calls; a Server serves it as JSON at GET /_fake/ledger.
+type Ledger struct {
+	// Charges is the ledger, oldest first, settled as of now.
+	Charges []LedgerCharge `json:"charges"`
+	// CreateCalls counts the create calls received by idempotency key
+	// (replays and failed calls included; "" for keyless creates).
+	CreateCalls map[string]int `json:"create_calls"`
+	// Calls counts the calls received by operation (Fake.Calls).
+	Calls LedgerCalls `json:"calls"`
+}
+
+// LedgerCharge is one charge of a Ledger.
+type LedgerCharge struct {
+	PaymentID   string `json:"payment_id"`
+	PurchaseID  string `json:"purchase_id"`
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Status      string `json:"status"`
+	FinalStatus string `json:"final_status"`
+	// Created is the creation time, in JSON as RFC 3339 with nanoseconds.
+	Created        time.Time `json:"created"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	// Outside: made by ChargeOutside, not by a create.
+	Outside bool `json:"outside"`
+}
+
+// MoneyTaken reports whether the charge took the customer's money, as
+// Charge.MoneyTaken does: its final status is succeeded.
+func (c LedgerCharge) MoneyTaken() bool { return c.FinalStatus == StatusSucceeded }
+
+// LedgerCalls counts the calls of each provider operation, including
+// those that failed. Over HTTP, every request counts once: each page of a
+// list is a List call, each create request a Create call.
+type LedgerCalls struct {
+	Create int `json:"create"`
+	Status int `json:"status"`
+	Search int `json:"search"`
+	List   int `json:"list"`
+}
+
+// Ledger returns a copy of the ledger, settled as of now, with the calls
+// received.
+func (f *Fake) Ledger() Ledger {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	now := f.cfg.Now()
+	l := Ledger{
+		Charges:     make([]LedgerCharge, 0, len(f.ledger)),
+		CreateCalls: maps.Clone(f.keyCalls),
+		Calls: LedgerCalls{
+			Create: f.calls[provider.OpCreate],
+			Status: f.calls[provider.OpStatus],
+			Search: f.calls[provider.OpSearch],
+			List:   f.calls[provider.OpList],
+		},
+	}
+	for _, e := range f.ledger {
+		f.settle(e, now)
+		l.Charges = append(l.Charges, LedgerCharge{
+			PaymentID:      e.ID,
+			PurchaseID:     e.PurchaseID,
+			Amount:         e.Amount,
+			Currency:       e.Currency,
+			Status:         e.Status,
+			FinalStatus:    e.FinalStatus,
+			Created:        e.CreatedAt,
+			IdempotencyKey: e.IdempotencyKey,
+			Outside:        e.Outside,
+		})
+	}
+	return l
+}
