@@ -3,8 +3,9 @@
 // goose's Provider API.
 //
 // The schema loads the transition table of package statemachine into the
-// database and guards purchases.state with it, so that no SQL path can
-// write a forbidden move.
+// database, refuses any change to it, and guards purchases.state and the
+// transition audit with it, so that no SQL path can write or record a
+// forbidden move.
 package migrations
 
 import (

@@ -2,15 +2,23 @@ package migrations_test
 
 import (
 	"database/sql"
+	"errors"
+	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/payrecon/payrecon/migrations"
 	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
+	"github.com/payrecon/payrecon/statemachine"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
@@ -106,5 +114,214 @@ func TestDialects(t *testing.T) {
 		if err != nil || len(files) == 0 {
 			t.Fatalf("%s: migrations %v, %v; want at least one", d, files, err)
 		}
+	}
+}
+
+// openSQLite opens a new, empty SQLite file with foreign keys on, as the
+// store's connections have them.
+func openSQLite(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", filepath.Join(t.TempDir(), "payrecon.db")+"?_pragma=busy_timeout(5000)&_pragma=foreign_keys(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.SetMaxOpenConns(1)
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// dialects are the migration sets under test, each with a fresh
+// database, a goose provider over it, and a timestamp literal.
+var dialects = []struct {
+	name  migrations.Dialect
+	open  func(t *testing.T) *sql.DB
+	goose goose.Dialect
+	now   string // a timestamp value in SQL
+}{
+	{migrations.Postgres, openPostgres, goose.DialectPostgres, "now()"},
+	{migrations.SQLite, openSQLite, goose.DialectSQLite3, "0"},
+}
+
+func newProvider(t *testing.T, db *sql.DB, dialect migrations.Dialect, gd goose.Dialect) *goose.Provider {
+	t.Helper()
+	fsys, err := migrations.FS(dialect)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := goose.NewProvider(gd, db, fsys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func mustExec(t *testing.T, db *sql.DB, query string) {
+	t.Helper()
+	if _, err := db.ExecContext(t.Context(), query); err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+}
+
+func queryStrings(t *testing.T, db *sql.DB, query string) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// transitionTable returns allowed_transitions as "from -> to" lines,
+// sorted.
+func transitionTable(t *testing.T, db *sql.DB) []string {
+	t.Helper()
+	got := queryStrings(t, db, `SELECT from_state || ' -> ' || to_state FROM allowed_transitions`)
+	slices.Sort(got)
+	return got
+}
+
+// TestTransitionTableIsReadOnly: allowed_transitions is exactly
+// statemachine.Transitions(), and the database refuses any change to it.
+func TestTransitionTableIsReadOnly(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d.name), func(t *testing.T) {
+			db := d.open(t)
+			if err := migrations.Up(t.Context(), db, d.name); err != nil {
+				t.Fatalf("Up: %v", err)
+			}
+			var want []string
+			for _, p := range statemachine.Transitions() {
+				want = append(want, string(p.From)+" -> "+string(p.To))
+			}
+			slices.Sort(want)
+			if got := transitionTable(t, db); !slices.Equal(got, want) {
+				t.Fatalf("allowed_transitions = %v, statemachine.Transitions() = %v", got, want)
+			}
+
+			stmts := []string{
+				`INSERT INTO allowed_transitions (from_state, to_state) VALUES ('created', 'succeeded')`,
+				`UPDATE allowed_transitions SET to_state = 'succeeded' WHERE from_state = 'created'`,
+				`DELETE FROM allowed_transitions WHERE from_state = 'reconciling' AND to_state = 'declined'`,
+				`DELETE FROM allowed_transitions`,
+			}
+			switch d.name {
+			case migrations.Postgres:
+				stmts = append(stmts,
+					`TRUNCATE allowed_transitions CASCADE`,
+					`DELETE FROM allowed_transitions WHERE false`, // a statement trigger: refused even when it would touch nothing
+				)
+			case migrations.SQLite:
+				stmts = append(stmts, `INSERT OR REPLACE INTO allowed_transitions (from_state, to_state) VALUES ('created', 'submitted')`)
+			}
+			for _, stmt := range stmts {
+				_, err := db.ExecContext(t.Context(), stmt)
+				if err == nil || !strings.Contains(err.Error(), "allowed_transitions is read-only") {
+					t.Fatalf("%s: got %v, want allowed_transitions to refuse it", stmt, err)
+				}
+				var pgErr *pgconn.PgError
+				if d.name == migrations.Postgres && (!errors.As(err, &pgErr) || pgErr.Code != "PR002") {
+					t.Fatalf("%s: got %v, want SQLSTATE PR002", stmt, err)
+				}
+			}
+			if got := transitionTable(t, db); !slices.Equal(got, want) {
+				t.Fatalf("allowed_transitions after the refused changes = %v, want %v", got, want)
+			}
+		})
+	}
+}
+
+// TestMigration4KeepsTheAudit applies 00004 to a database with data:
+// the transitions keep their rows, ids and guards (on SQLite the table
+// is rebuilt), and gain the foreign key to allowed_transitions; its Down
+// keeps them too. A transition outside the table stops the migration.
+func TestMigration4KeepsTheAudit(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d.name), func(t *testing.T) {
+			ctx := t.Context()
+			// atVersion3 returns a database at version 3 with a purchase
+			// and three transitions (ids 10, 20, 30).
+			atVersion3 := func() (*sql.DB, *goose.Provider) {
+				t.Helper()
+				db := d.open(t)
+				p := newProvider(t, db, d.name, d.goose)
+				if _, err := p.UpTo(ctx, 3); err != nil {
+					t.Fatalf("up to 3: %v", err)
+				}
+				mustExec(t, db, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES ('pur_1', 'cus_1', 100, 'eur', 'created', 1, `+d.now+`, `+d.now+`)`)
+				for i, move := range [][2]string{{"created", "submitted"}, {"submitted", "uncertain"}, {"uncertain", "reconciling"}} {
+					mustExec(t, db, fmt.Sprintf(`INSERT INTO transitions (id, purchase_id, from_state, to_state, cause, actor, at)
+VALUES (%d, 'pur_1', '%s', '%s', 'submit', 'w1', %s)`, 10*(i+1), move[0], move[1], d.now))
+				}
+				return db, p
+			}
+			audit := func(db *sql.DB) []string {
+				t.Helper()
+				return queryStrings(t, db, `SELECT id || ':' || from_state || '>' || to_state || ':' || actor FROM transitions ORDER BY id`)
+			}
+			forbidden := fmt.Sprintf(`INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
+VALUES ('pur_1', 'created', 'succeeded', 'operator', %s)`, d.now)
+
+			// A move outside the table in the audit: 00004 refuses to
+			// run, and changes nothing.
+			db, p := atVersion3()
+			mustExec(t, db, forbidden)
+			before := audit(db)
+			if _, err := p.Up(ctx); err == nil {
+				t.Fatal("00004 ran over a transition outside allowed_transitions")
+			}
+			if v, err := p.GetDBVersion(ctx); err != nil || v != 3 {
+				t.Fatalf("after the failed 00004: version %d, %v; want 3", v, err)
+			}
+			if got := audit(db); !slices.Equal(got, before) {
+				t.Fatalf("transitions after the failed 00004: %v, want %v", got, before)
+			}
+
+			db, p = atVersion3()
+			before = audit(db)
+			if _, err := p.Up(ctx); err != nil {
+				t.Fatalf("up: %v", err)
+			}
+			if got := audit(db); !slices.Equal(got, before) {
+				t.Fatalf("transitions after 00004: %v, want %v", got, before)
+			}
+			if _, err := db.ExecContext(ctx, forbidden); err == nil {
+				t.Fatal("after 00004, a transition outside allowed_transitions was inserted")
+			}
+			for _, stmt := range []string{`UPDATE transitions SET actor = 'mallory'`, `DELETE FROM transitions WHERE id = 10`} {
+				if _, err := db.ExecContext(ctx, stmt); err == nil || !strings.Contains(err.Error(), "append-only") {
+					t.Fatalf("after 00004, %s: %v, want the append-only refusal", stmt, err)
+				}
+			}
+			mustExec(t, db, fmt.Sprintf(`INSERT INTO transitions (id, purchase_id, from_state, to_state, cause, actor, at)
+VALUES (40, 'pur_1', 'reconciling', 'succeeded', 'webhook', 'w2', %s)`, d.now))
+			after := audit(db)
+			if want := append(slices.Clone(before), "40:reconciling>succeeded:w2"); !slices.Equal(after, want) {
+				t.Fatalf("transitions after an insert: %v, want %v", after, want)
+			}
+
+			if _, err := p.DownTo(ctx, 3); err != nil {
+				t.Fatalf("down to 3: %v", err)
+			}
+			if got := audit(db); !slices.Equal(got, after) {
+				t.Fatalf("transitions after 00004's Down: %v, want %v", got, after)
+			}
+			if _, err := db.ExecContext(ctx, `UPDATE transitions SET actor = 'mallory'`); err == nil {
+				t.Fatal("after 00004's Down, transitions is no longer append-only")
+			}
+			mustExec(t, db, forbidden) // 00003's schema has no such foreign key
+		})
 	}
 }

@@ -11,8 +11,14 @@ import (
 
 // codeForbiddenTransition is the SQLSTATE the schema's state trigger
 // raises (migrations/postgres; PR002, for writes to the append-only
-// audit, is never expected from this package and is left untranslated).
+// audit and the read-only transition table, is never expected from this
+// package and is left untranslated).
 const codeForbiddenTransition = "PR001"
+
+// constraintTransitionMove is the foreign key of transitions (from_state,
+// to_state) to allowed_transitions (migration 00004): a violation is a
+// forbidden move, not a missing row.
+const constraintTransitionMove = "transitions_move_fkey"
 
 // kindOf returns the reconcile error a database error stands for, or nil.
 func kindOf(err error) error {
@@ -20,9 +26,12 @@ func kindOf(err error) error {
 	if !errors.As(err, &pgErr) {
 		return nil
 	}
-	switch pgErr.Code {
-	case codeForbiddenTransition:
+	switch {
+	case pgErr.Code == codeForbiddenTransition,
+		pgErr.Code == "23503" && pgErr.ConstraintName == constraintTransitionMove:
 		return reconcile.ErrForbiddenTransition
+	}
+	switch pgErr.Code {
 	case "23505": // unique_violation
 		return reconcile.ErrDuplicate
 	case "23502", // not_null_violation
@@ -48,11 +57,12 @@ func wrap(err error, format string, args ...any) error {
 	return fmt.Errorf("postgres: %s: %w", what, err)
 }
 
-// wrapRef is wrap for inserts whose only foreign key is the purchase: a
-// foreign key violation means the purchase does not exist.
+// wrapRef is wrap for inserts whose foreign key is the purchase: a
+// violation of a foreign key but transitions_move_fkey (which is a
+// forbidden move) means the purchase does not exist.
 func wrapRef(err error, format string, args ...any) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.ConstraintName != constraintTransitionMove {
 		return fmt.Errorf("postgres: %s: purchase %w: %w", fmt.Sprintf(format, args...), reconcile.ErrNotFound, err)
 	}
 	return wrap(err, format, args...)

@@ -25,17 +25,18 @@ import (
 // the rows inserted or updated.
 
 const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id, result,
-    purchase_id, outcome, received_at, processed_at`
+    purchase_id, outcome, received_at, processed_at, amount, currency, event_created`
 
 // InsertInboxEvent implements reconcile.Tx. A nil or empty payload is
 // stored empty and read back as nil. An empty Provider or EventID, or a
 // zero ReceivedAt, is refused with reconcile.ErrInvalid.
 func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
 	tag, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 ON CONFLICT (provider, event_id) DO NOTHING`,
 		e.Provider, e.EventID, e.Type, e.PayloadHash, notNullBytes(e.Payload), e.ObjectID, string(e.Result),
-		nullString(e.PurchaseID), string(e.Outcome), nullTime(e.ReceivedAt), nullTime(e.ProcessedAt))
+		nullString(e.PurchaseID), string(e.Outcome), nullTime(e.ReceivedAt), nullTime(e.ProcessedAt),
+		e.Amount, e.Currency, nullTime(e.Created))
 	if err != nil {
 		return false, wrap(err, "insert inbox event %s/%s", e.Provider, e.EventID)
 	}
@@ -142,9 +143,9 @@ func scanInboxEvent(row pgx.Row) (reconcile.InboxEvent, error) {
 	var e reconcile.InboxEvent
 	var result, outcome string
 	var purchaseID *string
-	var processed *time.Time
+	var processed, created *time.Time
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
-		&purchaseID, &outcome, &e.ReceivedAt, &processed)
+		&purchaseID, &outcome, &e.ReceivedAt, &processed, &e.Amount, &e.Currency, &created)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
 	}
@@ -156,6 +157,7 @@ func scanInboxEvent(row pgx.Row) (reconcile.InboxEvent, error) {
 	e.Outcome = reconcile.EventOutcome(outcome)
 	e.ReceivedAt = e.ReceivedAt.UTC()
 	e.ProcessedAt = derefTime(processed)
+	e.Created = derefTime(created)
 	return e, nil
 }
 
@@ -262,14 +264,14 @@ FROM operator_actions WHERE purchase_id = $1 ORDER BY id`, purchaseID)
 	return out, nil
 }
 
-// AcquireSweepLock implements reconcile.Tx in one statement: the lock row
-// is inserted, or taken over when it expired (expires_at <= now) or is
-// already owner's (which extends it to now+ttl). A concurrent acquirer of
-// the same lock waits for this transaction and then judges the row it
-// left. name and owner must not be empty and ttl must be positive
-// (reconcile.ErrInvalid otherwise). The lock is held only once the
-// transaction commits.
-func (t *txn) AcquireSweepLock(ctx context.Context, name, owner string, now time.Time, ttl time.Duration) (bool, error) {
+// AcquireSweepLock implements reconcile.Tx in one statement, which reads
+// the store's clock: the lock row is inserted, or taken over when it
+// expired (expires_at <= now) or is already owner's (which extends it to
+// now+ttl). A concurrent acquirer of the same lock waits for this
+// transaction and then judges the row it left. name and owner must not be
+// empty and ttl must be positive (reconcile.ErrInvalid otherwise). The
+// lock is held only once the transaction commits.
+func (t *txn) AcquireSweepLock(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	switch {
 	case name == "":
 		return false, fmt.Errorf("postgres: acquire sweep lock: %w: empty name", reconcile.ErrInvalid)
@@ -278,9 +280,10 @@ func (t *txn) AcquireSweepLock(ctx context.Context, name, owner string, now time
 	case ttl <= 0:
 		return false, fmt.Errorf("postgres: acquire sweep lock %s: %w: ttl %s", name, reconcile.ErrInvalid, ttl)
 	}
-	tag, err := t.exec(ctx, `INSERT INTO sweep_locks AS l (name, owner, expires_at) VALUES ($1, $2, $4)
+	tag, err := t.exec(ctx, `INSERT INTO sweep_locks AS l (name, owner, expires_at)
+VALUES ($2, $3, `+nowSQL+` + $4::interval)
 ON CONFLICT (name) DO UPDATE SET owner = EXCLUDED.owner, expires_at = EXCLUDED.expires_at
-WHERE l.expires_at <= $3 OR l.owner = EXCLUDED.owner`, name, owner, now, now.Add(ttl))
+WHERE l.expires_at <= `+nowSQL+` OR l.owner = EXCLUDED.owner`, clockArg(t.now), name, owner, ttl)
 	if err != nil {
 		return false, wrap(err, "acquire sweep lock %s for %s", name, owner)
 	}

@@ -100,7 +100,7 @@ func TestConcurrentInsertsWaitForTheFirst(t *testing.T) {
 	}
 	lock := func(owner string) func(tx reconcile.Tx) (bool, error) {
 		return func(tx reconcile.Tx) (bool, error) {
-			return tx.AcquireSweepLock(ctx, "rescue-"+owner[:1], owner, base, time.Minute)
+			return tx.AcquireSweepLock(ctx, "rescue-"+owner[:1], owner, time.Minute)
 		}
 	}
 	must := func(f func(tx reconcile.Tx) (bool, error)) func(tx reconcile.Tx) error {
@@ -134,9 +134,10 @@ func TestConcurrentInsertsWaitForTheFirst(t *testing.T) {
 
 // TestClaimJobDoesNotWaitForABusyJob: while a worker's transaction holds
 // the job row (after CheckLease), ClaimJob reports ErrConflict at once,
-// even though the lease has expired by the claimer's clock.
+// even though the lease has expired by the store's clock.
 func TestClaimJobDoesNotWaitForABusyJob(t *testing.T) {
-	s, _ := newStore(t)
+	c := &clock{now: base}
+	s, _ := newStoreClock(t, c.Now)
 	ctx := t.Context()
 	err := s.InTx(ctx, func(tx reconcile.Tx) error {
 		p := reconcile.Purchase{ID: "pur_1", Customer: "cus_1", Amount: 100, Currency: "eur", State: statemachine.Created, Version: 1, CreatedAt: base, UpdatedAt: base}
@@ -148,16 +149,18 @@ func TestClaimJobDoesNotWaitForABusyJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := s.ClaimJob(ctx, "pur_1", "w1", base, time.Minute)
+	l, err := s.ClaimJob(ctx, "pur_1", "w1", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
 	late := l.ExpiresAt.Add(time.Second)
 	err = s.InTx(ctx, func(tx reconcile.Tx) error {
-		if err := tx.CheckLease(ctx, l, base); err != nil {
+		c.Set(base)
+		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
-		_, err := s.ClaimJob(ctx, "pur_1", "operator", late, time.Minute)
+		c.Set(late)
+		_, err := s.ClaimJob(ctx, "pur_1", "operator", time.Minute)
 		if !errors.Is(err, reconcile.ErrConflict) || !strings.Contains(err.Error(), "in progress") {
 			t.Errorf("ClaimJob of a job locked by CheckLease: %v, want ErrConflict (in progress)", err)
 		}
@@ -166,11 +169,11 @@ func TestClaimJobDoesNotWaitForABusyJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ClaimJob(ctx, "pur_1", "operator", late, time.Minute)
+	got, err := s.ClaimJob(ctx, "pur_1", "operator", time.Minute)
 	if err != nil || got.Token != 2 || got.TakenOver {
 		t.Fatalf("ClaimJob after commit = %+v, %v; want token 2, not taken over", got, err)
 	}
-	_, err = s.ClaimJob(ctx, "pur_1", "w1", late, time.Minute)
+	_, err = s.ClaimJob(ctx, "pur_1", "w1", time.Minute)
 	if !errors.Is(err, reconcile.ErrConflict) || !strings.Contains(err.Error(), `leased by "operator"`) {
 		t.Fatalf("ClaimJob of a leased job: %v, want ErrConflict naming the owner", err)
 	}
@@ -186,11 +189,11 @@ func TestNewMethodsRefuseInvalidInput(t *testing.T) {
 		name string
 		err  func() error
 	}{
-		{"ClaimExpiredJobs no owner", func() error { _, err := s.ClaimExpiredJobs(ctx, "", 1, base, time.Second); return err }},
-		{"ClaimExpiredJobs limit 0", func() error { _, err := s.ClaimExpiredJobs(ctx, "w", 0, base, time.Second); return err }},
-		{"ClaimExpiredJobs lease 0", func() error { _, err := s.ClaimExpiredJobs(ctx, "w", 1, base, 0); return err }},
-		{"ClaimJob no owner", func() error { _, err := s.ClaimJob(ctx, "pur_1", "", base, time.Second); return err }},
-		{"ClaimJob lease 0", func() error { _, err := s.ClaimJob(ctx, "pur_1", "w", base, 0); return err }},
+		{"ClaimExpiredJobs no owner", func() error { _, err := s.ClaimExpiredJobs(ctx, "", 1, time.Second); return err }},
+		{"ClaimExpiredJobs limit 0", func() error { _, err := s.ClaimExpiredJobs(ctx, "w", 0, time.Second); return err }},
+		{"ClaimExpiredJobs lease 0", func() error { _, err := s.ClaimExpiredJobs(ctx, "w", 1, 0); return err }},
+		{"ClaimJob no owner", func() error { _, err := s.ClaimJob(ctx, "pur_1", "", time.Second); return err }},
+		{"ClaimJob lease 0", func() error { _, err := s.ClaimJob(ctx, "pur_1", "w", 0); return err }},
 	} {
 		if err := tc.err(); !errors.Is(err, reconcile.ErrInvalid) {
 			t.Errorf("%s: %v, want ErrInvalid", tc.name, err)
@@ -232,9 +235,9 @@ func TestNewMethodsRefuseInvalidInput(t *testing.T) {
 			{"operator action without time", func() error {
 				return tx.InsertOperatorAction(ctx, reconcile.OperatorAction{PurchaseID: "pur_1", Operator: "alice", Action: "note"})
 			}},
-			{"sweep lock without name", func() error { _, err := tx.AcquireSweepLock(ctx, "", "w", base, time.Second); return err }},
-			{"sweep lock without owner", func() error { _, err := tx.AcquireSweepLock(ctx, "x", "", base, time.Second); return err }},
-			{"sweep lock ttl 0", func() error { _, err := tx.AcquireSweepLock(ctx, "x", "w", base, 0); return err }},
+			{"sweep lock without name", func() error { _, err := tx.AcquireSweepLock(ctx, "", "w", time.Second); return err }},
+			{"sweep lock without owner", func() error { _, err := tx.AcquireSweepLock(ctx, "x", "", time.Second); return err }},
+			{"sweep lock ttl 0", func() error { _, err := tx.AcquireSweepLock(ctx, "x", "w", 0); return err }},
 			{"unmatched events limit 0", func() error { _, err := tx.ListUnmatchedEvents(ctx, 0); return err }},
 			{"overdue limit 0", func() error { _, err := tx.ListOverdueUncertain(ctx, base, 0); return err }},
 			{"delete events limit 0", func() error { _, err := tx.DeleteInboxEventsBefore(ctx, base, 0); return err }},
@@ -309,6 +312,9 @@ func TestRetentionQueriesUseTheirIndexes(t *testing.T) {
 		{`SELECT min(uncertain_since) FROM purchases WHERE state IN ('uncertain', 'reconciling')`, "purchases_uncertain_since_idx"},
 		{`SELECT id FROM purchases WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < now() ORDER BY uncertain_since LIMIT 10`, "purchases_uncertain_since_idx"},
 		{`SELECT purchase_id FROM jobs WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= now()`, "jobs_leased_idx"},
+		{`SELECT id FROM audit_findings WHERE closed_at IS NULL ORDER BY found_at, id LIMIT 10`, "audit_findings_open_idx"},
+		{`SELECT id FROM audit_findings WHERE purchase_id = 'pur_1' ORDER BY found_at, id`, "audit_findings_purchase_idx"},
+		{`SELECT id FROM purchases WHERE state = 'succeeded' AND first_attempt_at >= now() AND first_attempt_at < now() ORDER BY first_attempt_at, id`, "purchases_first_attempt_idx"},
 	} {
 		rows, _ := conn.Query(t.Context(), "EXPLAIN "+tc.query)
 		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])

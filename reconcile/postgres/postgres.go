@@ -3,7 +3,9 @@
 // The schema lives in package migrations (dialect Postgres); Migrate
 // applies it. The database itself refuses forbidden state moves (a
 // trigger checks every write of purchases.state against the
-// allowed_transitions table) and any UPDATE or DELETE of the audit tables,
+// allowed_transitions table, and a foreign key every transition the audit
+// records), any change to allowed_transitions, any UPDATE or DELETE of
+// the audit tables, and any change to an audit finding but its closing,
 // so the guarantees hold for every SQL path, not only this package.
 //
 // Driver errors are translated into reconcile's errors and wrapped with
@@ -14,6 +16,12 @@
 // Every write inside a transaction runs under a savepoint, so a refused
 // write (a duplicate, a forbidden move) leaves the transaction usable, as
 // it is on SQLite: the caller may go on reading and writing and commit.
+//
+// The store owns the clock (Store.Now, Tx.Now): by default the database
+// server's, statement_timestamp(), which every worker and replica shares,
+// so a worker whose own clock is off changes no decision. Claims, lease
+// checks, releases and sweep locks read it in their own statement, in
+// the same round trip; Config.Now injects another clock.
 //
 // Times are stored as timestamptz to the microsecond (finer digits are
 // truncated) and returned in UTC; a zero time.Time is stored as NULL and a
@@ -50,6 +58,10 @@ type Config struct {
 	URL string
 	// MaxConns caps the connection pool. Default 8 (when 0).
 	MaxConns int32
+	// Now is the store's clock. Default nil: the database server's clock
+	// (statement_timestamp()), the one clock every worker and replica
+	// shares. Tests and the demo inject a clock.
+	Now func() time.Time
 }
 
 // DefaultMaxConns is Config.MaxConns when left 0.
@@ -63,7 +75,8 @@ const maxTxAttempts = 4
 // Create it with Open and release it with Close.
 type Store struct {
 	pool      *pgxpool.Pool
-	db        *sql.DB // database/sql view of pool, for goose
+	db        *sql.DB          // database/sql view of pool, for goose
+	now       func() time.Time // Config.Now; nil for the server's clock
 	closeOnce sync.Once
 }
 
@@ -98,7 +111,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: open: cannot reach database %s: %w", where, err)
 	}
-	return &Store{pool: pool, db: stdlib.OpenDBFromPool(pool)}, nil
+	return &Store{pool: pool, db: stdlib.OpenDBFromPool(pool), now: cfg.Now}, nil
 }
 
 // Migrate applies every pending schema migration (see package
@@ -177,7 +190,7 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(reconcile.Tx) error) error
 	// connection it closes the connection, which is all there is left to
 	// do. It also covers a panicking fn.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(&txn{tx: tx}); err != nil {
+	if err := fn(&txn{tx: tx, now: s.now}); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -193,13 +206,47 @@ func retryable(err error) bool {
 	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
 }
 
+// Now implements reconcile.Store: the injected clock (Config.Now), else
+// the server's statement_timestamp(), to the microsecond, in UTC.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	return storeNow(ctx, s.now, s.pool.QueryRow)
+}
+
+// storeNow reads the store's clock: now when injected, else the server's
+// with query.
+func storeNow(ctx context.Context, now func() time.Time, query func(context.Context, string, ...any) pgx.Row) (time.Time, error) {
+	if now != nil {
+		return now().Truncate(time.Microsecond).UTC(), nil
+	}
+	var t time.Time
+	if err := query(ctx, `SELECT statement_timestamp()`).Scan(&t); err != nil {
+		return time.Time{}, wrap(err, "read the server's clock")
+	}
+	return t.Truncate(time.Microsecond).UTC(), nil
+}
+
+// nowSQL is the store's clock in SQL. Every statement that reads the
+// clock takes it as its first parameter, from clockArg: the injected
+// clock's time, or NULL for the server's statement_timestamp(), the same
+// instant throughout the statement.
+const nowSQL = `COALESCE($1::timestamptz, statement_timestamp())`
+
+// clockArg is the value of nowSQL's parameter.
+func clockArg(now func() time.Time) any {
+	if now == nil {
+		return nil
+	}
+	return now()
+}
+
 // claimSQL returns the statement that leases the open jobs matching
-// which (a condition on jobs, $1 being now) in one statement. SKIP LOCKED
-// makes concurrent claimers take disjoint rows; it also skips a job whose
-// lease a transaction is checking (CheckLease locks the row), so a lease
-// cannot be taken over between that check and the commit. The last
-// column says whether the job was still leased: its lease expired without
-// being released.
+// which (a condition on jobs, reading the clock with nowSQL) in one
+// statement. SKIP LOCKED makes concurrent claimers take disjoint rows; it
+// also skips a job whose lease a transaction is checking (CheckLease
+// locks the row), so a lease cannot be taken over between that check and
+// the commit. It returns, with each lease, whether the job was still
+// leased (its lease expired without being released) and the clock's time
+// the claim judged by.
 func claimSQL(which string) string {
 	return `
 WITH cand AS (
@@ -214,41 +261,42 @@ WITH cand AS (
 UPDATE jobs AS j
 SET lease_owner = $3,
     lease_token = j.lease_token + 1,
-    lease_expires_at = $4,
+    lease_expires_at = ` + nowSQL + ` + $4::interval,
     checks = j.checks + 1
 FROM cand
 WHERE j.purchase_id = cand.purchase_id
-RETURNING j.purchase_id, j.run_at, j.lease_token, j.lease_expires_at, j.checks, cand.prev_owner IS NOT NULL`
+RETURNING j.purchase_id, j.run_at, j.lease_token, j.lease_expires_at, j.checks, cand.prev_owner IS NOT NULL, ` + nowSQL
 }
 
 // expiredLease matches a job whose lease expired without being released.
-const expiredLease = `lease_owner IS NOT NULL AND lease_expires_at <= $1`
+const expiredLease = `lease_owner IS NOT NULL AND lease_expires_at <= ` + nowSQL
 
 var (
 	// claimDueSQL leases jobs that are due or whose lease expired.
-	claimDueSQL = claimSQL(`(lease_owner IS NULL AND run_at <= $1) OR (` + expiredLease + `)`)
+	claimDueSQL = claimSQL(`(lease_owner IS NULL AND run_at <= ` + nowSQL + `) OR (` + expiredLease + `)`)
 	// claimExpiredSQL leases only jobs whose lease expired.
 	claimExpiredSQL = claimSQL(expiredLease)
 	// claimOneSQL leases the job of purchase $5, due or not, unless it is
 	// leased and the lease has not expired.
-	claimOneSQL = claimSQL(`purchase_id = $5 AND (lease_owner IS NULL OR lease_expires_at <= $1)`)
+	claimOneSQL = claimSQL(`purchase_id = $5 AND (lease_owner IS NULL OR lease_expires_at <= ` + nowSQL + `)`)
 )
 
-// ClaimJobs implements reconcile.Store. It judges due and expired by now,
-// not by the database clock. owner must not be empty, limit and leaseFor
+// ClaimJobs implements reconcile.Store. It judges due and expired by the
+// store's clock, read by the claiming statement itself, and returns that
+// time as each Lease's Now. owner must not be empty, limit and leaseFor
 // must be positive (reconcile.ErrInvalid otherwise). A job whose previous
 // lease was never released (it expired) comes back with TakenOver set.
 // The leases come in run_at order, oldest first.
-func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, now time.Time, leaseFor time.Duration) ([]reconcile.Lease, error) {
-	return s.claim(ctx, "claim jobs", claimDueSQL, owner, limit, now, leaseFor)
+func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	return s.claim(ctx, "claim jobs", claimDueSQL, owner, limit, leaseFor)
 }
 
 // ClaimExpiredJobs implements reconcile.Store: ClaimJobs for the open jobs
-// whose lease expired (lease_expires_at <= now) without being released;
-// a job that is due but not leased is left alone. Every lease comes back
-// with TakenOver set.
-func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, now time.Time, leaseFor time.Duration) ([]reconcile.Lease, error) {
-	return s.claim(ctx, "claim expired jobs", claimExpiredSQL, owner, limit, now, leaseFor)
+// whose lease expired (lease_expires_at <= the store's now) without being
+// released; a job that is due but not leased is left alone. Every lease
+// comes back with TakenOver set.
+func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	return s.claim(ctx, "claim expired jobs", claimExpiredSQL, owner, limit, leaseFor)
 }
 
 // ClaimJob implements reconcile.Store: it leases purchaseID's job, due or
@@ -258,9 +306,9 @@ func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, n
 // commit) is busy too: ErrConflict, at once, without waiting. owner must
 // not be empty and leaseFor must be positive (reconcile.ErrInvalid
 // otherwise).
-func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, now time.Time, leaseFor time.Duration) (reconcile.Lease, error) {
+func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (reconcile.Lease, error) {
 	what := "claim job of " + purchaseID
-	leases, err := s.claim(ctx, what, claimOneSQL, owner, 1, now, leaseFor, purchaseID)
+	leases, err := s.claim(ctx, what, claimOneSQL, owner, 1, leaseFor, purchaseID)
 	if err != nil {
 		return reconcile.Lease{}, err
 	}
@@ -270,8 +318,9 @@ func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, now time
 	// Say why not; this is the failure path only.
 	var owned *string
 	var expires, done *time.Time
-	err = s.pool.QueryRow(ctx, `SELECT lease_owner, lease_expires_at, done_at FROM jobs WHERE purchase_id = $1`,
-		purchaseID).Scan(&owned, &expires, &done)
+	var now time.Time
+	err = s.pool.QueryRow(ctx, `SELECT lease_owner, lease_expires_at, done_at, `+nowSQL+` FROM jobs WHERE purchase_id = $2`,
+		clockArg(s.now), purchaseID).Scan(&owned, &expires, &done, &now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return reconcile.Lease{}, fmt.Errorf("postgres: %s: no such job: %w", what, reconcile.ErrNotFound)
@@ -290,7 +339,7 @@ func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, now time
 
 // claim runs one of the claim statements and returns its leases in run_at
 // order. extra are the statement's parameters after the first four.
-func (s *Store) claim(ctx context.Context, what, query, owner string, limit int, now time.Time, leaseFor time.Duration, extra ...any) ([]reconcile.Lease, error) {
+func (s *Store) claim(ctx context.Context, what, query, owner string, limit int, leaseFor time.Duration, extra ...any) ([]reconcile.Lease, error) {
 	switch {
 	case owner == "":
 		return nil, fmt.Errorf("postgres: %s: %w: empty owner", what, reconcile.ErrInvalid)
@@ -299,7 +348,7 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 	case leaseFor <= 0:
 		return nil, fmt.Errorf("postgres: %s: %w: lease duration %s", what, reconcile.ErrInvalid, leaseFor)
 	}
-	rows, err := s.pool.Query(ctx, query, append([]any{now, limit, owner, now.Add(leaseFor)}, extra...)...)
+	rows, err := s.pool.Query(ctx, query, append([]any{clockArg(s.now), limit, owner, leaseFor}, extra...)...)
 	if err != nil {
 		return nil, wrap(err, "%s for %s", what, owner)
 	}
@@ -310,12 +359,13 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 	var got []claimed
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(&c.lease.PurchaseID, &c.runAt, &c.lease.Token, &c.lease.ExpiresAt, &c.lease.Checks, &c.lease.TakenOver); err != nil {
+		if err := rows.Scan(&c.lease.PurchaseID, &c.runAt, &c.lease.Token, &c.lease.ExpiresAt, &c.lease.Checks, &c.lease.TakenOver, &c.lease.Now); err != nil {
 			rows.Close()
 			return nil, wrap(err, "%s for %s", what, owner)
 		}
 		c.lease.Owner = owner
 		c.lease.ExpiresAt = c.lease.ExpiresAt.UTC()
+		c.lease.Now = c.lease.Now.UTC()
 		got = append(got, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -336,11 +386,12 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 }
 
 // ReleaseLeases implements reconcile.Store: every open job leased by
-// owner, expired or not, loses its lease and becomes due at now.
-func (s *Store) ReleaseLeases(ctx context.Context, owner string, now time.Time) (int, error) {
+// owner, expired or not, loses its lease and becomes due at the store's
+// now.
+func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
-UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL, run_at = $2
-WHERE lease_owner = $1 AND done_at IS NULL`, owner, now)
+UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL, run_at = `+nowSQL+`
+WHERE lease_owner = $2 AND done_at IS NULL`, clockArg(s.now), owner)
 	if err != nil {
 		return 0, wrap(err, "release leases of %s", owner)
 	}

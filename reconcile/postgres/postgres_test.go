@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,11 +26,12 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// openStore opens a store on a new, empty database, closed when t ends.
-func openStore(t *testing.T) (*postgres.Store, string) {
+// openStore opens a store on a new, empty database, closed when t ends,
+// with now as its clock (nil: the server's).
+func openStore(t *testing.T, now func() time.Time) (*postgres.Store, string) {
 	t.Helper()
 	url := pgtest.NewDatabase(t)
-	s, err := postgres.Open(t.Context(), postgres.Config{URL: url})
+	s, err := postgres.Open(t.Context(), postgres.Config{URL: url, Now: now})
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -37,14 +39,39 @@ func openStore(t *testing.T) (*postgres.Store, string) {
 	return s, url
 }
 
-// newStore opens a store on a new, migrated database.
+// newStore opens a store with the server's clock on a new, migrated
+// database.
 func newStore(t *testing.T) (*postgres.Store, string) {
 	t.Helper()
-	s, url := openStore(t)
+	return newStoreClock(t, nil)
+}
+
+// newStoreClock is newStore with now as the store's clock.
+func newStoreClock(t *testing.T, now func() time.Time) (*postgres.Store, string) {
+	t.Helper()
+	s, url := openStore(t, now)
 	if err := s.Migrate(t.Context()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return s, url
+}
+
+// clock is a clock a test sets by hand, to inject into a store.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Set(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
 }
 
 // rawConn connects to url directly, bypassing the store.
@@ -81,9 +108,8 @@ func wantSQLState(t *testing.T, what string, err error, code string, parts ...st
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) reconcile.Store {
-		s, _ := newStore(t)
-		return s
+	storetest.Run(t, func(t *testing.T, now func() time.Time) reconcile.Store {
+		return pgtest.NewStoreClock(t, now)
 	})
 }
 
@@ -156,6 +182,11 @@ func TestRawSQLCannotWriteForbiddenMove(t *testing.T) {
 VALUES ('pur_x', 'cus_1', 100, 'eur', 'succeeded', 1, now(), now())`)
 	wantSQLState(t, "insert in succeeded", err, "PR001", "succeeded")
 
+	// The audit cannot record a forbidden move either.
+	_, err = conn.Exec(ctx, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'succeeded', 'uncertain', 'webhook', now())`)
+	wantSQLState(t, "transition succeeded -> uncertain", err, "23503", "transitions_move_fkey")
+
 	// Writing the same state is no move, and other columns are free.
 	exec(t, conn, `UPDATE purchases SET state = state, description = 'x' WHERE id = 'pur_ok'`)
 	exec(t, conn, `UPDATE purchases SET state = 'submitted' WHERE id = 'pur_new'`)
@@ -191,8 +222,65 @@ func TestAuditTablesAreAppendOnly(t *testing.T) {
 	}
 }
 
+// TestAuditFindingsRefuseChanges: a finding is evidence. The database
+// lets it be closed once, through the close columns alone, and refuses
+// every other change, whatever SQL path tries.
+func TestAuditFindingsRefuseChanges(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	ctx := t.Context()
+	exec(t, conn, `INSERT INTO audit_findings (provider, payment_id, kind, amount, currency, found_at)
+VALUES ('stripe', 'pi_1', 'orphan_charge', 100, 'eur', now()), ('stripe', 'pi_2', 'orphan_charge', 200, 'eur', now())`)
+	snapshot := func() string {
+		t.Helper()
+		var s string
+		if err := conn.QueryRow(ctx, `SELECT string_agg(to_jsonb(f)::text, ',' ORDER BY id) FROM audit_findings f`).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	refused := func(stmt, code string, parts ...string) {
+		t.Helper()
+		before := snapshot()
+		_, err := conn.Exec(ctx, stmt)
+		wantSQLState(t, stmt, err, code, parts...)
+		if after := snapshot(); after != before {
+			t.Fatalf("%s changed the findings:\n before %s\n after  %s", stmt, before, after)
+		}
+	}
+	for _, stmt := range []string{
+		`UPDATE audit_findings SET amount = 1 WHERE payment_id = 'pi_1'`,
+		`UPDATE audit_findings SET amount = 1, closed_at = now(), closed_by = 'mallory', close_note = 'x' WHERE payment_id = 'pi_1'`,
+		`UPDATE audit_findings SET close_note = 'x' WHERE payment_id = 'pi_1'`, // not a close: closed_at stays NULL
+		`UPDATE audit_findings SET id = id + 100 WHERE payment_id = 'pi_1'`,
+		`INSERT INTO audit_findings (provider, payment_id, kind, amount, found_at) VALUES ('stripe', 'pi_1', 'orphan_charge', 1, now())
+ON CONFLICT (provider, payment_id, kind) DO UPDATE SET evidence = 'rewritten'`,
+	} {
+		refused(stmt, "PR002", "audit_findings", "only closing may change finding")
+	}
+	refused(`UPDATE audit_findings SET closed_at = now(), closed_by = '', close_note = 'x' WHERE payment_id = 'pi_1'`,
+		"23514", "audit_findings_closed_check")
+
+	// Closing, through the close columns alone, is the one change.
+	exec(t, conn, `UPDATE audit_findings SET closed_at = now(), closed_by = 'alice', close_note = 'refunded' WHERE payment_id = 'pi_1'`)
+	for _, stmt := range []string{
+		`UPDATE audit_findings SET closed_at = now(), closed_by = 'bob', close_note = 'again' WHERE payment_id = 'pi_1'`,
+		`UPDATE audit_findings SET closed_at = NULL, closed_by = '', close_note = '' WHERE payment_id = 'pi_1'`,
+	} {
+		refused(stmt, "PR002", "audit_findings", "finding", "is closed")
+	}
+	refused(`UPDATE audit_findings SET evidence = 'x'`, "PR002", "audit_findings", "UPDATE refused")
+	for _, stmt := range []string{
+		`DELETE FROM audit_findings WHERE payment_id = 'pi_2'`,
+		`DELETE FROM audit_findings WHERE false`, // refused even when it would touch nothing
+		`TRUNCATE audit_findings`,
+	} {
+		refused(stmt, "PR002", "audit_findings", "append-only")
+	}
+}
+
 func TestReady(t *testing.T) {
-	s, url := openStore(t)
+	s, url := openStore(t, nil)
 	err := s.Ready(t.Context())
 	if !errors.Is(err, reconcile.ErrNotMigrated) {
 		t.Fatalf("Ready on an empty database: %v, want ErrNotMigrated", err)
@@ -271,7 +359,7 @@ func TestErrorsNameTheFailure(t *testing.T) {
 		t.Fatalf("non-positive amount: got %v, want ErrInvalid naming amount", err)
 	}
 
-	if _, err := s.ClaimJobs(ctx, "", 1, base, time.Second); !errors.Is(err, reconcile.ErrInvalid) {
+	if _, err := s.ClaimJobs(ctx, "", 1, time.Second); !errors.Is(err, reconcile.ErrInvalid) {
 		t.Fatalf("ClaimJobs with no owner: %v, want ErrInvalid", err)
 	}
 	err = s.InTx(ctx, func(tx reconcile.Tx) error {
@@ -280,13 +368,28 @@ func TestErrorsNameTheFailure(t *testing.T) {
 	if !errors.Is(err, reconcile.ErrNotFound) {
 		t.Fatalf("InsertJob for an unknown purchase: %v, want ErrNotFound", err)
 	}
+
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_1", From: "created", To: "succeeded", Cause: reconcile.CauseOperator, At: base})
+	})
+	if !errors.Is(err, reconcile.ErrForbiddenTransition) || errors.Is(err, reconcile.ErrNotFound) ||
+		!strings.Contains(err.Error(), "transitions_move_fkey") {
+		t.Fatalf("InsertTransition of a forbidden move: %v, want ErrForbiddenTransition naming transitions_move_fkey", err)
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_missing", From: "created", To: "submitted", Cause: reconcile.CauseSubmit, At: base})
+	})
+	if !errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrForbiddenTransition) {
+		t.Fatalf("InsertTransition for an unknown purchase: %v, want ErrNotFound", err)
+	}
 }
 
 // TestCheckLeaseHoldsOffClaims shows the fence: while a transaction that
 // checked its lease is open, the job cannot be claimed, even once the
 // lease has expired; after it commits, it can.
 func TestCheckLeaseHoldsOffClaims(t *testing.T) {
-	s, _ := newStore(t)
+	c := &clock{now: base}
+	s, _ := newStoreClock(t, c.Now)
 	ctx := t.Context()
 	err := s.InTx(ctx, func(tx reconcile.Tx) error {
 		p := reconcile.Purchase{ID: "pur_1", Customer: "cus_1", Amount: 100, Currency: "eur", State: statemachine.Created, Version: 1, CreatedAt: base, UpdatedAt: base}
@@ -298,18 +401,21 @@ func TestCheckLeaseHoldsOffClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	leases, err := s.ClaimJobs(ctx, "w1", 1, base, time.Minute)
+	leases, err := s.ClaimJobs(ctx, "w1", 1, time.Minute)
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("ClaimJobs = %v, %v", leases, err)
 	}
 	l := leases[0]
 	late := l.ExpiresAt.Add(time.Second)
 	err = s.InTx(ctx, func(tx reconcile.Tx) error {
-		if err := tx.CheckLease(ctx, l, l.ExpiresAt.Add(-time.Second)); err != nil {
+		c.Set(l.ExpiresAt.Add(-time.Second))
+		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
-		// Another worker, on another connection, tries to take over.
-		got, err := s.ClaimJobs(ctx, "w2", 1, late, time.Minute)
+		// Another worker, on another connection, tries to take over once
+		// the lease has expired.
+		c.Set(late)
+		got, err := s.ClaimJobs(ctx, "w2", 1, time.Minute)
 		if err != nil {
 			return err
 		}
@@ -321,7 +427,7 @@ func TestCheckLeaseHoldsOffClaims(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.ClaimJobs(ctx, "w2", 1, late, time.Minute)
+	got, err := s.ClaimJobs(ctx, "w2", 1, time.Minute)
 	if err != nil || len(got) != 1 || got[0].TakenOver {
 		t.Fatalf("claim after commit = %+v, %v; want the released job", got, err)
 	}

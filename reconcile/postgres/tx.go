@@ -17,7 +17,8 @@ import (
 
 // txn is the reconcile.Tx of one pgx transaction.
 type txn struct {
-	tx pgx.Tx
+	tx  pgx.Tx
+	now func() time.Time // the store's Config.Now; nil for the server's clock
 }
 
 var _ reconcile.Tx = (*txn)(nil)
@@ -52,9 +53,17 @@ func (t *txn) exec(ctx context.Context, query string, args ...any) (pgconn.Comma
 	return tag, err
 }
 
+// Now implements reconcile.Tx: the injected clock (Config.Now), else the
+// server's statement_timestamp() of this statement (not the
+// transaction's start), to the microsecond, in UTC.
+func (t *txn) Now(ctx context.Context) (time.Time, error) {
+	return storeNow(ctx, t.now, t.tx.QueryRow)
+}
+
 const purchaseColumns = `id, customer, reference, amount, currency, description, payment_method,
     state, version, provider_key, provider_request, params_hash, provider_payment_id,
-    first_attempt_at, uncertain_since, escalated_at, escalation_reason, created_at, updated_at`
+    first_attempt_at, uncertain_since, escalated_at, escalation_reason, settled_at, doubt,
+    created_at, updated_at`
 
 // InsertPurchase implements reconcile.Tx. The database refuses a purchase
 // whose state is not created (reconcile.ErrForbiddenTransition) and one
@@ -66,11 +75,11 @@ func (t *txn) InsertPurchase(ctx context.Context, p reconcile.Purchase) error {
 		return fmt.Errorf("postgres: insert purchase %s: %w", p.ID, err)
 	}
 	_, err = t.exec(ctx, `INSERT INTO purchases (`+purchaseColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
 		p.ID, p.Customer, nullString(p.Reference), p.Amount, p.Currency, p.Description, p.PaymentMethod,
 		string(p.State), p.Version, nullString(p.ProviderKey), req, nullString(p.ParamsHash), nullString(p.ProviderPaymentID),
 		nullTime(p.FirstAttemptAt), nullTime(p.UncertainSince), nullTime(p.EscalatedAt), nullString(string(p.EscalationReason)),
-		nullTime(p.CreatedAt), nullTime(p.UpdatedAt))
+		nullTime(p.SettledAt), p.Doubt, nullTime(p.CreatedAt), nullTime(p.UpdatedAt))
 	if err != nil {
 		return wrap(err, "insert purchase %s", p.ID)
 	}
@@ -106,8 +115,8 @@ func (t *txn) FindPurchaseByPaymentID(ctx context.Context, paymentID string) (re
 
 // UpdatePurchase implements reconcile.Tx. It writes the state, the
 // provider fields (key, request, params hash, payment id, first attempt),
-// UncertainSince, the escalation and UpdatedAt; the other fields are
-// fixed at insert and left alone.
+// UncertainSince, the escalation, SettledAt, Doubt and UpdatedAt; the
+// other fields are fixed at insert and left alone.
 func (t *txn) UpdatePurchase(ctx context.Context, p reconcile.Purchase, from statemachine.State) error {
 	req, err := marshalRequest(p.ProviderRequest)
 	if err != nil {
@@ -124,12 +133,14 @@ func (t *txn) UpdatePurchase(ctx context.Context, p reconcile.Purchase, from sta
     uncertain_since = $10,
     escalated_at = $11,
     escalation_reason = $12,
-    updated_at = $13
+    settled_at = $13,
+    doubt = $14,
+    updated_at = $15
 WHERE id = $1 AND state = $2 AND version = $4`,
 		p.ID, string(from), string(p.State), p.Version,
 		nullString(p.ProviderKey), req, nullString(p.ParamsHash), nullString(p.ProviderPaymentID),
 		nullTime(p.FirstAttemptAt), nullTime(p.UncertainSince), nullTime(p.EscalatedAt), nullString(string(p.EscalationReason)),
-		nullTime(p.UpdatedAt))
+		nullTime(p.SettledAt), p.Doubt, nullTime(p.UpdatedAt))
 	if err != nil {
 		return wrap(err, "update purchase %s (%s -> %s)", p.ID, from, p.State)
 	}
@@ -151,7 +162,8 @@ WHERE id = $1 AND state = $2 AND version = $4`,
 
 // InsertTransition implements reconcile.Tx. r.ID is ignored: the database
 // numbers the rows in insertion order. An unknown purchase gives
-// reconcile.ErrNotFound.
+// reconcile.ErrNotFound, a move that is not in the transition table
+// (the foreign key transitions_move_fkey) reconcile.ErrForbiddenTransition.
 func (t *txn) InsertTransition(ctx context.Context, r reconcile.TransitionRecord) error {
 	_, err := t.exec(ctx, `INSERT INTO transitions
     (purchase_id, from_state, to_state, cause, evidence, actor, lease_token, at)
@@ -247,14 +259,15 @@ func (t *txn) GetJob(ctx context.Context, purchaseID string) (reconcile.Job, err
 	return j, nil
 }
 
-// CheckLease implements reconcile.Tx. It takes the job row's lock (SELECT
-// ... FOR UPDATE) when l is current, which ClaimJobs skips until this
-// transaction ends.
-func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease, now time.Time) error {
+// CheckLease implements reconcile.Tx. It judges expiry by the store's
+// clock at this statement (not at the transaction's start), and takes the
+// job row's lock (SELECT ... FOR UPDATE) when l is current, which ClaimJobs
+// skips until this transaction ends.
+func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 	var one int
 	err := t.tx.QueryRow(ctx, `SELECT 1 FROM jobs
-WHERE purchase_id = $1 AND lease_owner = $2 AND lease_token = $3 AND lease_expires_at > $4
-FOR UPDATE`, l.PurchaseID, l.Owner, l.Token, now).Scan(&one)
+WHERE purchase_id = $2 AND lease_owner = $3 AND lease_token = $4 AND lease_expires_at > `+nowSQL+`
+FOR UPDATE`, clockArg(t.now), l.PurchaseID, l.Owner, l.Token).Scan(&one)
 	if err == nil {
 		return nil
 	}
@@ -297,6 +310,22 @@ WHERE purchase_id = $1`, purchaseID, nullTime(now))
 	}
 	if tag.RowsAffected() == 0 {
 		return fmt.Errorf("postgres: complete job of %s: %w", purchaseID, reconcile.ErrNotFound)
+	}
+	return nil
+}
+
+// ReopenJob implements reconcile.Tx: the job is no longer done and is due
+// at runAt. Its lease, if any, is left as it is (owner, token, expiry):
+// a live lease keeps its worker, an expired one is taken over by the next
+// claim.
+func (t *txn) ReopenJob(ctx context.Context, purchaseID string, runAt time.Time) error {
+	tag, err := t.exec(ctx, `UPDATE jobs SET done_at = NULL, run_at = $2 WHERE purchase_id = $1`,
+		purchaseID, nullTime(runAt))
+	if err != nil {
+		return wrap(err, "reopen job of %s", purchaseID)
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("postgres: reopen job of %s: %w", purchaseID, reconcile.ErrNotFound)
 	}
 	return nil
 }
@@ -390,6 +419,26 @@ LIMIT $2`, uncertainBefore, limit)
 	return out, nil
 }
 
+// ListSubmittedBetween implements reconcile.Tx: the purchases in state
+// whose FirstAttemptAt is at or after from and strictly before until,
+// oldest FirstAttemptAt first (then by id), read from the index
+// purchases_first_attempt_idx (migration 00004).
+func (t *txn) ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State) ([]reconcile.Purchase, error) {
+	rows, err := t.tx.Query(ctx, `SELECT `+purchaseColumns+` FROM purchases
+WHERE state = $1 AND first_attempt_at >= $2 AND first_attempt_at < $3
+ORDER BY first_attempt_at, id`, string(state), from, until)
+	if err != nil {
+		return nil, wrap(err, "list %s purchases submitted in [%s, %s)", state, from.UTC().Format(time.RFC3339Nano), until.UTC().Format(time.RFC3339Nano))
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.Purchase, error) {
+		return scanPurchase(row)
+	})
+	if err != nil {
+		return nil, wrap(err, "list %s purchases submitted in [%s, %s)", state, from.UTC().Format(time.RFC3339Nano), until.UTC().Format(time.RFC3339Nano))
+	}
+	return out, nil
+}
+
 // FindPurchaseByReference implements reconcile.Tx. An empty reference
 // finds nothing: purchases without one have none to match.
 func (t *txn) FindPurchaseByReference(ctx context.Context, customer, reference string) (reconcile.Purchase, error) {
@@ -414,11 +463,11 @@ func scanPurchase(row pgx.Row) (reconcile.Purchase, error) {
 		reference, providerKey, paramsHash, paymentID, reason *string
 		state                                                 string
 		req                                                   []byte
-		firstAttempt, uncertain, escalated                    *time.Time
+		firstAttempt, uncertain, escalated, settled           *time.Time
 	)
 	err := row.Scan(&p.ID, &p.Customer, &reference, &p.Amount, &p.Currency, &p.Description, &p.PaymentMethod,
 		&state, &p.Version, &providerKey, &req, &paramsHash, &paymentID,
-		&firstAttempt, &uncertain, &escalated, &reason, &p.CreatedAt, &p.UpdatedAt)
+		&firstAttempt, &uncertain, &escalated, &reason, &settled, &p.Doubt, &p.CreatedAt, &p.UpdatedAt)
 	if err != nil {
 		return reconcile.Purchase{}, err
 	}
@@ -431,6 +480,7 @@ func scanPurchase(row pgx.Row) (reconcile.Purchase, error) {
 	p.FirstAttemptAt = derefTime(firstAttempt)
 	p.UncertainSince = derefTime(uncertain)
 	p.EscalatedAt = derefTime(escalated)
+	p.SettledAt = derefTime(settled)
 	p.CreatedAt = p.CreatedAt.UTC()
 	p.UpdatedAt = p.UpdatedAt.UTC()
 	if req != nil {

@@ -60,12 +60,19 @@ func wrap(err error, format string, args ...any) error {
 	return fmt.Errorf("sqlite: %s: %w", what, err)
 }
 
-// wrapRef is wrap for inserts whose only foreign key is the purchase: a
-// foreign key violation means the purchase does not exist.
+// wrapRef is wrap for inserts whose only foreign key is the purchase (or
+// whose other foreign keys the caller ruled out): a foreign key violation
+// means the purchase does not exist.
 func wrapRef(err error, format string, args ...any) error {
-	var se *sqlite.Error
-	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+	if isForeignKey(err) {
 		return fmt.Errorf("sqlite: %s: purchase %w: %w", fmt.Sprintf(format, args...), reconcile.ErrNotFound, err)
 	}
 	return wrap(err, format, args...)
+}
+
+// isForeignKey reports whether err is a foreign key violation. SQLite
+// does not say which foreign key failed.
+func isForeignKey(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && se.Code() == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY
 }

@@ -50,13 +50,22 @@
 //
 // Since writers never collide, InTx never retries: fn runs once.
 //
+// # The clock
+//
+// The store owns the clock (Store.Now, Tx.Now): claims, lease checks,
+// releases and sweep locks read it themselves, under the write lock.
+// SQLite is embedded, so the database's clock is this machine's:
+// time.Now by default, or Config.Now.
+//
 // # Guarantees in the database
 //
 // The schema lives in package migrations (dialect SQLite); Migrate
 // applies it. Triggers refuse every write of purchases.state that is not
-// in the allowed_transitions table (loaded with statemachine's moves) and
-// any UPDATE or DELETE of the audit tables (transitions,
-// provider_attempts, operator_actions), whatever SQL path writes. A
+// in the allowed_transitions table (loaded with statemachine's moves), any
+// change to that table, any UPDATE or DELETE of the audit tables
+// (transitions, provider_attempts, operator_actions) and any change to an
+// audit finding but its closing, and a foreign key every transition the
+// audit records that is not in the table, whatever SQL path writes. A
 // refused write fails alone: RAISE(ABORT) and constraint failures undo
 // the statement, not the transaction, so the caller may go on reading and
 // writing and commit, as on PostgreSQL.
@@ -66,8 +75,10 @@
 // reconcile.ErrDuplicate, the transition trigger
 // reconcile.ErrForbiddenTransition, NOT NULL, CHECK, type and foreign key
 // failures reconcile.ErrInvalid (a foreign key to a missing purchase
-// reconcile.ErrNotFound where the purchase is the only reference),
-// SQLITE_BUSY after the busy timeout ErrBusy.
+// reconcile.ErrNotFound where the purchase is the only reference; a
+// transition's foreign keys, which SQLite does not tell apart, are told
+// apart by looking the move up), SQLITE_BUSY after the busy timeout
+// ErrBusy.
 //
 // # Values
 //
@@ -115,6 +126,11 @@ type Config struct {
 	// it the call fails with an error wrapping ErrBusy. Default 5s (when
 	// 0).
 	BusyTimeout time.Duration
+	// Now is the store's clock. Default nil: time.Now. SQLite is
+	// embedded, so the database's clock is this machine's clock, shared by
+	// every process on it that opens the file. Tests and the demo inject
+	// a clock.
+	Now func() time.Time
 }
 
 // DefaultBusyTimeout is Config.BusyTimeout when left 0.
@@ -133,6 +149,7 @@ type Store struct {
 	db          *sql.DB
 	path        string
 	busyTimeout time.Duration
+	now         func() time.Time // Config.Now, or time.Now
 	closeOnce   sync.Once
 	closeErr    error
 }
@@ -184,7 +201,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	db.SetConnMaxIdleTime(0)
-	s := &Store{db: db, path: path, busyTimeout: busy}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	s := &Store{db: db, path: path, busyTimeout: busy, now: now}
 
 	// Connecting applies the pragmas; journal_mode=WAL reads the file's
 	// header, so a file that is not a database fails here.
@@ -330,8 +351,16 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(*sql.Tx) error) e
 // Config.BusyTimeout for the lock (ErrBusy). fn's own error is returned
 // as is.
 func (s *Store) InTx(ctx context.Context, fn func(reconcile.Tx) error) error {
-	return s.inTx(ctx, "transaction", func(tx *sql.Tx) error { return fn(&txn{tx: tx}) })
+	return s.inTx(ctx, "transaction", func(tx *sql.Tx) error { return fn(&txn{tx: tx, now: s.now}) })
 }
+
+// Now implements reconcile.Store: Config.Now (time.Now by default), to
+// the microsecond, in UTC. It does not touch the database.
+func (s *Store) Now(context.Context) (time.Time, error) { return storeNow(s.now), nil }
+
+// storeNow reads now as the store keeps times: to the microsecond
+// (truncated, as micros does), in UTC.
+func storeNow(now func() time.Time) time.Time { return fromMicros(now().UnixMicro()) }
 
 // claimWhere selects the jobs ClaimJobs may lease at ?1 (now): open, and
 // either due and not leased or leased with an expired lease.
@@ -343,20 +372,21 @@ const claimWhere = `done_at IS NULL
 // with a lease that expired without being released.
 const expiredWhere = `done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1`
 
-// ClaimJobs implements reconcile.Store. It judges due and expired by now,
-// not by the database clock. owner must not be empty, limit and leaseFor
-// must be positive (reconcile.ErrInvalid otherwise). A job whose previous
-// lease was never released (it expired) comes back with TakenOver set.
-// The leases come in run_at order, oldest first.
-func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, now time.Time, leaseFor time.Duration) ([]reconcile.Lease, error) {
-	return s.claim(ctx, "claim jobs", claimWhere, owner, limit, now, leaseFor)
+// ClaimJobs implements reconcile.Store. It judges due and expired by the
+// store's clock, read once it holds the write lock, and returns that time
+// as each Lease's Now. owner must not be empty, limit and leaseFor must be
+// positive (reconcile.ErrInvalid otherwise). A job whose previous lease
+// was never released (it expired) comes back with TakenOver set. The
+// leases come in run_at order, oldest first.
+func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	return s.claim(ctx, "claim jobs", claimWhere, owner, limit, leaseFor)
 }
 
 // ClaimExpiredJobs implements reconcile.Store: ClaimJobs restricted to
-// jobs whose lease expired at now without being released. Every lease it
-// returns has TakenOver set.
-func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, now time.Time, leaseFor time.Duration) ([]reconcile.Lease, error) {
-	return s.claim(ctx, "claim expired jobs", expiredWhere, owner, limit, now, leaseFor)
+// jobs whose lease expired at the store's now without being released.
+// Every lease it returns has TakenOver set.
+func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	return s.claim(ctx, "claim expired jobs", expiredWhere, owner, limit, leaseFor)
 }
 
 // ClaimJob implements reconcile.Store: it leases purchaseID's job, due or
@@ -364,9 +394,10 @@ func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, n
 // owner, this one included), which give reconcile.ErrConflict. It reads
 // and leases the job under the write lock of one transaction, so it waits
 // for a worker between CheckLease and its commit (at most the busy
-// timeout) and then judges the row that worker left. owner must not be
-// empty and leaseFor must be positive (reconcile.ErrInvalid otherwise).
-func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, now time.Time, leaseFor time.Duration) (reconcile.Lease, error) {
+// timeout) and then judges the row that worker left, by the store's clock
+// read then. owner must not be empty and leaseFor must be positive
+// (reconcile.ErrInvalid otherwise).
+func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (reconcile.Lease, error) {
 	what := "claim job of " + purchaseID
 	switch {
 	case owner == "":
@@ -374,9 +405,11 @@ func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, now time
 	case leaseFor <= 0:
 		return reconcile.Lease{}, fmt.Errorf("sqlite: %s: %w: lease duration %s", what, reconcile.ErrInvalid, leaseFor)
 	}
-	l := reconcile.Lease{PurchaseID: purchaseID, Owner: owner, ExpiresAt: fromMicros(now.Add(leaseFor).UnixMicro())}
+	var l reconcile.Lease
 	err := s.inTx(ctx, what, func(tx *sql.Tx) error {
-		t := &txn{tx: tx}
+		now := storeNow(s.now)
+		l = reconcile.Lease{PurchaseID: purchaseID, Owner: owner, ExpiresAt: fromMicros(now.Add(leaseFor).UnixMicro()), Now: now}
+		t := &txn{tx: tx, now: s.now}
 		j, err := t.GetJob(ctx, purchaseID)
 		switch {
 		case errors.Is(err, reconcile.ErrNotFound):
@@ -409,7 +442,7 @@ RETURNING lease_token, checks`, purchaseID, owner, l.ExpiresAt.UnixMicro()).Scan
 	return l, nil
 }
 
-func (s *Store) claim(ctx context.Context, what, where, owner string, limit int, now time.Time, leaseFor time.Duration) ([]reconcile.Lease, error) {
+func (s *Store) claim(ctx context.Context, what, where, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	switch {
 	case owner == "":
 		return nil, fmt.Errorf("sqlite: %s: %w: empty owner", what, reconcile.ErrInvalid)
@@ -418,12 +451,15 @@ func (s *Store) claim(ctx context.Context, what, where, owner string, limit int,
 	case leaseFor <= 0:
 		return nil, fmt.Errorf("sqlite: %s: %w: lease duration %s", what, reconcile.ErrInvalid, leaseFor)
 	}
-	// The lease's expiry as stored: to the microsecond.
-	expires := fromMicros(now.Add(leaseFor).UnixMicro())
 	fail := func(err error) error { return wrap(err, "%s for %s", what, owner) }
 	var leases []reconcile.Lease
 	err := s.inTx(ctx, what, func(tx *sql.Tx) error {
 		leases = nil
+		// The clock is read under the write lock: a claim that waited for
+		// it judges by the time it got it.
+		now := storeNow(s.now)
+		// The lease's expiry as stored: to the microsecond.
+		expires := fromMicros(now.Add(leaseFor).UnixMicro())
 		// The write lock is ours until commit: what this reads is what
 		// the UPDATE below leases, and nobody else can claim it between.
 		rows, err := tx.QueryContext(ctx, `SELECT purchase_id, lease_owner IS NOT NULL FROM jobs
@@ -435,7 +471,7 @@ LIMIT ?2`, now.UnixMicro(), limit)
 		}
 		var ids []string
 		for rows.Next() {
-			l := reconcile.Lease{Owner: owner, ExpiresAt: expires}
+			l := reconcile.Lease{Owner: owner, ExpiresAt: expires, Now: now}
 			if err := rows.Scan(&l.PurchaseID, &l.TakenOver); err != nil {
 				rows.Close()
 				return fail(err)
@@ -496,12 +532,13 @@ RETURNING purchase_id, lease_token, checks`, owner, expires.UnixMicro(), string(
 }
 
 // ReleaseLeases implements reconcile.Store: every open job leased by
-// owner, expired or not, loses its lease and becomes due at now.
-func (s *Store) ReleaseLeases(ctx context.Context, owner string, now time.Time) (int, error) {
+// owner, expired or not, loses its lease and becomes due at the store's
+// now.
+func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
 	var n int64
 	err := s.inTx(ctx, "release leases", func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL, run_at = ?2
-WHERE lease_owner = ?1 AND done_at IS NULL`, owner, micros(now))
+WHERE lease_owner = ?1 AND done_at IS NULL`, owner, storeNow(s.now).UnixMicro())
 		if err != nil {
 			return wrap(err, "release leases of %s", owner)
 		}

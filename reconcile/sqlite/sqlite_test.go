@@ -45,16 +45,44 @@ func openAt(t testing.TB, cfg sqlite.Config) *sqlite.Store {
 	return s
 }
 
-// newStore opens a store on a new, migrated database file.
+// newStore opens a store on a new, migrated database file, with the
+// default clock.
 func newStore(t testing.TB) (*sqlite.Store, string) {
 	t.Helper()
+	return newStoreClock(t, nil)
+}
+
+// newStoreClock is newStore with now as the store's clock.
+func newStoreClock(t testing.TB, now func() time.Time) (*sqlite.Store, string) {
+	t.Helper()
 	path := dbPath(t)
-	s := openAt(t, sqlite.Config{Path: path})
+	s := openAt(t, sqlite.Config{Path: path, Now: now})
 	if err := s.Migrate(context.Background()); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return s, path
 }
+
+// clock is a clock a test sets by hand, to inject into a store.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Set(now time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = now
+}
+
+// fixed returns a clock that always says now.
+func fixed(now time.Time) func() time.Time { return func() time.Time { return now } }
 
 // rawDB opens the file directly, bypassing the store, as another process
 // (a script, the sqlite3 shell) would.
@@ -138,8 +166,8 @@ func purchasesWithJobs(t testing.TB, s reconcile.Store, n int) {
 }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) reconcile.Store {
-		s, _ := newStore(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) reconcile.Store {
+		s, _ := newStoreClock(t, now)
 		return s
 	})
 }
@@ -227,6 +255,14 @@ VALUES ('pur_x', 'cus_1', 100, 'eur', 'succeeded', 1, 0, 0)`)
 VALUES ('pur_ok', 'cus_1', 100, 'eur', 'submitted', 1, 0, 0)`)
 	wantRaise(t, "insert or replace in submitted", err, "forbidden transition", "submitted")
 
+	// The audit cannot record a forbidden move either.
+	_, err = db.ExecContext(ctx, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'succeeded', 'uncertain', 'webhook', 0)`)
+	var se *driver.Error
+	if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
+		t.Fatalf("transition succeeded -> uncertain: got %v, want a foreign key failure", err)
+	}
+
 	// Writing the same state is no move, and other columns are free.
 	exec(t, db, `UPDATE purchases SET state = state, description = 'x' WHERE id = 'pur_ok'`)
 	exec(t, db, `UPDATE purchases SET state = 'submitted' WHERE id = 'pur_new'`)
@@ -298,6 +334,82 @@ func TestAuditTablesAreAppendOnly(t *testing.T) {
 	// The purchase they refer to cannot go either.
 	if _, err := db.ExecContext(t.Context(), `DELETE FROM purchases WHERE id = 'pur_1'`); err == nil {
 		t.Fatal("deleting a purchase with an audit trail succeeded")
+	}
+}
+
+// TestAuditFindingsRefuseChanges: a finding is evidence. The database
+// lets it be closed once, through the close columns alone, and refuses
+// every other change, whatever SQL path tries.
+func TestAuditFindingsRefuseChanges(t *testing.T) {
+	t.Parallel()
+	_, path := newStore(t)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	exec(t, db, `INSERT INTO audit_findings (provider, payment_id, kind, amount, currency, found_at)
+VALUES ('stripe', 'pi_1', 'orphan_charge', 100, 'eur', 0), ('stripe', 'pi_2', 'orphan_charge', 200, 'eur', 0)`)
+	snapshot := func() string {
+		t.Helper()
+		return queryString(t, db, `SELECT group_concat(row, ';') FROM (SELECT json_array(id, provider, payment_id, kind, purchase_id,
+    amount, currency, status, evidence, found_at, closed_at, closed_by, close_note) AS row FROM audit_findings ORDER BY id)`)
+	}
+	unchanged := func(stmt string, check func(err error)) {
+		t.Helper()
+		before := snapshot()
+		_, err := db.ExecContext(ctx, stmt)
+		check(err)
+		if after := snapshot(); after != before {
+			t.Fatalf("%s changed the findings:\n before %s\n after  %s", stmt, before, after)
+		}
+	}
+	refused := func(stmt string, parts ...string) {
+		t.Helper()
+		unchanged(stmt, func(err error) { t.Helper(); wantRaise(t, stmt, err, parts...) })
+	}
+	for _, stmt := range []string{
+		`UPDATE audit_findings SET amount = 1 WHERE payment_id = 'pi_1'`,
+		`UPDATE audit_findings SET amount = 1, closed_at = 5, closed_by = 'mallory', close_note = 'x' WHERE payment_id = 'pi_1'`,
+		`UPDATE audit_findings SET close_note = 'x' WHERE payment_id = 'pi_1'`, // not a close: closed_at stays NULL
+		`UPDATE audit_findings SET id = id + 100 WHERE payment_id = 'pi_1'`,
+	} {
+		refused(stmt, "audit_findings", "only closing may change finding")
+	}
+	unchanged(`UPDATE audit_findings SET closed_at = 5, closed_by = '', close_note = 'x' WHERE payment_id = 'pi_1'`, func(err error) {
+		var se *driver.Error
+		if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_CHECK || !strings.Contains(se.Error(), "audit_findings_closed_check") {
+			t.Fatalf("close without an operator: got %v, want audit_findings_closed_check to fail", err)
+		}
+	})
+
+	// Closing, through the close columns alone, is the one change.
+	exec(t, db, `UPDATE audit_findings SET closed_at = 5, closed_by = 'alice', close_note = 'refunded' WHERE payment_id = 'pi_1'`)
+	for _, stmt := range []string{
+		`UPDATE audit_findings SET closed_at = 6, closed_by = 'bob', close_note = 'again' WHERE payment_id = 'pi_1'`,
+		`UPDATE audit_findings SET closed_at = NULL, closed_by = '', close_note = '' WHERE payment_id = 'pi_1'`,
+	} {
+		refused(stmt, "audit_findings", "finding 1 is closed")
+	}
+	refused(`UPDATE audit_findings SET evidence = 'x'`, "audit_findings", "UPDATE refused") // one closed row refuses the whole statement
+	for _, stmt := range []string{
+		`DELETE FROM audit_findings WHERE payment_id = 'pi_2'`,
+		`DELETE FROM audit_findings`,
+		`REPLACE INTO audit_findings SELECT * FROM audit_findings`,
+	} {
+		refused(stmt, "audit_findings", "append-only")
+	}
+	// An insert of a stored (provider, payment_id, kind) is ignored
+	// before any conflict clause is reached: INSERT OR REPLACE would
+	// delete the finding, an upsert rewrite it. The first one stays.
+	for _, stmt := range []string{
+		`INSERT OR REPLACE INTO audit_findings (provider, payment_id, kind, amount, found_at) VALUES ('stripe', 'pi_1', 'orphan_charge', 1, 9)`,
+		`INSERT INTO audit_findings (provider, payment_id, kind, amount, found_at) VALUES ('stripe', 'pi_2', 'orphan_charge', 1, 9)
+ON CONFLICT (provider, payment_id, kind) DO UPDATE SET evidence = 'rewritten'`,
+	} {
+		unchanged(stmt, func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatalf("%s: %v, want it ignored", stmt, err)
+			}
+		})
 	}
 }
 
@@ -561,7 +673,7 @@ func TestStoreCallInsideInTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	err := s.InTx(t.Context(), func(reconcile.Tx) error {
-		_, err := s.ClaimJobs(t.Context(), "w1", 1, base, time.Minute)
+		_, err := s.ClaimJobs(t.Context(), "w1", 1, time.Minute)
 		return err
 	})
 	if !errors.Is(err, sqlite.ErrBusy) || !strings.Contains(err.Error(), "inside InTx") {
@@ -579,13 +691,13 @@ func TestConcurrentProcesses(t *testing.T) {
 		jobs      = 200
 		processes = 4
 	)
-	first, path := newStore(t)
+	now := base.Add(time.Hour)
+	first, path := newStoreClock(t, fixed(now))
 	purchasesWithJobs(t, first, jobs)
 	stores := []*sqlite.Store{first}
 	for len(stores) < processes {
-		stores = append(stores, openAt(t, sqlite.Config{Path: path}))
+		stores = append(stores, openAt(t, sqlite.Config{Path: path, Now: fixed(now)}))
 	}
-	now := base.Add(time.Hour)
 	ctx := t.Context()
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -596,7 +708,7 @@ func TestConcurrentProcesses(t *testing.T) {
 			<-start
 			owner := fmt.Sprintf("w%d", p)
 			for {
-				leases, err := s.ClaimJobs(ctx, owner, 7, now, time.Minute)
+				leases, err := s.ClaimJobs(ctx, owner, 7, time.Minute)
 				if err != nil {
 					errs[p] = err
 					return
@@ -608,7 +720,7 @@ func TestConcurrentProcesses(t *testing.T) {
 				// Finish each job under its lease, as a worker does.
 				for _, l := range leases {
 					err := s.InTx(ctx, func(tx reconcile.Tx) error {
-						if err := tx.CheckLease(ctx, l, now); err != nil {
+						if err := tx.CheckLease(ctx, l); err != nil {
 							return err
 						}
 						return tx.CompleteJob(ctx, l.PurchaseID, now)
@@ -666,27 +778,29 @@ func TestConcurrentProcesses(t *testing.T) {
 // lease to take over).
 func TestCheckedLeaseHoldsOffOtherProcesses(t *testing.T) {
 	t.Parallel()
-	s, path := newStore(t)
-	other := openAt(t, sqlite.Config{Path: path})
+	c := &clock{now: base}
+	s, path := newStoreClock(t, c.Now)
+	late := base.Add(time.Minute + time.Second) // the lease has expired by then
+	other := openAt(t, sqlite.Config{Path: path, Now: fixed(late)})
 	ctx := t.Context()
 	purchasesWithJobs(t, s, 1)
-	leases, err := s.ClaimJobs(ctx, "w1", 1, base, time.Minute)
+	leases, err := s.ClaimJobs(ctx, "w1", 1, time.Minute)
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("ClaimJobs = %v, %v", leases, err)
 	}
 	l := leases[0]
-	late := l.ExpiresAt.Add(time.Second) // the lease has expired by then
 	type result struct {
 		leases []reconcile.Lease
 		err    error
 	}
 	claimed := make(chan result, 1)
 	err = s.InTx(ctx, func(tx reconcile.Tx) error {
-		if err := tx.CheckLease(ctx, l, l.ExpiresAt.Add(-time.Second)); err != nil {
+		c.Set(l.ExpiresAt.Add(-time.Second))
+		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
 		go func() {
-			got, err := other.ClaimJobs(ctx, "w2", 1, late, time.Minute)
+			got, err := other.ClaimJobs(ctx, "w2", 1, time.Minute)
 			claimed <- result{got, err}
 		}()
 		return tx.RescheduleJob(ctx, l.PurchaseID, late)
@@ -737,7 +851,7 @@ func TestErrorsNameTheFailure(t *testing.T) {
 		t.Fatalf("zero CreatedAt: got %v, want ErrInvalid naming created_at", err)
 	}
 
-	if _, err := s.ClaimJobs(ctx, "", 1, base, time.Second); !errors.Is(err, reconcile.ErrInvalid) {
+	if _, err := s.ClaimJobs(ctx, "", 1, time.Second); !errors.Is(err, reconcile.ErrInvalid) {
 		t.Fatalf("ClaimJobs with no owner: %v, want ErrInvalid", err)
 	}
 	for what, fn := range map[string]func(tx reconcile.Tx) error{
@@ -760,6 +874,13 @@ func TestErrorsNameTheFailure(t *testing.T) {
 	})
 	if !errors.Is(err, reconcile.ErrInvalid) {
 		t.Fatalf("unknown operator action: %v, want ErrInvalid", err)
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_1", From: "created", To: "succeeded", Cause: reconcile.CauseOperator, At: base})
+	})
+	if !errors.Is(err, reconcile.ErrForbiddenTransition) || errors.Is(err, reconcile.ErrNotFound) ||
+		!strings.Contains(err.Error(), "forbidden transition created -> succeeded") {
+		t.Fatalf("InsertTransition of a forbidden move: %v, want ErrForbiddenTransition naming the move", err)
 	}
 }
 
@@ -798,16 +919,15 @@ func TestTimesTruncateToTheMicrosecond(t *testing.T) {
 // BenchmarkClaimJobs measures one claim of 10 due jobs out of 1000 and the
 // release of their leases: two write transactions.
 func BenchmarkClaimJobs(b *testing.B) {
-	s, _ := newStore(b)
+	s, _ := newStoreClock(b, fixed(base.Add(time.Hour)))
 	purchasesWithJobs(b, s, 1000)
 	ctx := context.Background()
-	now := base.Add(time.Hour)
 	for b.Loop() {
-		leases, err := s.ClaimJobs(ctx, "w1", 10, now, time.Minute)
+		leases, err := s.ClaimJobs(ctx, "w1", 10, time.Minute)
 		if err != nil || len(leases) != 10 {
 			b.Fatalf("ClaimJobs = %d leases, %v", len(leases), err)
 		}
-		if _, err := s.ReleaseLeases(ctx, "w1", now); err != nil {
+		if _, err := s.ReleaseLeases(ctx, "w1"); err != nil {
 			b.Fatal(err)
 		}
 	}

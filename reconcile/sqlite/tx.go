@@ -17,7 +17,8 @@ import (
 // that fails (a constraint, a trigger's RAISE(ABORT)) is undone alone, so
 // the transaction stays usable without savepoints.
 type txn struct {
-	tx *sql.Tx
+	tx  *sql.Tx
+	now func() time.Time // the store's clock
 }
 
 var _ reconcile.Tx = (*txn)(nil)
@@ -31,9 +32,13 @@ func (t *txn) exec(ctx context.Context, query string, args ...any) (int64, error
 	return res.RowsAffected()
 }
 
+// Now implements reconcile.Tx: the store's clock (see Store.Now).
+func (t *txn) Now(context.Context) (time.Time, error) { return storeNow(t.now), nil }
+
 const purchaseColumns = `id, customer, reference, amount, currency, description, payment_method,
     state, version, provider_key, provider_request, params_hash, provider_payment_id,
-    first_attempt_at, uncertain_since, escalated_at, escalation_reason, created_at, updated_at`
+    first_attempt_at, uncertain_since, escalated_at, escalation_reason, settled_at, doubt,
+    created_at, updated_at`
 
 // InsertPurchase implements reconcile.Tx. The database refuses a purchase
 // whose state is not created (reconcile.ErrForbiddenTransition) and one
@@ -45,11 +50,11 @@ func (t *txn) InsertPurchase(ctx context.Context, p reconcile.Purchase) error {
 		return fmt.Errorf("sqlite: insert purchase %s: %w", p.ID, err)
 	}
 	_, err = t.exec(ctx, `INSERT INTO purchases (`+purchaseColumns+`)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)`,
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)`,
 		p.ID, p.Customer, nullString(p.Reference), p.Amount, p.Currency, p.Description, p.PaymentMethod,
 		string(p.State), p.Version, nullString(p.ProviderKey), req, nullString(p.ParamsHash), nullString(p.ProviderPaymentID),
 		micros(p.FirstAttemptAt), micros(p.UncertainSince), micros(p.EscalatedAt), nullString(string(p.EscalationReason)),
-		micros(p.CreatedAt), micros(p.UpdatedAt))
+		micros(p.SettledAt), p.Doubt, micros(p.CreatedAt), micros(p.UpdatedAt))
 	if err != nil {
 		return wrap(err, "insert purchase %s", p.ID)
 	}
@@ -102,6 +107,21 @@ LIMIT ?2`, uncertainBefore.UnixMicro(), limit)
 	return out, nil
 }
 
+// ListSubmittedBetween implements reconcile.Tx: the purchases in state
+// whose FirstAttemptAt is at or after from and strictly before until,
+// oldest FirstAttemptAt first (then by id), read from the index
+// purchases_first_attempt_idx (migration 00004).
+func (t *txn) ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State) ([]reconcile.Purchase, error) {
+	rows, err := t.tx.QueryContext(ctx, `SELECT `+purchaseColumns+` FROM purchases
+WHERE state = ?1 AND first_attempt_at >= ?2 AND first_attempt_at < ?3
+ORDER BY first_attempt_at, id`, string(state), from.UnixMicro(), until.UnixMicro())
+	out, err := collect(rows, err, func(rows *sql.Rows) (reconcile.Purchase, error) { return scanPurchase(rows) })
+	if err != nil {
+		return nil, wrap(err, "list %s purchases submitted in [%s, %s)", state, from.UTC().Format(time.RFC3339Nano), until.UTC().Format(time.RFC3339Nano))
+	}
+	return out, nil
+}
+
 // FindPurchaseByReference implements reconcile.Tx. An empty reference
 // finds nothing: purchases without one have none to match.
 func (t *txn) FindPurchaseByReference(ctx context.Context, customer, reference string) (reconcile.Purchase, error) {
@@ -121,8 +141,8 @@ WHERE customer = ?1 AND reference = ?2`, customer, reference))
 
 // UpdatePurchase implements reconcile.Tx. It writes the state, the
 // provider fields (key, request, params hash, payment id, first attempt),
-// UncertainSince, the escalation and UpdatedAt; the other fields are
-// fixed at insert and left alone.
+// UncertainSince, the escalation, SettledAt, Doubt and UpdatedAt; the
+// other fields are fixed at insert and left alone.
 func (t *txn) UpdatePurchase(ctx context.Context, p reconcile.Purchase, from statemachine.State) error {
 	req, err := marshalRequest(p.ProviderRequest)
 	if err != nil {
@@ -139,12 +159,14 @@ func (t *txn) UpdatePurchase(ctx context.Context, p reconcile.Purchase, from sta
     uncertain_since = ?10,
     escalated_at = ?11,
     escalation_reason = ?12,
-    updated_at = ?13
+    settled_at = ?13,
+    doubt = ?14,
+    updated_at = ?15
 WHERE id = ?1 AND state = ?2 AND version = ?4`,
 		p.ID, string(from), string(p.State), p.Version,
 		nullString(p.ProviderKey), req, nullString(p.ParamsHash), nullString(p.ProviderPaymentID),
 		micros(p.FirstAttemptAt), micros(p.UncertainSince), micros(p.EscalatedAt), nullString(string(p.EscalationReason)),
-		micros(p.UpdatedAt))
+		micros(p.SettledAt), p.Doubt, micros(p.UpdatedAt))
 	if err != nil {
 		return wrap(err, "update purchase %s (%s -> %s)", p.ID, from, p.State)
 	}
@@ -165,17 +187,33 @@ WHERE id = ?1 AND state = ?2 AND version = ?4`,
 }
 
 // InsertTransition implements reconcile.Tx. r.ID is ignored: the database
-// numbers the rows in insertion order. An unknown purchase gives
-// reconcile.ErrNotFound.
+// numbers the rows in insertion order. A move that is not in the
+// transition table gives reconcile.ErrForbiddenTransition, an unknown
+// purchase reconcile.ErrNotFound. Both are foreign keys (migration
+// 00004), and SQLite does not say which one failed: on that failure
+// path only, InsertTransition looks the move up in allowed_transitions.
 func (t *txn) InsertTransition(ctx context.Context, r reconcile.TransitionRecord) error {
+	what := fmt.Sprintf("insert transition %s -> %s of %s", r.From, r.To, r.PurchaseID)
 	_, err := t.exec(ctx, `INSERT INTO transitions
     (purchase_id, from_state, to_state, cause, evidence, actor, lease_token, at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`,
 		r.PurchaseID, string(r.From), string(r.To), string(r.Cause), r.Evidence, r.Actor, r.LeaseToken, micros(r.At))
-	if err != nil {
-		return wrapRef(err, "insert transition %s -> %s of %s", r.From, r.To, r.PurchaseID)
+	if err == nil {
+		return nil
 	}
-	return nil
+	if isForeignKey(err) {
+		var allowed bool
+		lerr := t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM allowed_transitions WHERE from_state = ?1 AND to_state = ?2)`,
+			string(r.From), string(r.To)).Scan(&allowed)
+		switch {
+		case lerr != nil:
+			return wrap(errors.Join(err, lerr), "%s", what)
+		case !allowed:
+			return fmt.Errorf("sqlite: %s: %w %s -> %s: not in allowed_transitions: %w",
+				what, reconcile.ErrForbiddenTransition, r.From, r.To, err)
+		}
+	}
+	return wrapRef(err, "%s", what)
 }
 
 // ListTransitions implements reconcile.Tx.
@@ -257,10 +295,13 @@ func (t *txn) GetJob(ctx context.Context, purchaseID string) (reconcile.Job, err
 	return j, nil
 }
 
-// CheckLease implements reconcile.Tx. It is a plain read: the transaction
-// holds the database's write lock since BEGIN IMMEDIATE, so no claim, in
-// this process or another, can take the job over before it ends.
-func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease, now time.Time) error {
+// CheckLease implements reconcile.Tx. It judges expiry by the store's
+// clock read now (not at the transaction's start). It is a plain read:
+// the transaction holds the database's write lock since BEGIN IMMEDIATE,
+// so no claim, in this process or another, can take the job over before
+// it ends.
+func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
+	now := storeNow(t.now)
 	j, err := t.GetJob(ctx, l.PurchaseID)
 	var why string
 	switch {
@@ -301,6 +342,22 @@ WHERE purchase_id = ?1`, purchaseID, micros(now))
 	}
 	if n == 0 {
 		return fmt.Errorf("sqlite: complete job of %s: %w", purchaseID, reconcile.ErrNotFound)
+	}
+	return nil
+}
+
+// ReopenJob implements reconcile.Tx: the job is no longer done and is due
+// at runAt. Its lease, if any, is left as it is (owner, token, expiry):
+// a live lease keeps its worker, an expired one is taken over by the next
+// claim.
+func (t *txn) ReopenJob(ctx context.Context, purchaseID string, runAt time.Time) error {
+	n, err := t.exec(ctx, `UPDATE jobs SET done_at = NULL, run_at = ?2 WHERE purchase_id = ?1`,
+		purchaseID, micros(runAt))
+	if err != nil {
+		return wrap(err, "reopen job of %s", purchaseID)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlite: reopen job of %s: %w", purchaseID, reconcile.ErrNotFound)
 	}
 	return nil
 }
@@ -364,7 +421,7 @@ WHERE state IN ('uncertain', 'reconciling')`).Scan(&oldest)
 // audit and the sweep locks (migration 00002).
 
 const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id, result, purchase_id,
-    outcome, received_at, processed_at`
+    outcome, received_at, processed_at, amount, currency, event_created`
 
 // InsertInboxEvent implements reconcile.Tx with INSERT ... ON CONFLICT
 // DO NOTHING: the primary key (provider, event_id) decides, from the
@@ -375,10 +432,11 @@ const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id
 // reconcile.ErrInvalid.
 func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
 ON CONFLICT (provider, event_id) DO NOTHING`,
 		e.Provider, e.EventID, e.Type, e.PayloadHash, notNullBytes(e.Payload), e.ObjectID, string(e.Result),
-		nullString(e.PurchaseID), string(e.Outcome), micros(e.ReceivedAt), micros(e.ProcessedAt))
+		nullString(e.PurchaseID), string(e.Outcome), micros(e.ReceivedAt), micros(e.ProcessedAt),
+		e.Amount, e.Currency, micros(e.Created))
 	if err != nil {
 		return false, wrap(err, "insert inbox event %s/%s", e.Provider, e.EventID)
 	}
@@ -567,14 +625,15 @@ FROM operator_actions WHERE purchase_id = ?1 ORDER BY id`, purchaseID)
 	return out, nil
 }
 
-// AcquireSweepLock implements reconcile.Tx in one upsert: the lock row is
-// inserted, or taken over when it expired (expires_at <= now) or is
-// already owner's (which extends it to now+ttl); RETURNING yields a row
-// only then. Writers are serialized, so a concurrent acquirer of the same
-// lock runs after this transaction and judges the row it left. name and
-// owner must not be empty and ttl must be positive (reconcile.ErrInvalid
-// otherwise). The lock is held only once the transaction commits.
-func (t *txn) AcquireSweepLock(ctx context.Context, name, owner string, now time.Time, ttl time.Duration) (bool, error) {
+// AcquireSweepLock implements reconcile.Tx in one upsert, by the store's
+// clock read now: the lock row is inserted, or taken over when it expired
+// (expires_at <= now) or is already owner's (which extends it to
+// now+ttl); RETURNING yields a row only then. Writers are serialized, so
+// a concurrent acquirer of the same lock runs after this transaction and
+// judges the row it left. name and owner must not be empty and ttl must
+// be positive (reconcile.ErrInvalid otherwise). The lock is held only
+// once the transaction commits.
+func (t *txn) AcquireSweepLock(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	switch {
 	case name == "":
 		return false, fmt.Errorf("sqlite: acquire sweep lock: %w: empty name", reconcile.ErrInvalid)
@@ -583,6 +642,7 @@ func (t *txn) AcquireSweepLock(ctx context.Context, name, owner string, now time
 	case ttl <= 0:
 		return false, fmt.Errorf("sqlite: acquire sweep lock %s: %w: ttl %s", name, reconcile.ErrInvalid, ttl)
 	}
+	now := storeNow(t.now)
 	rows, err := t.tx.QueryContext(ctx, `INSERT INTO sweep_locks (name, owner, expires_at) VALUES (?1, ?2, ?3)
 ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, expires_at = excluded.expires_at
 WHERE sweep_locks.expires_at <= ?4 OR sweep_locks.owner = excluded.owner
@@ -638,12 +698,12 @@ func scanPurchase(row rowScanner) (reconcile.Purchase, error) {
 	var (
 		reference, providerKey, req, paramsHash, paymentID, reason sql.NullString
 		state                                                      string
-		firstAttempt, uncertain, escalated                         sql.NullInt64
+		firstAttempt, uncertain, escalated, settled                sql.NullInt64
 		created, updated                                           int64
 	)
 	err := row.Scan(&p.ID, &p.Customer, &reference, &p.Amount, &p.Currency, &p.Description, &p.PaymentMethod,
 		&state, &p.Version, &providerKey, &req, &paramsHash, &paymentID,
-		&firstAttempt, &uncertain, &escalated, &reason, &created, &updated)
+		&firstAttempt, &uncertain, &escalated, &reason, &settled, &p.Doubt, &created, &updated)
 	if err != nil {
 		return reconcile.Purchase{}, err
 	}
@@ -656,6 +716,7 @@ func scanPurchase(row rowScanner) (reconcile.Purchase, error) {
 	p.FirstAttemptAt = fromNullMicros(firstAttempt)
 	p.UncertainSince = fromNullMicros(uncertain)
 	p.EscalatedAt = fromNullMicros(escalated)
+	p.SettledAt = fromNullMicros(settled)
 	p.CreatedAt = fromMicros(created)
 	p.UpdatedAt = fromMicros(updated)
 	if req.Valid {
@@ -689,9 +750,9 @@ func scanInboxEvent(row rowScanner) (reconcile.InboxEvent, error) {
 	var purchaseID sql.NullString
 	var result, outcome string
 	var received int64
-	var processed sql.NullInt64
+	var processed, created sql.NullInt64
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result, &purchaseID,
-		&outcome, &received, &processed)
+		&outcome, &received, &processed, &e.Amount, &e.Currency, &created)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
 	}
@@ -703,6 +764,7 @@ func scanInboxEvent(row rowScanner) (reconcile.InboxEvent, error) {
 	e.Outcome = reconcile.EventOutcome(outcome)
 	e.ReceivedAt = fromMicros(received)
 	e.ProcessedAt = fromNullMicros(processed)
+	e.Created = fromNullMicros(created)
 	return e, nil
 }
 

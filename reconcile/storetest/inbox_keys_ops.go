@@ -121,7 +121,7 @@ func equalEvents(t *testing.T, what string, got, want []reconcile.InboxEvent) {
 		out := make([]reconcile.InboxEvent, len(es))
 		for i, e := range es {
 			e.Payload = sameBytes(e.Payload)
-			e.ReceivedAt, e.ProcessedAt = e.ReceivedAt.UTC(), e.ProcessedAt.UTC()
+			e.ReceivedAt, e.ProcessedAt, e.Created = e.ReceivedAt.UTC(), e.ProcessedAt.UTC(), e.Created.UTC()
 			out[i] = e
 		}
 		return out
@@ -137,7 +137,7 @@ func eventIDs(es []reconcile.InboxEvent) []string {
 	return out
 }
 
-func testInbox(t *testing.T, newStore func(*testing.T) reconcile.Store) {
+func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 	parallel(t, "RoundTrip", func(t *testing.T) {
 		s := newStore(t)
 		zone := time.FixedZone("UTC-3", -3*3600)
@@ -150,6 +150,9 @@ func testInbox(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 			ObjectID:    "pi_full",
 			Result:      provider.Declined,
 			PurchaseID:  "pur_not_yet_created", // metadata may name a purchase that does not exist
+			Amount:      1099,
+			Currency:    "eur",
+			Created:     at(500 * time.Millisecond).In(zone),
 			Outcome:     reconcile.EventApplied,
 			ReceivedAt:  at(time.Second + 123457*time.Microsecond).In(zone),
 			ProcessedAt: at(2*time.Second + 1*time.Microsecond).In(zone),
@@ -165,7 +168,7 @@ func testInbox(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 				t.Fatalf("ReceivedAt in %v, want UTC", got.ReceivedAt.Location())
 			}
 		}
-		if got := getEvent(t, s, "stripe", "evt_min"); !got.ProcessedAt.IsZero() || got.PurchaseID != "" {
+		if got := getEvent(t, s, "stripe", "evt_min"); !got.ProcessedAt.IsZero() || got.PurchaseID != "" || !got.Created.IsZero() || got.Amount != 0 {
 			t.Fatalf("unset fields came back set: %+v", got)
 		}
 		err := txErr(t, s, func(tx reconcile.Tx) error {
@@ -425,7 +428,7 @@ func equalKey(t *testing.T, what string, got, want reconcile.IdempotencyKey) {
 	equal(t, what, got, want)
 }
 
-func testIdempotencyKeys(t *testing.T, newStore func(*testing.T) reconcile.Store) {
+func testIdempotencyKeys(t *testing.T, newStore func(*testing.T) *testStore) {
 	parallel(t, "RoundTrip", func(t *testing.T) {
 		s := newStore(t)
 		zone := time.FixedZone("UTC+9", 9*3600)
@@ -559,7 +562,7 @@ func testIdempotencyKeys(t *testing.T, newStore func(*testing.T) reconcile.Store
 
 // ---- operator audit ----
 
-func testOperatorActions(t *testing.T, s reconcile.Store) {
+func testOperatorActions(t *testing.T, s *testStore) {
 	insertPurchase(t, s, newPurchase("pur_a"))
 	insertPurchase(t, s, newPurchase("pur_b"))
 	actions := []reconcile.OperatorAction{
@@ -618,12 +621,14 @@ func testOperatorActions(t *testing.T, s reconcile.Store) {
 
 // ---- sweep locks ----
 
-func acquire(t *testing.T, s reconcile.Store, name, owner string, now time.Time, ttl time.Duration) bool {
+// acquire sets the store's clock to now and takes the lock.
+func acquire(t *testing.T, s *testStore, name, owner string, now time.Time, ttl time.Duration) bool {
 	t.Helper()
+	s.clock.Set(now)
 	var ok bool
 	inTx(t, s, func(tx reconcile.Tx) error {
 		var err error
-		ok, err = tx.AcquireSweepLock(t.Context(), name, owner, now, ttl)
+		ok, err = tx.AcquireSweepLock(t.Context(), name, owner, ttl)
 		return err
 	})
 	return ok
@@ -634,7 +639,7 @@ func release(t *testing.T, s reconcile.Store, name, owner string) {
 	inTx(t, s, func(tx reconcile.Tx) error { return tx.ReleaseSweepLock(t.Context(), name, owner) })
 }
 
-func testSweepLocks(t *testing.T, newStore func(*testing.T) reconcile.Store) {
+func testSweepLocks(t *testing.T, newStore func(*testing.T) *testStore) {
 	const ttl = time.Minute
 
 	parallel(t, "Lifecycle", func(t *testing.T) {
@@ -676,8 +681,9 @@ func testSweepLocks(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 	parallel(t, "Race", func(t *testing.T) {
 		s := newStore(t)
 		owners := []string{"replica-1", "replica-2"}
+		s.clock.Set(base)
 		results := race(t, s, len(owners), func(tx reconcile.Tx, i int) (bool, error) {
-			return tx.AcquireSweepLock(t.Context(), "rescue", owners[i], base, ttl)
+			return tx.AcquireSweepLock(t.Context(), "rescue", owners[i], ttl)
 		})
 		won := winners(results)
 		if len(won) != 1 {
@@ -695,14 +701,16 @@ func testSweepLocks(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 
 // ---- rescue claims ----
 
-func testClaimExpiredJobs(t *testing.T, s reconcile.Store) {
+func testClaimExpiredJobs(t *testing.T, s *testStore) {
 	const leaseFor = 30 * time.Second
 	claimExpired := func(owner string, limit int, now time.Time) []reconcile.Lease {
 		t.Helper()
-		leases, err := s.ClaimExpiredJobs(t.Context(), owner, limit, now, leaseFor)
+		s.clock.Set(now)
+		leases, err := s.ClaimExpiredJobs(t.Context(), owner, limit, leaseFor)
 		if err != nil {
-			t.Fatalf("ClaimExpiredJobs(%s, %d, %s): %v", owner, limit, now, err)
+			t.Fatalf("ClaimExpiredJobs(%s, %d) at %s: %v", owner, limit, now, err)
 		}
+		checkLeaseNow(t, leases, now)
 		return leases
 	}
 
@@ -722,7 +730,7 @@ func testClaimExpiredJobs(t *testing.T, s reconcile.Store) {
 	purchaseWithJob(t, s, "pur_released", at(time.Second))
 	rel := claimOne(t, s, "w-live", "pur_released", at(time.Second), leaseFor)
 	inTx(t, s, func(tx reconcile.Tx) error {
-		if err := tx.CheckLease(t.Context(), rel, at(time.Second)); err != nil {
+		if err := tx.CheckLease(t.Context(), rel); err != nil {
 			return err
 		}
 		return tx.RescheduleJob(t.Context(), "pur_released", at(10*time.Second))
@@ -731,7 +739,7 @@ func testClaimExpiredJobs(t *testing.T, s reconcile.Store) {
 	purchaseWithJob(t, s, "pur_done", at(2*time.Second))
 	done := claimOne(t, s, "w-live", "pur_done", at(2*time.Second), leaseFor)
 	inTx(t, s, func(tx reconcile.Tx) error {
-		if err := tx.CheckLease(t.Context(), done, at(2*time.Second)); err != nil {
+		if err := tx.CheckLease(t.Context(), done); err != nil {
 			return err
 		}
 		return tx.CompleteJob(t.Context(), "pur_done", at(3*time.Second))
@@ -750,7 +758,7 @@ func testClaimExpiredJobs(t *testing.T, s reconcile.Store) {
 	equal(t, "expired jobs claimed", sorted(ids(got)), []string{"pur_exp1", "pur_exp2"})
 	for _, l := range got {
 		equal(t, "rescue lease", l, reconcile.Lease{
-			PurchaseID: l.PurchaseID, Owner: "w-rescue", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2,
+			PurchaseID: l.PurchaseID, Owner: "w-rescue", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
 		})
 	}
 	for _, l := range dead {
@@ -768,7 +776,7 @@ func testClaimExpiredJobs(t *testing.T, s reconcile.Store) {
 
 // ---- operator list and metrics ----
 
-func testCountEscalated(t *testing.T, s reconcile.Store) {
+func testCountEscalated(t *testing.T, s *testStore) {
 	count := func() int {
 		t.Helper()
 		var n int
@@ -804,7 +812,7 @@ func testCountEscalated(t *testing.T, s reconcile.Store) {
 	}
 }
 
-func testOldestUncertainSince(t *testing.T, s reconcile.Store) {
+func testOldestUncertainSince(t *testing.T, s *testStore) {
 	oldest := func() time.Time {
 		t.Helper()
 		var got time.Time
@@ -849,7 +857,7 @@ func testOldestUncertainSince(t *testing.T, s reconcile.Store) {
 	equal(t, "OldestUncertainSince after pur_r1 succeeded", oldest(), at(7*time.Minute))
 }
 
-func testFindByReference(t *testing.T, s reconcile.Store) {
+func testFindByReference(t *testing.T, s *testStore) {
 	find := func(customer, reference string) (reconcile.Purchase, error) {
 		t.Helper()
 		var p reconcile.Purchase
@@ -881,7 +889,7 @@ func testFindByReference(t *testing.T, s reconcile.Store) {
 	}
 }
 
-func testListOverdueUncertain(t *testing.T, s reconcile.Store) {
+func testListOverdueUncertain(t *testing.T, s *testStore) {
 	list := func(before time.Time, limit int) []reconcile.Purchase {
 		t.Helper()
 		var out []reconcile.Purchase
@@ -922,18 +930,25 @@ func testListOverdueUncertain(t *testing.T, s reconcile.Store) {
 }
 
 // testClaimJob covers the operator's recheck: one job, due or not.
-func testClaimJob(t *testing.T, s reconcile.Store) {
+func testClaimJob(t *testing.T, s *testStore) {
 	const leaseFor = 30 * time.Second
+	// claimJob sets the store's clock to now and claims. A lease must
+	// say it was granted at now.
 	claimJob := func(id, owner string, now time.Time) (reconcile.Lease, error) {
 		t.Helper()
-		return s.ClaimJob(t.Context(), id, owner, now, leaseFor)
+		s.clock.Set(now)
+		l, err := s.ClaimJob(t.Context(), id, owner, leaseFor)
+		if err == nil {
+			checkLeaseNow(t, []reconcile.Lease{l}, now)
+		}
+		return l, err
 	}
 	purchaseWithJob(t, s, "pur_1", at(time.Hour)) // not due for an hour
 	first, err := claimJob("pur_1", "operator-w", base)
 	if err != nil {
 		t.Fatalf("ClaimJob of a job not yet due: %v", err)
 	}
-	equal(t, "first lease", first, reconcile.Lease{PurchaseID: "pur_1", Owner: "operator-w", Token: 1, ExpiresAt: base.Add(leaseFor), Checks: 1})
+	equal(t, "first lease", first, reconcile.Lease{PurchaseID: "pur_1", Owner: "operator-w", Token: 1, ExpiresAt: base.Add(leaseFor), Checks: 1, Now: base})
 	equal(t, "job leased by ClaimJob", getJob(t, s, "pur_1"), reconcile.Job{
 		PurchaseID: "pur_1", RunAt: at(time.Hour), LeaseOwner: "operator-w", LeaseToken: 1, LeaseExpiresAt: first.ExpiresAt, Checks: 1,
 	})
@@ -947,13 +962,14 @@ func testClaimJob(t *testing.T, s reconcile.Store) {
 		t.Fatalf("ClaimJob after the lease expired: %v", err)
 	}
 	equal(t, "takeover lease", second, reconcile.Lease{
-		PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: first.ExpiresAt.Add(leaseFor), TakenOver: true, Checks: 2,
+		PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: first.ExpiresAt.Add(leaseFor), TakenOver: true, Checks: 2, Now: first.ExpiresAt,
 	})
 	wantErr(t, "CheckLease of the lease ClaimJob took over", checkLease(t, s, first, base), reconcile.ErrLeaseLost)
 
 	// Released: claimed again, not a takeover.
+	s.clock.Set(first.ExpiresAt)
 	inTx(t, s, func(tx reconcile.Tx) error {
-		if err := tx.CheckLease(t.Context(), second, first.ExpiresAt); err != nil {
+		if err := tx.CheckLease(t.Context(), second); err != nil {
 			return err
 		}
 		return tx.RescheduleJob(t.Context(), "pur_1", at(time.Hour))
@@ -965,7 +981,7 @@ func testClaimJob(t *testing.T, s reconcile.Store) {
 
 	// Done: never claimed again.
 	inTx(t, s, func(tx reconcile.Tx) error {
-		if err := tx.CheckLease(t.Context(), third, first.ExpiresAt); err != nil {
+		if err := tx.CheckLease(t.Context(), third); err != nil {
 			return err
 		}
 		return tx.CompleteJob(t.Context(), "pur_1", first.ExpiresAt)

@@ -2,21 +2,25 @@
 // set of tests every store (reconcile/postgres, reconcile/sqlite) runs
 // unchanged, so that they behave alike wherever the protocol can tell.
 //
-// A store's test calls Run with a constructor:
+// A store's test calls Run with a constructor, which injects the clock
+// it is given into the store (its Config.Now):
 //
 //	func TestConformance(t *testing.T) {
-//		storetest.Run(t, func(t *testing.T) reconcile.Store {
-//			s := openFreshMigratedStore(t)
+//		storetest.Run(t, func(t *testing.T, now func() time.Time) reconcile.Store {
+//			s := openFreshMigratedStore(t, Config{Now: now})
 //			t.Cleanup(func() { s.Close() })
 //			return s
 //		})
 //	}
 //
-// The suite uses a fixed clock (base, 2026-01-01 UTC) that it advances by
-// hand, and never sleeps. Times it writes have microsecond precision: a
-// store must return them exactly (same instant, in UTC). Byte strings
-// (event payloads, saved responses) may come back nil where empty was
-// written, and the reverse.
+// The store owns the clock: it judges due jobs, lease expiry and sweep
+// locks by its own now. The suite injects a clock that it sets by hand
+// (starting at base, 2026-01-01 UTC) and checks that the store follows
+// it; one test checks the store's default clock (now nil). The suite
+// never sleeps. Times it writes have microsecond precision: a store must
+// return them exactly (same instant, in UTC). Byte strings (event
+// payloads, saved responses) may come back nil where empty was written,
+// and the reverse.
 //
 // Some tests race transactions: up to 8 at once, each from its own
 // goroutine, inserting the same inbox event or idempotency key, or taking
@@ -25,8 +29,9 @@
 // success, the others must see its row.
 //
 // Checks that need raw SQL (the audit tables refusing UPDATE and DELETE,
-// the transition guard holding for statements the store does not write)
-// belong in each store's own tests.
+// audit findings refusing any change but their closing, the transition
+// table refusing changes, the transition guard holding for statements the
+// store does not write) belong in each store's own tests.
 package storetest
 
 import (
@@ -50,15 +55,18 @@ var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 func at(d time.Duration) time.Time { return base.Add(d) }
 
 // Run runs the suite. newStore must return a fresh, migrated, empty store
-// each time it is called, and arrange (with t.Cleanup) for it to be closed
-// when t ends. The suite calls it once per subtest, with that subtest's t;
-// subtests that own a store run in parallel (t.Parallel), so newStore must
-// be safe to call concurrently.
-func Run(t *testing.T, newStore func(t *testing.T) reconcile.Store) {
+// each time it is called, whose clock is now (nil: the store's default
+// clock), and arrange (with t.Cleanup) for it to be closed when t ends.
+// The suite calls it once per subtest, with that subtest's t; subtests
+// that own a store run in parallel (t.Parallel), so newStore must be safe
+// to call concurrently. now is safe for concurrent use.
+func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconcile.Store) {
 	for _, tc := range []struct {
 		name string
-		run  func(*testing.T, func(*testing.T) reconcile.Store)
+		run  func(*testing.T, func(*testing.T) *testStore)
 	}{
+		{"StoreClock", testStoreClock},
+		{"DefaultClock", func(t *testing.T, _ func(*testing.T) *testStore) { testDefaultClock(t, newStore(t, nil)) }},
 		{"Ready", withStore(testReady)},
 		{"Purchase", testPurchase},
 		{"UpdatePurchase", testUpdatePurchase},
@@ -76,23 +84,26 @@ func Run(t *testing.T, newStore func(t *testing.T) reconcile.Store) {
 		{"CountEscalated", withStore(testCountEscalated)},
 		{"OldestUncertainSince", withStore(testOldestUncertainSince)},
 		{"ListOverdueUncertain", withStore(testListOverdueUncertain)},
+		{"ListSubmittedBetween", withStore(testListSubmittedBetween)},
 		{"ClaimExpiredJobs", withStore(testClaimExpiredJobs)},
 		{"ClaimJob", withStore(testClaimJob)},
 		{"Inbox", testInbox},
 		{"IdempotencyKeys", testIdempotencyKeys},
 		{"OperatorActions", withStore(testOperatorActions)},
 		{"SweepLocks", testSweepLocks},
+		{"Findings", testFindings},
+		{"AuditRuns", withStore(testAuditRuns)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			tc.run(t, newStore)
+			tc.run(t, openStore(newStore))
 		})
 	}
 }
 
 // withStore adapts a test of one store to Run's table.
-func withStore(test func(*testing.T, reconcile.Store)) func(*testing.T, func(*testing.T) reconcile.Store) {
-	return func(t *testing.T, newStore func(*testing.T) reconcile.Store) { test(t, newStore(t)) }
+func withStore(test func(*testing.T, *testStore)) func(*testing.T, func(*testing.T) *testStore) {
+	return func(t *testing.T, newStore func(*testing.T) *testStore) { test(t, newStore(t)) }
 }
 
 // parallel runs the subtests of a group that each make their own store
@@ -239,17 +250,31 @@ func getJob(t *testing.T, s reconcile.Store, id string) reconcile.Job {
 	return j
 }
 
-func claim(t *testing.T, s reconcile.Store, owner string, limit int, now time.Time, leaseFor time.Duration) []reconcile.Lease {
+// claim sets the store's clock to now and claims. Every lease must say
+// it was granted at now.
+func claim(t *testing.T, s *testStore, owner string, limit int, now time.Time, leaseFor time.Duration) []reconcile.Lease {
 	t.Helper()
-	leases, err := s.ClaimJobs(t.Context(), owner, limit, now, leaseFor)
+	s.clock.Set(now)
+	leases, err := s.ClaimJobs(t.Context(), owner, limit, leaseFor)
 	if err != nil {
-		t.Fatalf("ClaimJobs(%s, %d, %s): %v", owner, limit, now, err)
+		t.Fatalf("ClaimJobs(%s, %d) at %s: %v", owner, limit, now, err)
 	}
+	checkLeaseNow(t, leases, now)
 	return leases
 }
 
+// checkLeaseNow fails unless every lease's Now is now, in UTC.
+func checkLeaseNow(t *testing.T, leases []reconcile.Lease, now time.Time) {
+	t.Helper()
+	for _, l := range leases {
+		if !l.Now.Equal(now) || l.Now.Location() != time.UTC {
+			t.Fatalf("lease of %s granted at store time %s: Now = %s, want it in UTC", l.PurchaseID, now, l.Now)
+		}
+	}
+}
+
 // claimOne claims at now and fails unless exactly the job id comes back.
-func claimOne(t *testing.T, s reconcile.Store, owner, id string, now time.Time, leaseFor time.Duration) reconcile.Lease {
+func claimOne(t *testing.T, s *testStore, owner, id string, now time.Time, leaseFor time.Duration) reconcile.Lease {
 	t.Helper()
 	leases := claim(t, s, owner, 10, now, leaseFor)
 	if len(leases) != 1 || leases[0].PurchaseID != id {
@@ -272,9 +297,11 @@ func sorted(s []string) []string {
 	return s
 }
 
-func checkLease(t *testing.T, s reconcile.Store, l reconcile.Lease, now time.Time) error {
+// checkLease sets the store's clock to now and checks l.
+func checkLease(t *testing.T, s *testStore, l reconcile.Lease, now time.Time) error {
 	t.Helper()
-	return txErr(t, s, func(tx reconcile.Tx) error { return tx.CheckLease(t.Context(), l, now) })
+	s.clock.Set(now)
+	return txErr(t, s, func(tx reconcile.Tx) error { return tx.CheckLease(t.Context(), l) })
 }
 
 func equal(t *testing.T, what string, got, want any) {
@@ -286,13 +313,13 @@ func equal(t *testing.T, what string, got, want any) {
 
 // ---- tests ----
 
-func testReady(t *testing.T, s reconcile.Store) {
+func testReady(t *testing.T, s *testStore) {
 	if err := s.Ready(t.Context()); err != nil {
 		t.Fatalf("Ready on a migrated store: %v", err)
 	}
 }
 
-func testPurchase(t *testing.T, newStore func(*testing.T) reconcile.Store) {
+func testPurchase(t *testing.T, newStore func(*testing.T) *testStore) {
 	parallel(t, "RoundTripEveryField", func(t *testing.T) {
 		s := newStore(t)
 		zone := time.FixedZone("UTC+5", 5*3600)
@@ -323,12 +350,14 @@ func testPurchase(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 			UncertainSince:    at(2*time.Second + 999999*time.Microsecond).In(zone),
 			EscalatedAt:       at(3*time.Hour + 5*time.Microsecond).In(zone),
 			EscalationReason:  reconcile.EscalationUncertainTooLong,
+			SettledAt:         at(4*time.Hour + 11*time.Microsecond).In(zone),
+			Doubt:             "evt_9 (payment_intent.canceled, 2026-01-01T05:00:00Z) contradicts succeeded",
 			CreatedAt:         at(123456 * time.Microsecond).In(zone),
 			UpdatedAt:         at(time.Minute + 654321*time.Microsecond).In(zone),
 		}
 		insertPurchase(t, s, in)
 		want := in
-		for _, tm := range []*time.Time{&want.FirstAttemptAt, &want.UncertainSince, &want.EscalatedAt, &want.CreatedAt, &want.UpdatedAt} {
+		for _, tm := range []*time.Time{&want.FirstAttemptAt, &want.UncertainSince, &want.EscalatedAt, &want.SettledAt, &want.CreatedAt, &want.UpdatedAt} {
 			*tm = tm.UTC()
 		}
 		equal(t, "purchase read back", getPurchase(t, s, in.ID), want)
@@ -340,7 +369,8 @@ func testPurchase(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 		insertPurchase(t, s, in)
 		got := getPurchase(t, s, in.ID)
 		equal(t, "purchase read back", got, in)
-		if got.ProviderRequest != nil || !got.FirstAttemptAt.IsZero() || !got.EscalatedAt.IsZero() || got.Escalated() {
+		if got.ProviderRequest != nil || !got.FirstAttemptAt.IsZero() || !got.EscalatedAt.IsZero() || got.Escalated() ||
+			!got.SettledAt.IsZero() || got.Doubt != "" {
 			t.Fatalf("unset fields came back set: %+v", got)
 		}
 		if got.CreatedAt.Location() != time.UTC {
@@ -411,7 +441,7 @@ func testPurchase(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 	})
 }
 
-func testUpdatePurchase(t *testing.T, newStore func(*testing.T) reconcile.Store) {
+func testUpdatePurchase(t *testing.T, newStore func(*testing.T) *testStore) {
 	parallel(t, "WritesFieldsAndBumpsVersion", func(t *testing.T) {
 		s := newStore(t)
 		orig := newPurchase("pur_1")
@@ -429,6 +459,8 @@ func testUpdatePurchase(t *testing.T, newStore func(*testing.T) reconcile.Store)
 		p.UncertainSince = at(2 * time.Second)
 		p.EscalatedAt = at(3 * time.Second)
 		p.EscalationReason = reconcile.EscalationContradiction
+		p.SettledAt = at(3*time.Second + 500*time.Microsecond)
+		p.Doubt = "a newer event contradicts it"
 		p.UpdatedAt = at(4 * time.Second)
 		want := p
 		want.Version = p.Version + 1
@@ -440,6 +472,7 @@ func testUpdatePurchase(t *testing.T, newStore func(*testing.T) reconcile.Store)
 
 		// Fields can be cleared again, and a same-state write is no move.
 		got.EscalatedAt, got.EscalationReason, got.UncertainSince = time.Time{}, "", time.Time{}
+		got.SettledAt, got.Doubt = time.Time{}, ""
 		got.UpdatedAt = at(5 * time.Second)
 		want = got
 		want.Version++
@@ -496,7 +529,7 @@ func testUpdatePurchase(t *testing.T, newStore func(*testing.T) reconcile.Store)
 // testTransitionGuard tries every move between two different states: the
 // store must accept exactly statemachine.Transitions() and refuse every
 // other with ErrForbiddenTransition, leaving the row as it was.
-func testTransitionGuard(t *testing.T, s reconcile.Store) {
+func testTransitionGuard(t *testing.T, s *testStore) {
 	allowed := map[statemachine.Pair]bool{}
 	for _, p := range statemachine.Transitions() {
 		allowed[p] = true
@@ -533,7 +566,7 @@ func testTransitionGuard(t *testing.T, s reconcile.Store) {
 // testTxUsableAfterRefusal checks that a refused write (duplicate,
 // forbidden move, conflict) fails alone: the transaction goes on and its
 // other writes commit.
-func testTxUsableAfterRefusal(t *testing.T, s reconcile.Store) {
+func testTxUsableAfterRefusal(t *testing.T, s *testStore) {
 	insertPurchase(t, s, newPurchase("pur_1"))
 	inTx(t, s, func(tx reconcile.Tx) error {
 		ctx := t.Context()
@@ -561,7 +594,7 @@ func testTxUsableAfterRefusal(t *testing.T, s reconcile.Store) {
 	getPurchase(t, s, "pur_2")
 }
 
-func testTransitions(t *testing.T, s reconcile.Store) {
+func testTransitions(t *testing.T, s *testStore) {
 	insertPurchase(t, s, newPurchase("pur_a"))
 	insertPurchase(t, s, newPurchase("pur_b"))
 	records := []reconcile.TransitionRecord{
@@ -615,12 +648,38 @@ func testTransitions(t *testing.T, s reconcile.Store) {
 	err := txErr(t, s, func(tx reconcile.Tx) error {
 		return tx.InsertTransition(t.Context(), reconcile.TransitionRecord{PurchaseID: "pur_missing", From: statemachine.Created, To: statemachine.Submitted, Cause: reconcile.CauseSubmit, At: base})
 	})
-	if err == nil {
-		t.Fatal("InsertTransition for an unknown purchase succeeded")
+	wantErr(t, "InsertTransition for an unknown purchase", err, reconcile.ErrNotFound)
+
+	// The audit records only moves of the transition table: the database
+	// refuses any other pair, and the refusal leaves the transaction
+	// usable.
+	allowed := map[statemachine.Pair]bool{}
+	for _, p := range statemachine.Transitions() {
+		allowed[p] = true
 	}
+	inTx(t, s, func(tx reconcile.Tx) error {
+		for _, from := range statemachine.States {
+			for _, to := range statemachine.States {
+				move := statemachine.Pair{From: from, To: to}
+				if allowed[move] {
+					continue
+				}
+				err := tx.InsertTransition(t.Context(), reconcile.TransitionRecord{PurchaseID: "pur_b", From: from, To: to, Cause: reconcile.CauseOperator, At: base})
+				wantErr(t, "InsertTransition of "+move.String(), err, reconcile.ErrForbiddenTransition)
+			}
+		}
+		return tx.InsertTransition(t.Context(), reconcile.TransitionRecord{PurchaseID: "pur_b", From: statemachine.Submitted, To: statemachine.Uncertain, Cause: reconcile.CauseSubmitResponse, At: at(time.Hour)})
+	})
+	inTx(t, s, func(tx reconcile.Tx) error {
+		rs, err := tx.ListTransitions(t.Context(), "pur_b")
+		if err == nil && len(rs) != 2 {
+			err = fmt.Errorf("pur_b has %d transitions after the refused ones, want 2: %+v", len(rs), rs)
+		}
+		return err
+	})
 }
 
-func testAttempts(t *testing.T, s reconcile.Store) {
+func testAttempts(t *testing.T, s *testStore) {
 	insertPurchase(t, s, newPurchase("pur_a"))
 	insertPurchase(t, s, newPurchase("pur_b"))
 	attempts := []reconcile.Attempt{
@@ -669,7 +728,7 @@ func testAttempts(t *testing.T, s reconcile.Store) {
 	})
 }
 
-func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
+func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 	const leaseFor = 30 * time.Second
 
 	parallel(t, "InsertGet", func(t *testing.T) {
@@ -696,8 +755,8 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 		now := at(2 * time.Minute) // run_at <= now is due: pur_1 and pur_2
 		got := claim(t, s, "w1", 10, now, leaseFor)
 		want := []reconcile.Lease{
-			{PurchaseID: "pur_1", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1},
-			{PurchaseID: "pur_2", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1},
+			{PurchaseID: "pur_1", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
+			{PurchaseID: "pur_2", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
 		}
 		equal(t, "leases", got, want)
 		equal(t, "leased job", getJob(t, s, "pur_1"), reconcile.Job{
@@ -740,7 +799,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 		now := first.ExpiresAt // lease_expires_at <= now: expired
 		second := claimOne(t, s, "w2", "pur_1", now, leaseFor)
 		equal(t, "takeover lease", second, reconcile.Lease{
-			PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2,
+			PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
 		})
 	})
 
@@ -756,7 +815,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 			}
 			last = l.Token
 			inTx(t, s, func(tx reconcile.Tx) error {
-				if err := tx.CheckLease(t.Context(), l, now); err != nil {
+				if err := tx.CheckLease(t.Context(), l); err != nil {
 					return err
 				}
 				return tx.RescheduleJob(t.Context(), "pur_1", now.Add(time.Second))
@@ -771,7 +830,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 		l := claimOne(t, s, "w1", "pur_1", base, leaseFor)
 		runAt := at(10 * time.Minute)
 		inTx(t, s, func(tx reconcile.Tx) error {
-			if err := tx.CheckLease(t.Context(), l, base); err != nil {
+			if err := tx.CheckLease(t.Context(), l); err != nil {
 				return err
 			}
 			return tx.RescheduleJob(t.Context(), "pur_1", runAt)
@@ -795,7 +854,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 		purchaseWithJob(t, s, "pur_2", at(time.Hour))
 		l := claimOne(t, s, "w1", "pur_1", base, leaseFor)
 		inTx(t, s, func(tx reconcile.Tx) error {
-			if err := tx.CheckLease(t.Context(), l, base); err != nil {
+			if err := tx.CheckLease(t.Context(), l); err != nil {
 				return err
 			}
 			if err := tx.CompleteJob(t.Context(), "pur_1", at(time.Second)); err != nil {
@@ -809,6 +868,70 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 		}
 		err := txErr(t, s, func(tx reconcile.Tx) error { return tx.CompleteJob(t.Context(), "pur_missing", base) })
 		wantErr(t, "CompleteJob(unknown)", err, reconcile.ErrNotFound)
+	})
+
+	parallel(t, "ReopenDoneJob", func(t *testing.T) {
+		s := newStore(t)
+		purchaseWithJob(t, s, "pur_1", base)
+		l := claimOne(t, s, "w1", "pur_1", base, leaseFor)
+		inTx(t, s, func(tx reconcile.Tx) error {
+			if err := tx.CheckLease(t.Context(), l); err != nil {
+				return err
+			}
+			return tx.CompleteJob(t.Context(), "pur_1", at(time.Second))
+		})
+		runAt := at(time.Hour + 3*time.Microsecond)
+		inTx(t, s, func(tx reconcile.Tx) error { return tx.ReopenJob(t.Context(), "pur_1", runAt) })
+		equal(t, "reopened job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
+		if got := claim(t, s, "w2", 10, runAt.Add(-time.Microsecond), leaseFor); len(got) != 0 {
+			t.Fatalf("claimed %v before the reopened job's run_at", ids(got))
+		}
+		next := claimOne(t, s, "w2", "pur_1", runAt, leaseFor)
+		if next.TakenOver || next.Token != 2 || next.Checks != 2 {
+			t.Fatalf("claim of the reopened job: %+v; want token 2, checks 2, not taken over", next)
+		}
+		// ClaimJob takes a reopened job too.
+		inTx(t, s, func(tx reconcile.Tx) error {
+			if err := tx.CheckLease(t.Context(), next); err != nil {
+				return err
+			}
+			return tx.CompleteJob(t.Context(), "pur_1", runAt)
+		})
+		inTx(t, s, func(tx reconcile.Tx) error { return tx.ReopenJob(t.Context(), "pur_1", at(24*time.Hour)) })
+		if _, err := s.ClaimJob(t.Context(), "pur_1", "operator", leaseFor); err != nil {
+			t.Fatalf("ClaimJob of a reopened job not yet due: %v", err)
+		}
+		err := txErr(t, s, func(tx reconcile.Tx) error { return tx.ReopenJob(t.Context(), "pur_missing", base) })
+		wantErr(t, "ReopenJob(unknown)", err, reconcile.ErrNotFound)
+	})
+
+	parallel(t, "ReopenLeavesALiveLeaseAlone", func(t *testing.T) {
+		s := newStore(t)
+		purchaseWithJob(t, s, "pur_1", base)
+		l := claimOne(t, s, "w1", "pur_1", base, leaseFor)
+		runAt := at(10 * time.Second)
+		inTx(t, s, func(tx reconcile.Tx) error { return tx.ReopenJob(t.Context(), "pur_1", runAt) })
+		equal(t, "leased job after ReopenJob", getJob(t, s, "pur_1"), reconcile.Job{
+			PurchaseID: "pur_1", RunAt: runAt, LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: l.ExpiresAt, Checks: 1,
+		})
+		if err := checkLease(t, s, l, runAt); err != nil {
+			t.Fatalf("the lease after ReopenJob: %v", err)
+		}
+		if got := claim(t, s, "w2", 10, l.ExpiresAt.Add(-time.Microsecond), leaseFor); len(got) != 0 {
+			t.Fatalf("claimed %v while its lease, untouched by ReopenJob, was live", ids(got))
+		}
+		// The worker holding it finishes and reschedules; the job is due
+		// again when that says.
+		inTx(t, s, func(tx reconcile.Tx) error {
+			if err := tx.CheckLease(t.Context(), l); err != nil {
+				return err
+			}
+			return tx.RescheduleJob(t.Context(), "pur_1", runAt)
+		})
+		next := claimOne(t, s, "w2", "pur_1", l.ExpiresAt, leaseFor)
+		if next.TakenOver || next.Token != 2 {
+			t.Fatalf("claim after the holder released it: %+v; want token 2, not taken over", next)
+		}
 	})
 
 	parallel(t, "CheckLease", func(t *testing.T) {
@@ -860,7 +983,8 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 			t.Fatalf("claims: w1 %v, w2 %v; want 2 each", ids(w1), ids(w2))
 		}
 		now := at(time.Second)
-		n, err := s.ReleaseLeases(t.Context(), "w1", now)
+		s.clock.Set(now)
+		n, err := s.ReleaseLeases(t.Context(), "w1")
 		if err != nil || n != 2 {
 			t.Fatalf("ReleaseLeases(w1) = %d, %v; want 2, nil", n, err)
 		}
@@ -880,7 +1004,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 				t.Fatalf("claim after release: %+v; want token 2, not taken over", l)
 			}
 		}
-		if n, err := s.ReleaseLeases(t.Context(), "w-none", now); err != nil || n != 0 {
+		if n, err := s.ReleaseLeases(t.Context(), "w-none"); err != nil || n != 0 {
 			t.Fatalf("ReleaseLeases(unknown owner) = %d, %v; want 0, nil", n, err)
 		}
 	})
@@ -888,7 +1012,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 
 // testConcurrentClaims has several claimers race over many due jobs: each
 // job must be handed out exactly once.
-func testConcurrentClaims(t *testing.T, s reconcile.Store) {
+func testConcurrentClaims(t *testing.T, s *testStore) {
 	const (
 		jobs     = 200
 		claimers = 4
@@ -907,6 +1031,7 @@ func testConcurrentClaims(t *testing.T, s reconcile.Store) {
 		return nil
 	})
 	now := at(time.Hour)
+	s.clock.Set(now)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	got := make([][]reconcile.Lease, claimers)
@@ -916,7 +1041,7 @@ func testConcurrentClaims(t *testing.T, s reconcile.Store) {
 			<-start
 			owner := fmt.Sprintf("w%d", c)
 			for {
-				leases, err := s.ClaimJobs(t.Context(), owner, 7, now, time.Minute)
+				leases, err := s.ClaimJobs(t.Context(), owner, 7, time.Minute)
 				if err != nil {
 					errs[c] = err
 					return
@@ -949,12 +1074,15 @@ func testConcurrentClaims(t *testing.T, s reconcile.Store) {
 	if len(seen) != jobs {
 		t.Fatalf("%d jobs handed out, want %d", len(seen), jobs)
 	}
+	for _, leases := range got {
+		checkLeaseNow(t, leases, now)
+	}
 	if rest := claim(t, s, "w-late", jobs, now, time.Minute); len(rest) != 0 {
 		t.Fatalf("%d jobs still claimable after the race", len(rest))
 	}
 }
 
-func testInTx(t *testing.T, newStore func(*testing.T) reconcile.Store) {
+func testInTx(t *testing.T, newStore func(*testing.T) *testStore) {
 	parallel(t, "RollsBackOnError", func(t *testing.T) {
 		s := newStore(t)
 		boom := errors.New("boom")
@@ -980,7 +1108,9 @@ func testInTx(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 		claimOne(t, s, "w2", "pur_1", old.ExpiresAt, leaseFor) // takes over
 
 		// The stale worker writes its result, then checks its lease
-		// before committing, as the protocol requires.
+		// before committing, as the protocol requires, at a time its own
+		// lease has not reached.
+		s.clock.Set(old.ExpiresAt.Add(-time.Second))
 		err := txErr(t, s, func(tx reconcile.Tx) error {
 			ctx := t.Context()
 			p, err := tx.GetPurchase(ctx, "pur_1")
@@ -997,7 +1127,7 @@ func testInTx(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 			if err := tx.RescheduleJob(ctx, "pur_1", at(time.Hour)); err != nil {
 				return err
 			}
-			return tx.CheckLease(ctx, old, old.ExpiresAt.Add(-time.Second))
+			return tx.CheckLease(ctx, old)
 		})
 		wantErr(t, "InTx with a stale lease", err, reconcile.ErrLeaseLost)
 		if p := getPurchase(t, s, "pur_1"); p.State != statemachine.Created || p.Version != 1 {
@@ -1016,7 +1146,7 @@ func testInTx(t *testing.T, newStore func(*testing.T) reconcile.Store) {
 	})
 }
 
-func testListEscalated(t *testing.T, s reconcile.Store) {
+func testListEscalated(t *testing.T, s *testStore) {
 	escalate := func(id string, state statemachine.State, when time.Time, reason reconcile.EscalationReason) reconcile.Purchase {
 		t.Helper()
 		p := createIn(t, s, id, state)
@@ -1049,7 +1179,7 @@ func testListEscalated(t *testing.T, s reconcile.Store) {
 	equal(t, "escalated after resolving pur_b", list(), []reconcile.Purchase{a, c})
 }
 
-func testCountByState(t *testing.T, s reconcile.Store) {
+func testCountByState(t *testing.T, s *testStore) {
 	count := func() map[statemachine.State]int {
 		t.Helper()
 		var m map[statemachine.State]int
@@ -1097,7 +1227,7 @@ func testCountByState(t *testing.T, s reconcile.Store) {
 	}
 }
 
-func testFindByPaymentID(t *testing.T, s reconcile.Store) {
+func testFindByPaymentID(t *testing.T, s *testStore) {
 	find := func(paymentID string) (reconcile.Purchase, error) {
 		t.Helper()
 		var p reconcile.Purchase

@@ -6,7 +6,8 @@
 //	func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 //
 // and each test asks for its own empty database with NewDatabase, which is
-// dropped when the test ends.
+// dropped when the test ends, or for a store on a fresh, migrated database
+// with NewStore (the server's clock) or NewStoreClock (an injected one).
 //
 // The server is, in order of preference:
 //
@@ -494,12 +495,20 @@ func (w *logWatcher) tail() string {
 }
 
 // NewStore returns a store over a fresh, migrated database of its own,
-// closed when the test ends. Like NewDatabase, it skips (or, under CI,
-// fails) when no PostgreSQL is available.
+// closed when the test ends, with the server's clock (postgres.Config.Now
+// nil). Like NewDatabase, it skips (or, under CI, fails) when no
+// PostgreSQL is available.
 func NewStore(tb testing.TB) *postgres.Store {
 	tb.Helper()
+	return NewStoreClock(tb, nil)
+}
+
+// NewStoreClock is NewStore with now injected as the store's clock
+// (postgres.Config.Now; nil for the server's).
+func NewStoreClock(tb testing.TB, now func() time.Time) *postgres.Store {
+	tb.Helper()
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, postgres.Config{URL: NewDatabase(tb)})
+	st, err := postgres.Open(ctx, postgres.Config{URL: NewDatabase(tb), Now: now})
 	if err != nil {
 		tb.Fatalf("pgtest: open store: %v", err)
 	}

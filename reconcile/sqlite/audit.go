@@ -1,0 +1,222 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// The audit from the provider's side: its findings and its runs
+// (migration 00004).
+//
+// A finding never changes but to be closed, once: triggers refuse any
+// other UPDATE of audit_findings, and DELETE, whatever SQL path tries; an
+// INSERT (OR REPLACE) of a finding already stored is ignored.
+
+const findingColumns = `id, provider, payment_id, kind, purchase_id, amount, currency, status, evidence,
+    found_at, closed_at, closed_by, close_note`
+
+// InsertFinding implements reconcile.Tx with one INSERT ... ON CONFLICT
+// DO NOTHING on (provider, payment_id, kind), as InsertInboxEvent (the
+// schema's trigger ignores the row before the conflict is reached; the
+// outcome is the same). Writers are serialized, so a concurrent insert of
+// the same finding runs after this transaction and sees its outcome.
+// f.ID is ignored. An empty PurchaseID is stored as NULL. An empty
+// Provider or PaymentID, a kind not in reconcile.FindingKinds, a zero
+// FoundAt, or a finding already closed (ClosedAt, ClosedBy or CloseNote
+// set) is refused with reconcile.ErrInvalid.
+func (t *txn) InsertFinding(ctx context.Context, f reconcile.Finding) (bool, error) {
+	what := fmt.Sprintf("insert %s finding of %s/%s", f.Kind, f.Provider, f.PaymentID)
+	if !f.ClosedAt.IsZero() || f.ClosedBy != "" || f.CloseNote != "" {
+		return false, fmt.Errorf("sqlite: %s: %w: a new finding is open (ClosedAt, ClosedBy and CloseNote must be empty)",
+			what, reconcile.ErrInvalid)
+	}
+	n, err := t.exec(ctx, `INSERT INTO audit_findings
+    (provider, payment_id, kind, purchase_id, amount, currency, status, evidence, found_at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+ON CONFLICT (provider, payment_id, kind) DO NOTHING`,
+		f.Provider, f.PaymentID, string(f.Kind), nullString(f.PurchaseID), f.Amount, f.Currency, f.Status, f.Evidence,
+		micros(f.FoundAt))
+	if err != nil {
+		return false, wrap(err, "%s", what)
+	}
+	return n == 1, nil
+}
+
+// GetFinding implements reconcile.Tx.
+func (t *txn) GetFinding(ctx context.Context, id int64) (reconcile.Finding, error) {
+	f, err := scanFinding(t.tx.QueryRowContext(ctx, `SELECT `+findingColumns+` FROM audit_findings WHERE id = ?1`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return reconcile.Finding{}, fmt.Errorf("sqlite: get finding %d: %w", id, reconcile.ErrNotFound)
+	}
+	if err != nil {
+		return reconcile.Finding{}, wrap(err, "get finding %d", id)
+	}
+	return f, nil
+}
+
+// ListFindings implements reconcile.Tx: oldest FoundAt first, then by id.
+// The open findings are read from the partial index
+// audit_findings_open_idx, a purchase's from audit_findings_purchase_idx.
+// A negative limit is refused with reconcile.ErrInvalid.
+func (t *txn) ListFindings(ctx context.Context, purchaseID string, includeClosed bool, limit int) ([]reconcile.Finding, error) {
+	what := "list findings"
+	if purchaseID != "" {
+		what += " of " + purchaseID
+	}
+	if limit < 0 {
+		return nil, fmt.Errorf("sqlite: %s: %w: limit %d", what, reconcile.ErrInvalid, limit)
+	}
+	query, args := listFindingsSQL(purchaseID, includeClosed, limit)
+	rows, err := t.tx.QueryContext(ctx, query, args...)
+	out, err := collect(rows, err, func(rows *sql.Rows) (reconcile.Finding, error) { return scanFinding(rows) })
+	if err != nil {
+		return nil, wrap(err, "%s", what)
+	}
+	return out, nil
+}
+
+// listFindingsSQL returns ListFindings' query and its arguments. The
+// conditions are literals where they can be, so that the planner can use
+// the partial indexes.
+func listFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, []any) {
+	var conds []string
+	var args []any
+	if !includeClosed {
+		conds = append(conds, `closed_at IS NULL`)
+	}
+	if purchaseID != "" {
+		args = append(args, purchaseID)
+		conds = append(conds, fmt.Sprintf(`purchase_id = ?%d`, len(args)))
+	}
+	query := `SELECT ` + findingColumns + ` FROM audit_findings`
+	if len(conds) > 0 {
+		query += ` WHERE ` + strings.Join(conds, ` AND `)
+	}
+	capped := -1 // LIMIT -1: no cap
+	if limit > 0 {
+		capped = limit
+	}
+	args = append(args, capped)
+	query += fmt.Sprintf(` ORDER BY found_at, id LIMIT ?%d`, len(args))
+	return query, args
+}
+
+// CloseFinding implements reconcile.Tx: one conditional UPDATE of the
+// close columns, the only change the database allows. operator and note
+// must not be empty and now must not be zero (reconcile.ErrInvalid
+// otherwise).
+func (t *txn) CloseFinding(ctx context.Context, id int64, operator, note string, now time.Time) error {
+	what := fmt.Sprintf("close finding %d", id)
+	switch {
+	case operator == "":
+		return fmt.Errorf("sqlite: %s: %w: empty operator", what, reconcile.ErrInvalid)
+	case note == "":
+		return fmt.Errorf("sqlite: %s: %w: empty note", what, reconcile.ErrInvalid)
+	case now.IsZero():
+		return fmt.Errorf("sqlite: %s: %w: zero time", what, reconcile.ErrInvalid)
+	}
+	n, err := t.exec(ctx, `UPDATE audit_findings SET closed_at = ?2, closed_by = ?3, close_note = ?4
+WHERE id = ?1 AND closed_at IS NULL`, id, now.UnixMicro(), operator, note)
+	if err != nil {
+		return wrap(err, "%s by %q", what, operator)
+	}
+	if n == 1 {
+		return nil
+	}
+	// Say why not; this is the failure path only.
+	var closedAt sql.NullInt64
+	var closedBy string
+	err = t.tx.QueryRowContext(ctx, `SELECT closed_at, closed_by FROM audit_findings WHERE id = ?1`, id).Scan(&closedAt, &closedBy)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return fmt.Errorf("sqlite: %s: %w", what, reconcile.ErrNotFound)
+	case err != nil:
+		return wrap(err, "%s", what)
+	}
+	return fmt.Errorf("sqlite: %s by %q: %w: closed by %q at %s", what, operator, reconcile.ErrConflict,
+		closedBy, fromNullMicros(closedAt).Format(time.RFC3339Nano))
+}
+
+// CountOpenFindings implements reconcile.Tx. Every kind of
+// reconcile.FindingKinds is in the map, with 0 when none is open.
+func (t *txn) CountOpenFindings(ctx context.Context) (map[reconcile.FindingKind]int, error) {
+	counts := make(map[reconcile.FindingKind]int, len(reconcile.FindingKinds))
+	for _, k := range reconcile.FindingKinds {
+		counts[k] = 0
+	}
+	rows, err := t.tx.QueryContext(ctx, `SELECT kind, count(*) FROM audit_findings WHERE closed_at IS NULL GROUP BY kind`)
+	_, err = collect(rows, err, func(rows *sql.Rows) (struct{}, error) {
+		var kind string
+		var n int
+		err := rows.Scan(&kind, &n)
+		counts[reconcile.FindingKind(kind)] = n
+		return struct{}{}, err
+	})
+	if err != nil {
+		return nil, wrap(err, "count open findings")
+	}
+	return counts, nil
+}
+
+const auditRunColumns = `name, window_from, window_until, done_until, started_at, updated_at, findings`
+
+// GetAuditRun implements reconcile.Tx.
+func (t *txn) GetAuditRun(ctx context.Context, name string) (reconcile.AuditRun, error) {
+	var r reconcile.AuditRun
+	var from, until, done, started, updated sql.NullInt64
+	err := t.tx.QueryRowContext(ctx, `SELECT `+auditRunColumns+` FROM audit_runs WHERE name = ?1`, name).
+		Scan(&r.Name, &from, &until, &done, &started, &updated, &r.Findings)
+	if errors.Is(err, sql.ErrNoRows) {
+		return reconcile.AuditRun{}, fmt.Errorf("sqlite: get audit run %q: %w", name, reconcile.ErrNotFound)
+	}
+	if err != nil {
+		return reconcile.AuditRun{}, wrap(err, "get audit run %q", name)
+	}
+	r.From, r.Until, r.Done = fromNullMicros(from), fromNullMicros(until), fromNullMicros(done)
+	r.StartedAt, r.UpdatedAt = fromNullMicros(started), fromNullMicros(updated)
+	return r, nil
+}
+
+// SaveAuditRun implements reconcile.Tx with one upsert on the name. An
+// empty Name or a negative Findings is refused with reconcile.ErrInvalid.
+func (t *txn) SaveAuditRun(ctx context.Context, r reconcile.AuditRun) error {
+	_, err := t.exec(ctx, `INSERT INTO audit_runs (`+auditRunColumns+`)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (name) DO UPDATE SET
+    window_from = excluded.window_from,
+    window_until = excluded.window_until,
+    done_until = excluded.done_until,
+    started_at = excluded.started_at,
+    updated_at = excluded.updated_at,
+    findings = excluded.findings`,
+		r.Name, micros(r.From), micros(r.Until), micros(r.Done), micros(r.StartedAt), micros(r.UpdatedAt), r.Findings)
+	if err != nil {
+		return wrap(err, "save audit run %q", r.Name)
+	}
+	return nil
+}
+
+// scanFinding reads one row of findingColumns.
+func scanFinding(row rowScanner) (reconcile.Finding, error) {
+	var f reconcile.Finding
+	var kind string
+	var purchaseID sql.NullString
+	var found int64
+	var closed sql.NullInt64
+	err := row.Scan(&f.ID, &f.Provider, &f.PaymentID, &kind, &purchaseID, &f.Amount, &f.Currency, &f.Status, &f.Evidence,
+		&found, &closed, &f.ClosedBy, &f.CloseNote)
+	if err != nil {
+		return reconcile.Finding{}, err
+	}
+	f.Kind = reconcile.FindingKind(kind)
+	f.PurchaseID = purchaseID.String
+	f.FoundAt = fromMicros(found)
+	f.ClosedAt = fromNullMicros(closed)
+	return f, nil
+}
