@@ -20,9 +20,9 @@ func BenchmarkReconcileThroughput(b *testing.B) {
 	}
 }
 
-func benchThroughput(b *testing.B, newStore func(testing.TB) reconcile.Store) {
+func benchThroughput(b *testing.B, newStore storeFactory) {
 	ctx := context.Background()
-	st := newStore(b)
+	st := newStore(b, nil)
 	fake := fakeprovider.New(fakeprovider.Config{})
 	var workers []*reconcile.Service
 	for _, id := range []string{"b1", "b2", "b3", "b4"} {

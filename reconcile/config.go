@@ -76,7 +76,36 @@ type Config struct {
 	// "pm_card_visa", Stripe's test-mode card.
 	DefaultPaymentMethod string
 
-	// Now is the clock. Default time.Now. Tests inject a fake one.
+	// ProviderName names the provider in audit findings and runs.
+	// Default "stripe".
+	ProviderName string
+
+	// AuditChunk is the span of provider creation times an audit run
+	// matches per transaction; the run's watermark advances by one chunk
+	// at a time. Default 15m.
+	AuditChunk time.Duration
+
+	// AuditOverlap is how far back before the last run's watermark the
+	// periodic audit starts, so that consecutive windows overlap. Default
+	// 1h.
+	AuditOverlap time.Duration
+
+	// AuditSettle is how long before now the periodic audit's window ends,
+	// so that payments still being created or listed are left to the next
+	// run. Default 5m.
+	AuditSettle time.Duration
+
+	// AuditFirstWindow is how far back the first periodic audit looks.
+	// Default 25h: the provider's key retention and a margin.
+	AuditFirstWindow time.Duration
+
+	// AuditListTimeout bounds one listing of a chunk, every page included.
+	// Default 2m.
+	AuditListTimeout time.Duration
+
+	// Now is the worker's own clock. Default time.Now. Protocol decisions
+	// use the store's clock (see Store.Now): this one only measures time
+	// elapsed within one lease or one call. Tests inject a fake one.
 	Now func() time.Time
 
 	// Logger receives structured logs. Default slog.Default().
@@ -119,6 +148,14 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DefaultPaymentMethod == "" {
 		c.DefaultPaymentMethod = "pm_card_visa"
 	}
+	if c.ProviderName == "" {
+		c.ProviderName = "stripe"
+	}
+	setDuration(&c.AuditChunk, 15*time.Minute)
+	setDuration(&c.AuditOverlap, time.Hour)
+	setDuration(&c.AuditSettle, 5*time.Minute)
+	setDuration(&c.AuditFirstWindow, 25*time.Hour)
+	setDuration(&c.AuditListTimeout, 2*time.Minute)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -157,6 +194,8 @@ func (c Config) withDefaults() (Config, error) {
 		"max uncertain age": c.MaxUncertainAge, "escalated interval": c.EscalatedInterval,
 		"key retention": c.KeyRetention, "key replay margin": c.KeyReplayMargin,
 		"poll interval": c.PollInterval, "shutdown grace": c.ShutdownGrace,
+		"audit chunk": c.AuditChunk, "audit overlap": c.AuditOverlap, "audit settle": c.AuditSettle,
+		"audit first window": c.AuditFirstWindow, "audit list timeout": c.AuditListTimeout,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must be positive", name, d))

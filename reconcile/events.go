@@ -22,15 +22,21 @@ const (
 	// EventDuplicate: the same event (id and payload) was seen before;
 	// nothing changed.
 	EventDuplicate EventOutcome = "duplicate"
-	// EventStale: the event arrived after its purchase was terminal and
-	// changed nothing.
+	// EventStale: the event changed nothing: it repeats or predates what
+	// the books know (after a final state, or another declined payment).
 	EventStale EventOutcome = "stale"
 	// EventConflict: an event with this id but another payload was seen
 	// before; nothing was applied.
 	EventConflict EventOutcome = "conflict"
-	// EventContradiction: the provider reports a success the books call
-	// declined. The purchase is escalated.
+	// EventContradiction: the event disagrees with the books (the judge's
+	// escalate verdict: a second charge, a foreign payment, another
+	// amount, a charge before submission). Nothing is applied and the
+	// purchase is escalated.
 	EventContradiction EventOutcome = "contradiction"
+	// EventConfirming: the event contradicts a final state and is newer
+	// than the answer that settled it. Nothing is applied; the worker
+	// confirms with a status query, which escalates a real disagreement.
+	EventConfirming EventOutcome = "confirming"
 	// EventUnmatched: no purchase matches yet; the event is kept and
 	// applied if the purchase appears.
 	EventUnmatched EventOutcome = "unmatched"
@@ -53,6 +59,9 @@ type Event struct {
 	Outcome     provider.Outcome
 	PaymentID   string // the object the event is about
 	PurchaseID  string // from the object's metadata; empty if absent
+	Amount      int64  // the payment's amount, 0 if the event carries none
+	Currency    string // the payment's currency, "" if the event carries none
+	Created     time.Time
 	PayloadHash string // hex SHA-256 of the raw payload
 	Payload     []byte
 }
@@ -67,6 +76,9 @@ type InboxEvent struct {
 	ObjectID    string           // the provider object the event is about (a payment id)
 	Result      provider.Outcome // the neutral outcome the event reports
 	PurchaseID  string           // the purchase id from the event's metadata, or the matched purchase
+	Amount      int64            // the payment's amount as the event reports it, 0 if none
+	Currency    string           // the payment's currency as the event reports it, "" if none
+	Created     time.Time        // when the provider created the event; zero if unknown
 	Outcome     EventOutcome
 	ReceivedAt  time.Time
 	ProcessedAt time.Time
@@ -94,10 +106,14 @@ func (s *Service) ApplyEvent(ctx context.Context, ev Event) (EventOutcome, error
 	var moves []move
 	err := s.retryRaces(ctx, func(tx Tx) error {
 		outcome, moves = "", nil // fn may run again
-		now := s.cfg.Now().UTC()
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
 		inserted, err := tx.InsertInboxEvent(ctx, InboxEvent{
 			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PayloadHash: ev.PayloadHash,
 			Payload: ev.Payload, ObjectID: ev.PaymentID, Result: ev.Outcome, PurchaseID: ev.PurchaseID,
+			Amount: ev.Amount, Currency: ev.Currency, Created: ev.Created,
 			Outcome: EventUnmatched, ReceivedAt: now,
 		})
 		if err != nil {
@@ -149,7 +165,7 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 		ev := Event{
 			Provider: ie.Provider, ID: ie.EventID, Type: ie.Type, PaymentID: ie.ObjectID,
 			PurchaseID: ie.PurchaseID, PayloadHash: ie.PayloadHash, Payload: ie.Payload,
-			Outcome: ie.Result,
+			Outcome: ie.Result, Amount: ie.Amount, Currency: ie.Currency, Created: ie.Created,
 		}
 		var outcome EventOutcome
 		var moves []move
@@ -161,7 +177,11 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 			if err != nil || cur.Outcome != EventUnmatched {
 				return err
 			}
-			outcome, moves, err = s.applyEventTx(ctx, tx, ev, s.cfg.Now().UTC())
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			outcome, moves, err = s.applyEventTx(ctx, tx, ev, now)
 			return err
 		})
 		if err != nil {
@@ -180,18 +200,19 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 // logOutcome logs, after commit, what needs a human's attention.
 func (s *Service) logOutcome(ev Event, outcome EventOutcome) {
 	if outcome == EventContradiction {
-		s.cfg.Logger.Error("contradiction: a provider event contradicts the books; the purchase is escalated",
+		s.cfg.Logger.Error("a provider event disagrees with the books; the purchase is escalated",
 			"event", ev.ID, "type", ev.Type, "purchase", ev.PurchaseID, "payment", ev.PaymentID)
 	}
 }
 
 // retryRaces runs fn in a transaction, again from the start when a
-// conditional write lost to a concurrent writer: the loser re-reads.
+// conditional write lost to a concurrent writer, or a payment id was taken
+// by another purchase meanwhile: the loser re-reads and judges again.
 func (s *Service) retryRaces(ctx context.Context, fn func(Tx) error) error {
 	var err error
 	for range maxWriteRaces {
 		err = s.store.InTx(ctx, fn)
-		if !errors.Is(err, ErrConflict) {
+		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
 			return err
 		}
 	}
@@ -249,70 +270,68 @@ func (s *Service) matchEvent(ctx context.Context, tx Tx, ev Event) (Purchase, er
 	return tx.FindPurchaseByPaymentID(ctx, ev.PaymentID)
 }
 
-// applyToPurchase moves p as ev says, following the table: a success or a
-// definite failure settles a submitted or reconciling purchase, and an
-// uncertain one through reconciling (both moves recorded). "processing"
-// never moves anything. After a terminal state nothing changes (stale),
-// except a success after a decline: a contradiction, escalated.
+// applyToPurchase applies ev to p as the judge decides: a success or a
+// definite failure about the purchase's own charge settles a submitted or
+// reconciling purchase, and an uncertain one through reconciling (both
+// moves recorded); "processing" never moves anything; an event that
+// disagrees with the books escalates; one that contradicts a final state
+// and is newer than what settled it is confirmed by the worker's status
+// query; the rest changes nothing (stale).
 func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Event, now time.Time) (EventOutcome, []move, error) {
+	ans := Answer{
+		Source: SourceWebhook, Outcome: ev.Outcome, PaymentID: ev.PaymentID, PurchaseID: ev.PurchaseID,
+		Amount: ev.Amount, Currency: ev.Currency, At: ev.Created,
+	}
+	var err error
+	if ans.Owner, err = ownerOf(ctx, tx, ev.PaymentID); err != nil {
+		return "", nil, err
+	}
+	v := Judge(p, ans)
 	evidence := fmt.Sprintf("%s event %s (%s) payment=%s", ev.Provider, ev.ID, ev.Type, ev.PaymentID)
-	escalate := func(why string) (EventOutcome, []move, error) {
-		if p.EscalationReason == EscalationContradiction {
-			return EventContradiction, nil, nil
-		}
-		next := p
-		next.EscalatedAt, next.EscalationReason, next.UpdatedAt = now, EscalationContradiction, now
-		s.cfg.Logger.Debug("contradiction", "purchase", p.ID, "why", why)
-		return EventContradiction, nil, tx.UpdatePurchase(ctx, next, p.State)
-	}
-	switch {
-	case p.State == statemachine.Created:
-		// No charge can exist before submission stored its key: the books
-		// and the provider disagree.
-		return escalate("event for a purchase never submitted")
-	case ev.PaymentID != "" && p.ProviderPaymentID != "" && ev.PaymentID != p.ProviderPaymentID:
-		// Another payment for the same purchase: possibly a second charge.
-		return escalate("event about another payment than the purchase's")
-	}
-
 	next := p
 	next.UpdatedAt = now
-	if next.ProviderPaymentID == "" && ev.PaymentID != "" && !p.State.Terminal() {
+	switch v.Kind {
+	case VerdictEscalate:
+		s.cfg.Logger.Debug("webhook escalates", "purchase", p.ID, "event", ev.ID, "verdict", v.String())
+		if !markEscalated(&next, v.Reason, now) {
+			return EventContradiction, nil, nil
+		}
+		return EventContradiction, nil, tx.UpdatePurchase(ctx, next, p.State)
+	case VerdictConfirm:
+		if !doubt(&next, ans, fmt.Sprintf("%s: %s", evidence, v.Why)) {
+			return EventConfirming, nil, nil
+		}
+		if err := tx.UpdatePurchase(ctx, next, p.State); err != nil {
+			return "", nil, err
+		}
+		return EventConfirming, nil, tx.ReopenJob(ctx, p.ID, now)
+	case VerdictRecord:
+		return EventStale, nil, nil
+	}
+
+	if next.ProviderPaymentID == "" && ev.PaymentID != "" {
 		next.ProviderPaymentID = ev.PaymentID
 	}
-	var target statemachine.State
-	switch ev.Outcome {
-	case provider.Succeeded:
-		target = statemachine.Succeeded
-	case provider.Declined:
-		target = statemachine.Declined
-	case provider.Pending:
-		if p.State.Terminal() {
-			return EventStale, nil, nil
-		}
+	if v.Settles == "" {
+		// Pending: a fact (the payment id) without a move.
 		if next.ProviderPaymentID == p.ProviderPaymentID {
 			return EventApplied, nil, nil
 		}
 		return EventApplied, nil, tx.UpdatePurchase(ctx, next, p.State)
-	default:
-		return EventIgnored, nil, nil
 	}
-
-	switch {
-	case p.State == statemachine.Declined && target == statemachine.Succeeded:
-		// The books say declined, the provider says the money moved.
-		// Nothing here may undo a terminal state: a human decides.
-		return escalate("success after a decline")
-	case p.State.Terminal():
-		return EventStale, nil, nil
+	settledAt := ev.Created
+	if settledAt.IsZero() {
+		settledAt = now
 	}
-
 	var moves []move
 	step := func(to statemachine.State) error {
 		cur := next
 		cur.State = to
-		if to.Terminal() && !cur.EscalationReason.Sticky() {
-			cur.EscalatedAt, cur.EscalationReason = time.Time{}, ""
+		if to.Terminal() {
+			cur.SettledAt = settledAt
+			if !cur.EscalationReason.Sticky() {
+				cur.EscalatedAt, cur.EscalationReason = time.Time{}, ""
+			}
 		}
 		if err := s.update(ctx, tx, "webhook", 0, next, cur, CauseWebhook, evidence); err != nil {
 			return err
@@ -327,7 +346,7 @@ func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Eve
 			return "", nil, err
 		}
 	}
-	if err := step(target); err != nil {
+	if err := step(v.Settles); err != nil {
 		return "", nil, err
 	}
 	return EventApplied, moves, nil

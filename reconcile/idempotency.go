@@ -65,7 +65,10 @@ func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHa
 	var out SavedResponse
 	err = s.store.InTx(ctx, func(tx Tx) error {
 		out = SavedResponse{}
-		now := s.cfg.Now().UTC()
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
 		inserted, err := tx.InsertIdempotencyKey(ctx, IdempotencyKey{
 			Client: client, Key: key, RequestHash: requestHash, CreatedAt: now,
 		})
@@ -115,7 +118,7 @@ func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHa
 func (s *Service) SweepIdempotencyKeys(ctx context.Context, retention time.Duration, batch int) (int, error) {
 	return s.sweep(ctx, batch, func(tx Tx, before time.Time, n int) (int, error) {
 		return tx.DeleteIdempotencyKeysBefore(ctx, before, n)
-	}, s.cfg.Now().UTC().Add(-retention))
+	}, -retention)
 }
 
 // SweepInbox deletes webhook inbox rows received before now-retention, in
@@ -123,15 +126,21 @@ func (s *Service) SweepIdempotencyKeys(ctx context.Context, retention time.Durat
 func (s *Service) SweepInbox(ctx context.Context, retention time.Duration, batch int) (int, error) {
 	return s.sweep(ctx, batch, func(tx Tx, before time.Time, n int) (int, error) {
 		return tx.DeleteInboxEventsBefore(ctx, before, n)
-	}, s.cfg.Now().UTC().Add(-retention))
+	}, -retention)
 }
 
 // sweep runs del in its own transaction per batch until a batch comes back
-// short, so no transaction holds locks on a large table for long.
-func (s *Service) sweep(ctx context.Context, batch int, del func(Tx, time.Time, int) (int, error), before time.Time) (int, error) {
+// short, so no transaction holds locks on a large table for long. It
+// deletes what is older than age (negative) by the store's clock.
+func (s *Service) sweep(ctx context.Context, batch int, del func(Tx, time.Time, int) (int, error), age time.Duration) (int, error) {
 	if batch <= 0 {
 		batch = 1000
 	}
+	now, err := s.store.Now(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: sweep: %w", err)
+	}
+	before := now.Add(age)
 	total := 0
 	for {
 		var n int

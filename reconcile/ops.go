@@ -19,14 +19,19 @@ var (
 	ErrStale = errors.New("purchase changed since it was shown")
 	// ErrBusy: a worker holds the purchase's job right now.
 	ErrBusy = errors.New("a worker is checking this purchase right now")
+	// ErrProviderDisagrees: the provider's live answer contradicts the
+	// resolution an operator asked for. An explicit override with a reason
+	// is needed to resolve against it.
+	ErrProviderDisagrees = errors.New("the provider's live view contradicts the resolution")
 )
 
 // Case is an escalated purchase with everything an operator needs to
 // decide: its attempts, transitions, webhooks and earlier operator actions.
 type Case struct {
 	Detail
-	Events  []InboxEvent
-	Actions []OperatorAction
+	Events   []InboxEvent
+	Actions  []OperatorAction
+	Findings []Finding // the audit's findings about the purchase, open and closed
 	// Age is how long the purchase has been uncertain, or since it was
 	// escalated when it never was uncertain (a contradiction).
 	Age time.Duration
@@ -61,9 +66,16 @@ func (s *Service) Escalations(ctx context.Context) ([]Case, error) {
 // Returns an error wrapping ErrNotFound if there is none.
 func (s *Service) Case(ctx context.Context, id string) (Case, error) {
 	var c Case
+	var now time.Time
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
+		if now, err = tx.Now(ctx); err != nil {
+			return err
+		}
 		if c.Detail, err = detailTx(ctx, tx, id); err != nil {
+			return err
+		}
+		if c.Findings, err = tx.ListFindings(ctx, id, true, 0); err != nil {
 			return err
 		}
 		if c.Events, err = tx.ListInboxEvents(ctx, id); err != nil {
@@ -80,49 +92,59 @@ func (s *Service) Case(ctx context.Context, id string) (Case, error) {
 		since = c.Purchase.EscalatedAt
 	}
 	if !since.IsZero() {
-		c.Age = s.cfg.Now().Sub(since)
+		c.Age = now.Sub(since)
 	}
 	return c, nil
 }
 
 // LiveView asks the provider now what it knows of the purchase's charge:
 // by payment id when known, else by search. It changes nothing; the
-// operator sees it before confirming a resolution.
+// operator sees it before confirming a resolution. The call is recorded in
+// the purchase's audit as not applied.
 func (s *Service) LiveView(ctx context.Context, id string) (provider.Result, error) {
 	p, err := s.read(ctx, id)
 	if err != nil {
 		return provider.Result{}, err
 	}
+	res, _, err := s.liveView(ctx, p, "operator live view", 0)
+	return res, err
+}
+
+// liveView asks the provider about p's charge, records the call (not
+// applied: it changes nothing by itself) and returns the answer, with an
+// error's outcome folded into it, and its Answer for the judge.
+func (s *Service) liveView(ctx context.Context, p Purchase, actor string, token int64) (provider.Result, Answer, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
 	defer cancel()
-	start := s.cfg.Now()
 	op := provider.OpSearch
-	var res provider.Result
 	if p.ProviderPaymentID != "" {
 		op = provider.OpStatus
-		res, err = s.provider.Status(callCtx, p.ProviderPaymentID)
-	} else {
-		res, err = s.provider.Search(callCtx, p.ID)
 	}
+	start := s.cfg.Now()
+	res, err := s.callProvider(callCtx, op, p)
 	took := s.cfg.Now().Sub(start)
 	outcome := provider.OutcomeOf(res, err)
 	s.cfg.Observer.ProviderCall(op, outcome, took)
-	if err != nil {
-		res = provider.Result{Outcome: outcome, Reason: err.Error()}
-	}
-	// Every provider call is in the audit, this one too; it changes
-	// nothing, so it is recorded as not applied.
+	ans := answerOf(SourceOperator, outcome, res)
 	a := Attempt{
 		PurchaseID: p.ID, Op: op, Outcome: outcome, PaymentID: res.PaymentID, Status: res.Status,
-		Latency: took, Actor: "operator live view", Note: "shown to an operator; changes nothing", At: s.cfg.Now().UTC(),
+		Latency: took, Actor: actor, LeaseToken: token, Note: "shown to an operator; changes nothing",
 	}
 	if err != nil {
 		a.Error = err.Error()
+		res = provider.Result{Outcome: outcome, Reason: err.Error()}
 	}
-	if aerr := s.store.InTx(ctx, func(tx Tx) error { return tx.InsertAttempt(ctx, a) }); aerr != nil {
-		return res, fmt.Errorf("reconcile: live view of %s: record the call: %w", id, aerr)
+	aerr := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		if a.At, err = tx.Now(ctx); err != nil {
+			return err
+		}
+		return tx.InsertAttempt(ctx, a)
+	})
+	if aerr != nil {
+		return res, ans, fmt.Errorf("reconcile: live view of %s: record the call: %w", p.ID, aerr)
 	}
-	return res, nil
+	return res, ans, nil
 }
 
 // DescribeView renders a provider answer for the operator audit.
@@ -137,6 +159,12 @@ func DescribeView(r provider.Result) string {
 	if r.Amount != 0 {
 		parts = append(parts, fmt.Sprintf("amount=%d %s", r.Amount, r.Currency))
 	}
+	if r.PurchaseID != "" {
+		parts = append(parts, "metadata purchase="+r.PurchaseID)
+	}
+	if r.Charges > 1 {
+		parts = append(parts, fmt.Sprintf("charges=%d", r.Charges))
+	}
 	if r.Reason != "" {
 		parts = append(parts, "reason="+r.Reason)
 	}
@@ -149,10 +177,13 @@ type Resolution struct {
 	Operator   string
 	To         statemachine.State // succeeded or declined
 	Evidence   string             // required: what the decision rests on
-	Saw        string             // the provider's live view shown to the operator
 	// Version is the purchase version the operator was shown; 0 skips the
 	// check.
 	Version int64
+	// OverrideProvider, when not empty, is the operator's reason to
+	// resolve against a definite live answer of the provider. Both the
+	// answer and the reason are recorded.
+	OverrideProvider string
 }
 
 // Resolve settles a purchase by an operator's decision, through the state
@@ -163,19 +194,29 @@ type Resolution struct {
 //
 // Resolve first takes the purchase's job, so that no worker is inside a
 // provider call while a human settles the outcome: an answer arriving
-// after the resolution could otherwise contradict it unseen.
+// after the resolution could otherwise contradict it unseen. Under that
+// lease it asks the provider for its live view, and the judge compares
+// that answer with the requested outcome: a definite answer that
+// contradicts it (a success where the operator says declined, a charge of
+// another amount, a second charge, a payment of another purchase) refuses
+// the resolution, unless OverrideProvider gives a reason. What the
+// operator saw is what payrecon fetched, stored by payrecon with the
+// action.
 //
 // Returns an error wrapping ErrInvalid without evidence, an operator name,
 // with a target other than succeeded or declined, or for a purchase whose
 // outcome is not in doubt (submitted and not escalated: the worker is
 // establishing it); ErrAlreadyFinal for a terminal purchase; ErrBusy while
 // a worker holds the job; ErrForbiddenTransition when the table allows no
-// path (a purchase never submitted); ErrStale when the purchase changed
-// since the operator was shown Version; ErrNotFound for an unknown id.
-// Nothing changes when it returns an error.
+// path (a purchase never submitted and not suspected of a charge);
+// ErrStale when the purchase changed since the operator was shown Version;
+// ErrProviderDisagrees when the provider's live view contradicts it;
+// ErrNotFound for an unknown id. Nothing changes when it returns an error
+// (the live view's call is still recorded in the audit).
 func (s *Service) Resolve(ctx context.Context, r Resolution) (Purchase, error) {
 	r.Evidence = strings.TrimSpace(r.Evidence)
 	r.Operator = strings.TrimSpace(r.Operator)
+	r.OverrideProvider = strings.TrimSpace(r.OverrideProvider)
 	switch {
 	case r.Evidence == "":
 		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, &FieldError{"evidence", "is required: say what the decision rests on"})
@@ -198,14 +239,42 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (Purchase, error) {
 	if err != nil {
 		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, err)
 	}
+	out, err := s.resolveUnderLease(ctx, l, r)
+	if err != nil {
+		restore()
+		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, err)
+	}
+	s.cfg.Logger.Info("operator resolved purchase", "purchase", r.PurchaseID, "operator", r.Operator, "to", r.To,
+		"override", r.OverrideProvider)
+	return out, nil
+}
+
+// resolveUnderLease fetches the provider's live view, has the judge weigh
+// it against the resolution and, unless it refuses, settles the purchase.
+func (s *Service) resolveUnderLease(ctx context.Context, l Lease, r Resolution) (Purchase, error) {
+	p, err := s.read(ctx, r.PurchaseID)
+	if err != nil {
+		return Purchase{}, err
+	}
+	if _, err := resolvePath(p, r); err != nil {
+		return Purchase{}, err
+	}
+	live, ans, err := s.liveView(ctx, p, "operator:"+r.Operator, l.Token)
+	if err != nil {
+		return Purchase{}, err
+	}
+	saw := DescribeView(live)
 	var (
 		out   Purchase
 		moves []move
 	)
 	err = s.store.InTx(ctx, func(tx Tx) error {
 		moves = nil
-		now := s.cfg.Now().UTC()
-		if err := tx.CheckLease(ctx, l, now); err != nil {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		now, err := tx.Now(ctx)
+		if err != nil {
 			return err
 		}
 		p, err := tx.GetPurchase(ctx, r.PurchaseID)
@@ -216,14 +285,31 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (Purchase, error) {
 		if err != nil {
 			return err
 		}
-		evidence := fmt.Sprintf("operator %s: %s (provider showed: %s)", r.Operator, r.Evidence, r.Saw)
+		if ans.Owner, err = ownerOf(ctx, tx, ans.PaymentID); err != nil {
+			return err
+		}
+		// The judge weighs the live answer as if the books already said
+		// what the operator asks.
+		wanted := p
+		wanted.State = r.To
+		v := Judge(wanted, ans)
+		evidence := fmt.Sprintf("operator %s: %s (provider showed: %s)", r.Operator, r.Evidence, saw)
+		if v.Kind == VerdictEscalate || v.Kind == VerdictConfirm {
+			if r.OverrideProvider == "" {
+				return fmt.Errorf("%w: %s; resolve with an override and its reason to go against it", ErrProviderDisagrees, v.Why)
+			}
+			evidence += fmt.Sprintf("; overriding the provider (%s): %s", v.Why, r.OverrideProvider)
+		}
 		cur := p
 		did := []string{string(p.State)}
 		for _, to := range path {
 			next := cur
 			next.State, next.UpdatedAt = to, now
 			if to.Terminal() {
-				next.EscalatedAt, next.EscalationReason = time.Time{}, ""
+				next.EscalatedAt, next.EscalationReason, next.SettledAt, next.Doubt = time.Time{}, "", now, ""
+				if to == statemachine.Succeeded && v.Kind == VerdictRecord && ans.PaymentID != "" && next.ProviderPaymentID == "" {
+					next.ProviderPaymentID = ans.PaymentID
+				}
 			}
 			if err := s.update(ctx, tx, "operator:"+r.Operator, l.Token, cur, next, CauseOperator, evidence); err != nil {
 				return err
@@ -237,17 +323,19 @@ func (s *Service) Resolve(ctx context.Context, r Resolution) (Purchase, error) {
 			return err
 		}
 		out = cur
-		return tx.InsertOperatorAction(ctx, OperatorAction{
-			PurchaseID: p.ID, Operator: r.Operator, Action: "resolve", Saw: r.Saw,
+		action := OperatorAction{
+			PurchaseID: p.ID, Operator: r.Operator, Action: "resolve", Saw: saw,
 			Did: strings.Join(did, "→"), Evidence: r.Evidence, At: now,
-		})
+		}
+		if r.OverrideProvider != "" {
+			action.Did += "; override: " + r.OverrideProvider
+		}
+		return tx.InsertOperatorAction(ctx, action)
 	})
 	if err != nil {
-		restore()
-		return Purchase{}, fmt.Errorf("reconcile: resolve %s: %w", r.PurchaseID, err)
+		return Purchase{}, err
 	}
 	s.observeMoves(moves)
-	s.cfg.Logger.Info("operator resolved purchase", "purchase", r.PurchaseID, "operator", r.Operator, "to", r.To)
 	return out, nil
 }
 
@@ -263,8 +351,14 @@ func resolvePath(p Purchase, r Resolution) ([]statemachine.State, error) {
 		return nil, fmt.Errorf("%w: %s is submitted and not escalated: the worker is establishing its outcome; recheck it instead", ErrInvalid, p.ID)
 	}
 	path := []statemachine.State{r.To}
-	if p.State == statemachine.Uncertain {
+	switch {
+	case p.State == statemachine.Uncertain:
 		path = []statemachine.State{statemachine.Reconciling, r.To}
+	case p.State == statemachine.Created && p.EscalationReason.ChargeMayExist():
+		// A charge the worker never made (another system's): the operator
+		// records its outcome through submitted, the only way out of
+		// created.
+		path = []statemachine.State{statemachine.Submitted, r.To}
 	}
 	from := p.State
 	for _, to := range path {
@@ -291,7 +385,7 @@ func (s *Service) takeJob(ctx context.Context, id, role string) (Lease, func(), 
 	if err != nil {
 		return Lease{}, nil, err
 	}
-	l, err := s.store.ClaimJob(ctx, id, s.cfg.WorkerID+"/"+role, s.cfg.Now().UTC(), s.cfg.LeaseDuration)
+	l, err := s.store.ClaimJob(ctx, id, s.cfg.WorkerID+"/"+role, s.cfg.LeaseDuration)
 	if errors.Is(err, ErrConflict) {
 		p, rerr := s.read(ctx, id)
 		switch {
@@ -306,9 +400,11 @@ func (s *Service) takeJob(ctx context.Context, id, role string) (Lease, func(), 
 	if err != nil {
 		return Lease{}, nil, err
 	}
+	s.claimed([]Lease{l})
+	l.local = s.cfg.Now()
 	restore := func() {
 		err := s.store.InTx(context.WithoutCancel(ctx), func(tx Tx) error {
-			if err := tx.CheckLease(ctx, l, s.cfg.Now().UTC()); err != nil {
+			if err := tx.CheckLease(ctx, l); err != nil {
 				return err
 			}
 			return tx.RescheduleJob(ctx, id, before.RunAt)
@@ -333,7 +429,10 @@ func (s *Service) Note(ctx context.Context, id, operator, text string, close boo
 		return fmt.Errorf("reconcile: note %s: %w", id, &FieldError{"operator", "is required"})
 	}
 	err := s.store.InTx(ctx, func(tx Tx) error {
-		now := s.cfg.Now().UTC()
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
 		p, err := tx.GetPurchase(ctx, id)
 		if err != nil {
 			return err
@@ -382,7 +481,6 @@ func (s *Service) Recheck(ctx context.Context, id, operator string) (Purchase, e
 	if err != nil {
 		return p, fmt.Errorf("reconcile: recheck %s: %w", id, err)
 	}
-	s.cfg.Observer.JobsClaimed(1)
 	if err := s.Process(ctx, l); err != nil {
 		return p, fmt.Errorf("reconcile: recheck %s: %w", id, err)
 	}
@@ -391,9 +489,13 @@ func (s *Service) Recheck(ctx context.Context, id, operator string) (Purchase, e
 		return p, err
 	}
 	err = s.store.InTx(ctx, func(tx Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
 		return tx.InsertOperatorAction(ctx, OperatorAction{
 			PurchaseID: id, Operator: operator, Action: "recheck",
-			Did: fmt.Sprintf("checked: %s → %s", p.State, after.State), At: s.cfg.Now().UTC(),
+			Did: fmt.Sprintf("checked: %s → %s", p.State, after.State), At: now,
 		})
 	})
 	if err != nil {

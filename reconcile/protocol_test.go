@@ -44,14 +44,19 @@ type fixture struct {
 	fake  *fakeprovider.Fake
 	clock *clock
 	svc   *reconcile.Service
+	// skew is how far the workers' own clocks are off the store's.
+	skew time.Duration
 }
 
+// storeFactory returns a fresh, migrated, empty store on the clock now;
+// nil means the store's own clock (the database's).
+type storeFactory func(tb testing.TB, now func() time.Time) reconcile.Store
+
 // storeFactories lists the stores every protocol test runs against.
-// Each returns a fresh, migrated, empty store.
-var storeFactories = map[string]func(testing.TB) reconcile.Store{}
+var storeFactories = map[string]storeFactory{}
 
 // forEachStore runs fn once per store, as subtests.
-func forEachStore(t *testing.T, fn func(t *testing.T, newStore func(testing.TB) reconcile.Store)) {
+func forEachStore(t *testing.T, fn func(t *testing.T, newStore storeFactory)) {
 	t.Helper()
 	if len(storeFactories) == 0 {
 		t.Fatal("no store registered")
@@ -63,9 +68,10 @@ func forEachStore(t *testing.T, fn func(t *testing.T, newStore func(testing.TB) 
 
 // setup returns a fixture over a fresh store, a fake provider configured
 // by fcfg (its clock and seed are set here), and a service with cfg.
-func setup(t *testing.T, newStore func(testing.TB) reconcile.Store, fcfg fakeprovider.Config, cfg reconcile.Config) *fixture {
+func setup(t *testing.T, newStore storeFactory, fcfg fakeprovider.Config, cfg reconcile.Config) *fixture {
 	t.Helper()
-	f := &fixture{t: t, store: newStore(t), clock: newClock()}
+	f := &fixture{t: t, clock: newClock()}
+	f.store = newStore(t, f.clock.Now)
 	fcfg.Now = f.clock.Now
 	f.fake = fakeprovider.New(fcfg)
 	f.svc = f.service(f.fake, "worker-a", cfg)
@@ -76,7 +82,7 @@ func setup(t *testing.T, newStore func(testing.TB) reconcile.Store, fcfg fakepro
 func (f *fixture) service(p provider.Provider, id string, cfg reconcile.Config) *reconcile.Service {
 	f.t.Helper()
 	cfg.WorkerID = id
-	cfg.Now = f.clock.Now
+	cfg.Now = func() time.Time { return f.clock.Now().Add(f.skew) }
 	if cfg.Logger == nil {
 		cfg.Logger = discardLogger()
 	}
@@ -168,7 +174,7 @@ func wantPath(t *testing.T, d reconcile.Detail, want ...string) {
 }
 
 func TestCleanSuccess(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("alice")
 		f.runUntilIdle(f.svc)
@@ -188,7 +194,7 @@ func TestCleanSuccess(t *testing.T) {
 }
 
 func TestDecline(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("bob")
 		f.fake.Script(p.ID, fakeprovider.Decline)
@@ -203,7 +209,7 @@ func TestDecline(t *testing.T) {
 // lost. The purchase goes uncertain, and the next check replays the same
 // key: one charge, succeeded.
 func TestLostReplyThenReconciliation(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("carol")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -237,7 +243,7 @@ func TestLostReplyThenReconciliation(t *testing.T) {
 // TestTimeoutBeforeChargeThenReplay: the request timed out before the
 // provider acted. The replay under the same key makes the one charge.
 func TestTimeoutBeforeChargeThenReplay(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("dave")
 		f.fake.Script(p.ID, fakeprovider.Timeout)
@@ -254,7 +260,7 @@ func TestTimeoutBeforeChargeThenReplay(t *testing.T) {
 // TestRetryLaterStaysSubmitted: a refusal before acting is not uncertain:
 // the purchase stays submitted and the same request is sent again.
 func TestRetryLaterStaysSubmitted(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("erin")
 		f.fake.Script(p.ID, fakeprovider.FailBefore)
@@ -271,7 +277,7 @@ func TestRetryLaterStaysSubmitted(t *testing.T) {
 // TestProcessingSettles: an in-progress answer is uncertain with a known
 // payment id; the next check queries its status.
 func TestProcessingSettles(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: 90 * time.Second}, reconcile.Config{})
 		p := f.create("frank")
 		f.fake.Script(p.ID, fakeprovider.Processing)
@@ -346,7 +352,7 @@ func (g *gate) Status(ctx context.Context, id string) (provider.Result, error) {
 
 func claimOne(t *testing.T, f *fixture, owner string) reconcile.Lease {
 	t.Helper()
-	leases, err := f.store.ClaimJobs(context.Background(), owner, 1, f.clock.Now(), 30*time.Second)
+	leases, err := f.store.ClaimJobs(context.Background(), owner, 1, 30*time.Second)
 	if err != nil || len(leases) != 1 {
 		t.Fatalf("claim: %v, %d leases", err, len(leases))
 	}
@@ -378,7 +384,7 @@ func (f *fixture) stall(p provider.Provider, op provider.Op) stalled {
 // lease expires, worker B takes the job over and settles the purchase.
 // When A's answer finally arrives, A commits nothing.
 func TestStaleWorkerCannotCommit(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		b := f.service(f.fake, "worker-b", reconcile.Config{})
 		p := f.create("grace")
@@ -423,7 +429,7 @@ func TestStaleWorkerCannotCommit(t *testing.T) {
 // TestExpiredLeaseWritesNothing: a lease past its expiry, not yet taken
 // over, cannot write either.
 func TestExpiredLeaseWritesNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("heidi")
 		l := claimOne(t, f, "worker-a")
@@ -439,7 +445,7 @@ func TestExpiredLeaseWritesNothing(t *testing.T) {
 // TestStaleProcessingAfterSuccess: a status answer of "processing" that
 // arrives after the purchase succeeded is recorded and changes nothing.
 func TestStaleProcessingAfterSuccess(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
 		p := f.create("ivan")
 		f.fake.Script(p.ID, fakeprovider.Processing)
@@ -493,7 +499,7 @@ func (s staleAnswer) Status(ctx context.Context, id string) (provider.Result, er
 // past the provider's key retention. A replay could now create a second
 // charge, so none is sent: search only, and the case is escalated.
 func TestKeyRetentionExpiredNeverCreatesAgain(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{SearchLag: 72 * time.Hour}, reconcile.Config{})
 		p := f.create("judy")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -535,7 +541,7 @@ func TestKeyRetentionExpiredNeverCreatesAgain(t *testing.T) {
 // TestEscalationAfterAttempts: a purchase that stays unknown is escalated
 // after MaxAttempts runs, stays uncertain, and keeps being checked.
 func TestEscalationAfterAttempts(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxAttempts: 3, Backoff: []time.Duration{time.Minute}})
 		p := f.create("ken")
 		f.fake.Script(p.ID, fakeprovider.Timeout, fakeprovider.Timeout, fakeprovider.Timeout)
@@ -560,7 +566,7 @@ func TestEscalationAfterAttempts(t *testing.T) {
 // TestBadInputChangesNothing: invalid purchases are refused with a clear
 // error naming the field, and nothing is stored.
 func TestBadInputChangesNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		tests := []struct {
 			name string

@@ -16,7 +16,7 @@ import (
 // while a worker is inside a provider call for it; once the worker is
 // done, the operator can.
 func TestResolveWaitsForInFlightCall(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("olga")
 		f.fake.Script(p.ID, fakeprovider.Timeout, fakeprovider.Timeout)
@@ -59,9 +59,10 @@ func TestResolveWaitsForInFlightCall(t *testing.T) {
 // TestLateSuccessContradictsDecline: while a worker's replay is in flight,
 // a provider event declares the purchase declined; the replay then answers
 // success. The decline stands (a final state never changes), the answer is
-// recorded unapplied, and the purchase is escalated as a contradiction.
+// recorded unapplied, confirmed by a status query, and the purchase is
+// escalated as a state disagreement.
 func TestLateSuccessContradictsDecline(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("pavel")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -82,12 +83,16 @@ func TestLateSuccessContradictsDecline(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := f.wantState(p.ID, statemachine.Declined)
-		if d.Purchase.EscalationReason != reconcile.EscalationContradiction {
-			t.Fatalf("escalation %q, want contradiction\n%s", d.Purchase.EscalationReason, history(d))
+		if d.Purchase.EscalationReason != reconcile.EscalationStateDisagreement || d.Purchase.Doubt != "" {
+			t.Fatalf("escalation %q doubt %q, want a confirmed state_disagreement\n%s", d.Purchase.EscalationReason, d.Purchase.Doubt, history(d))
 		}
-		last := d.Attempts[len(d.Attempts)-1]
-		if last.Outcome != provider.Succeeded || last.Applied {
-			t.Fatalf("late answer recorded as %+v, want an unapplied success", last)
+		var late, confirmed bool
+		for _, at := range d.Attempts {
+			late = late || (at.Op == provider.OpCreate && at.Outcome == provider.Succeeded && !at.Applied)
+			confirmed = confirmed || (at.Op == provider.OpStatus && at.Outcome == provider.Succeeded)
+		}
+		if !late || !confirmed {
+			t.Fatalf("want the late success recorded unapplied and confirmed by a status query\n%s", history(d))
 		}
 	})
 }
@@ -96,7 +101,7 @@ func TestLateSuccessContradictsDecline(t *testing.T) {
 // still be at the provider, but within the margin of its retention: the
 // worker searches instead of replaying.
 func TestReplayStopsAtTheMargin(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("quinn")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -115,7 +120,7 @@ func TestReplayStopsAtTheMargin(t *testing.T) {
 // TestEscalateOverdue: the sweep escalates a purchase uncertain past the
 // maximum age without waiting for its next check, once.
 func TestEscalateOverdue(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxUncertainAge: 2 * time.Hour})
 		p := f.create("rita")
 		fresh := f.create("sam")
@@ -143,7 +148,7 @@ func TestEscalateOverdue(t *testing.T) {
 // TestMaxAgeEscalation: a purchase still unknown past MaxUncertainAge is
 // escalated by the worker's own check.
 func TestMaxAgeEscalation(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxUncertainAge: time.Hour, Backoff: []time.Duration{40 * time.Minute}})
 		p := f.create("tom")
 		f.fake.Script(p.ID, fakeprovider.Timeout, fakeprovider.Timeout, fakeprovider.Timeout)
@@ -166,7 +171,7 @@ func TestMaxAgeEscalation(t *testing.T) {
 // other parameters (a bug somewhere). The purchase is escalated at once and
 // never retried under another key.
 func TestIdempotencyMismatchEscalatesAtOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("ursula")
 		// Someone else used payrecon's key for this purchase with another
@@ -194,7 +199,7 @@ func TestIdempotencyMismatchEscalatesAtOnce(t *testing.T) {
 // worker stalled mid-reconcile: reconciling→uncertain (lease_lost), then a
 // replay settles it. The stalled worker's late answer is not applied.
 func TestRescueExpiredTakesOver(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("vera")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -225,7 +230,7 @@ func TestRescueExpiredTakesOver(t *testing.T) {
 // applied; it is recorded, and the purchase goes to the operators instead
 // of failing its job forever.
 func TestPaymentIDOfAnotherPurchaseEscalates(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("walt")
 		other := f.create("xena")
@@ -251,7 +256,7 @@ func TestPaymentIDOfAnotherPurchaseEscalates(t *testing.T) {
 			t.Fatal(err)
 		}
 		d := f.detail(p.ID)
-		if d.Purchase.EscalationReason != reconcile.EscalationProviderMismatch || d.Purchase.State.Terminal() {
+		if d.Purchase.EscalationReason != reconcile.EscalationForeignPayment || d.Purchase.State != statemachine.Uncertain {
 			t.Fatalf("purchase %s escalation %q\n%s", d.Purchase.State, d.Purchase.EscalationReason, history(d))
 		}
 		last := d.Attempts[len(d.Attempts)-1]
@@ -264,7 +269,7 @@ func TestPaymentIDOfAnotherPurchaseEscalates(t *testing.T) {
 // raceStatusQueryAndEvent holds a worker inside its status query, lets a
 // success event arrive before (eventFirst) or after the query's answer is
 // applied, and checks that exactly one move to succeeded is recorded.
-func raceStatusQueryAndEvent(t *testing.T, newStore func(testing.TB) reconcile.Store, eventFirst bool) {
+func raceStatusQueryAndEvent(t *testing.T, newStore storeFactory, eventFirst bool) {
 	f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
 	p := f.create("yusuf")
 	f.fake.Script(p.ID, fakeprovider.Processing)
@@ -318,13 +323,13 @@ func raceStatusQueryAndEvent(t *testing.T, newStore func(testing.TB) reconcile.S
 }
 
 func TestEventWinsRaceWithStatusQuery(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		raceStatusQueryAndEvent(t, newStore, true)
 	})
 }
 
 func TestStatusQueryWinsRaceWithEvent(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		raceStatusQueryAndEvent(t, newStore, false)
 	})
 }
@@ -334,7 +339,7 @@ func TestStatusQueryWinsRaceWithEvent(t *testing.T) {
 // operators at once, and once the cause is fixed the slow check resends
 // the same request: one charge, and off the list.
 func TestRejectedEscalatesAtOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("zoe")
 		f.fake.Script(p.ID, fakeprovider.Reject)

@@ -61,6 +61,10 @@ const (
 	CauseWebhook Cause = "webhook"
 	// CauseOperator: a human decision, with evidence.
 	CauseOperator Cause = "operator"
+	// CauseFinding: a finding that a charge may already exist holds the
+	// purchase back from another create; it is reconciled by status or
+	// search instead.
+	CauseFinding Cause = "finding"
 )
 
 // EscalationReason says why a purchase is on the operator list.
@@ -79,6 +83,21 @@ const (
 	// EscalationProviderRejected: the provider refused the request without
 	// acting on it (invalid parameters, a bad API key).
 	EscalationProviderRejected EscalationReason = "provider_rejected"
+	// EscalationDuplicateCharge: the provider holds more than one charge
+	// that took (or may take) money for the purchase.
+	EscalationDuplicateCharge EscalationReason = "duplicate_charge"
+	// EscalationForeignPayment: the provider's answer is about a payment
+	// that is not this purchase's: its metadata names another purchase (or
+	// none), or the books give its payment id to another purchase.
+	EscalationForeignPayment EscalationReason = "foreign_payment"
+	// EscalationAmountMismatch: the provider's payment has another amount
+	// or currency than the purchase.
+	EscalationAmountMismatch EscalationReason = "amount_mismatch"
+	// EscalationStateDisagreement: the provider's confirmed status
+	// contradicts a final state of the books: a success for a declined
+	// purchase (a late approval), or a decline or cancel for a succeeded
+	// one.
+	EscalationStateDisagreement EscalationReason = "state_disagreement"
 )
 
 // Sticky reports whether the reason keeps a purchase on the operator list
@@ -86,7 +105,21 @@ const (
 // human whatever the outcome.
 func (r EscalationReason) Sticky() bool {
 	switch r {
-	case EscalationIdempotencyMismatch, EscalationContradiction, EscalationProviderMismatch:
+	case EscalationIdempotencyMismatch, EscalationContradiction, EscalationProviderMismatch,
+		EscalationDuplicateCharge, EscalationForeignPayment, EscalationAmountMismatch, EscalationStateDisagreement:
+		return true
+	}
+	return false
+}
+
+// ChargeMayExist reports whether the reason is a finding that a charge may
+// exist that the books do not account for. While a purchase carries such
+// a reason the worker never sends a create or a replay for it: a human
+// looks first.
+func (r EscalationReason) ChargeMayExist() bool {
+	switch r {
+	case EscalationContradiction, EscalationProviderMismatch, EscalationDuplicateCharge,
+		EscalationForeignPayment, EscalationAmountMismatch, EscalationStateDisagreement:
 		return true
 	}
 	return false
@@ -121,6 +154,17 @@ type Purchase struct {
 
 	EscalatedAt      time.Time // zero unless on the operator list
 	EscalationReason EscalationReason
+
+	// SettledAt is when the answer that made the purchase final was given:
+	// a webhook's event time, or the start of the call whose answer
+	// settled it (store clock). A contradicting event older than this is
+	// stale; a newer one is confirmed with a status query. Zero until
+	// final.
+	SettledAt time.Time
+	// Doubt, when not empty, says why a final state must be confirmed
+	// with the provider: a newer event contradicts it. The job is reopened
+	// and the worker's status query decides; empty otherwise.
+	Doubt string
 
 	CreatedAt time.Time
 	UpdatedAt time.Time
@@ -159,6 +203,12 @@ type Attempt struct {
 	Applied bool
 	Note    string
 	At      time.Time
+	// Derived is true for a call that has no row of its own: a
+	// transition shows that a worker started it, and no answer was ever
+	// recorded (the worker died or stalled during it, or it is still in
+	// flight). Such entries are made when the audit trail is read; they
+	// are never stored.
+	Derived bool
 }
 
 // IdempotencyKey is a purchase API client's key, remembered with the
@@ -209,7 +259,87 @@ type Lease struct {
 	TakenOver bool
 	// Checks is the job's run count including this one.
 	Checks int
+	// Now is the store's time when the lease was granted. The worker
+	// measures every protocol time from it (plus the time elapsed on its
+	// own clock since), never from its own wall clock.
+	Now time.Time
+
+	// local is the worker's own clock reading when it got the lease.
+	local time.Time
 }
+
+// FindingKind names what the audit from the provider's side found.
+type FindingKind string
+
+// The kinds of audit findings.
+const (
+	// FindingOrphanCharge: money taken with no purchase, or for a
+	// purchase id the books do not know.
+	FindingOrphanCharge FindingKind = "orphan_charge"
+	// FindingDuplicateCharge: a second charge that took money for one
+	// purchase.
+	FindingDuplicateCharge FindingKind = "duplicate_charge"
+	// FindingAmountMismatch: the payment's amount differs from the
+	// purchase's.
+	FindingAmountMismatch FindingKind = "amount_mismatch"
+	// FindingCurrencyMismatch: the payment's currency differs from the
+	// purchase's.
+	FindingCurrencyMismatch FindingKind = "currency_mismatch"
+	// FindingStateDisagreement: the provider succeeded where the books say
+	// declined (a late approval), or declined or canceled where they say
+	// succeeded.
+	FindingStateDisagreement FindingKind = "state_disagreement"
+	// FindingMissingAtProvider: a succeeded purchase whose payment the
+	// provider does not have.
+	FindingMissingAtProvider FindingKind = "missing_at_provider"
+)
+
+// FindingKinds lists every kind, for metrics and validation.
+var FindingKinds = []FindingKind{
+	FindingOrphanCharge, FindingDuplicateCharge, FindingAmountMismatch,
+	FindingCurrencyMismatch, FindingStateDisagreement, FindingMissingAtProvider,
+}
+
+// Finding is one discrepancy the audit from the provider's side found
+// between the provider's payments and the books. It is unique per
+// (Provider, PaymentID, Kind), stays open until an operator closes it
+// with a note, and never moves money or a purchase's state.
+type Finding struct {
+	ID         int64
+	Provider   string // "stripe"
+	PaymentID  string // the provider's payment the finding is about
+	Kind       FindingKind
+	PurchaseID string // the purchase it concerns; "" for an orphan
+	// Amount and Currency are the provider's payment's: the money at
+	// risk.
+	Amount   int64
+	Currency string
+	Status   string // the provider's status word
+	Evidence string // what the audit saw, for the operator
+	FoundAt  time.Time
+
+	ClosedAt  time.Time // zero while open
+	ClosedBy  string
+	CloseNote string
+}
+
+// Open reports whether no operator has closed the finding.
+func (f Finding) Open() bool { return f.ClosedAt.IsZero() }
+
+// AuditRun is the resumable watermark of an audit from the provider's
+// side: the window it covers and how far it got. A run that stops midway
+// resumes from Done.
+type AuditRun struct {
+	Name        string    // the audit's name, e.g. "stripe"
+	From, Until time.Time // the window of provider creation times
+	Done        time.Time // everything created before Done has been matched
+	StartedAt   time.Time
+	UpdatedAt   time.Time
+	Findings    int // new findings stored by this run so far
+}
+
+// Complete reports whether the run covered its whole window.
+func (r AuditRun) Complete() bool { return !r.Done.Before(r.Until) }
 
 // NewID returns a random id with the given prefix, such as "pur_".
 func NewID(prefix string) string {

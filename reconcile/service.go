@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -129,7 +130,10 @@ func (s *Service) CreatePurchaseTx(ctx context.Context, tx Tx, np NewPurchase) (
 	if err != nil {
 		return Purchase{}, fmt.Errorf("reconcile: create purchase: %w", err)
 	}
-	now := s.cfg.Now().UTC()
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return Purchase{}, fmt.Errorf("reconcile: create purchase: %w", err)
+	}
 	p := Purchase{
 		ID:            NewID("pur_"),
 		Customer:      np.Customer,
@@ -193,5 +197,61 @@ func detailTx(ctx context.Context, tx Tx, id string) (Detail, error) {
 	if d.Job, err = tx.GetJob(ctx, id); err != nil {
 		return Detail{}, err
 	}
+	d.Attempts = withUnanswered(d.Purchase, d.Transitions, d.Attempts)
 	return d, nil
+}
+
+// callAfter returns the provider call a worker starts right after the
+// transition t, or "" for a transition no call follows.
+func callAfter(t TransitionRecord) provider.Op {
+	switch {
+	case t.LeaseToken == 0:
+		return ""
+	case t.To == statemachine.Submitted && t.Cause == CauseSubmit:
+		return provider.OpCreate
+	case t.To == statemachine.Reconciling && t.Cause == CauseKeyReplay:
+		return provider.OpCreate
+	case t.To == statemachine.Reconciling && t.Cause == CauseStatusQuery:
+		return provider.OpStatus
+	case t.To == statemachine.Reconciling && t.Cause == CauseSearch:
+		return provider.OpSearch
+	}
+	return ""
+}
+
+// withUnanswered adds to attempts, in time order, the calls that the
+// transitions show a worker started and for which no answer was ever
+// recorded under the same lease: a process killed during a call leaves
+// no row of its own, but its call may have reached the provider, and the
+// history must say so.
+func withUnanswered(p Purchase, transitions []TransitionRecord, attempts []Attempt) []Attempt {
+	answered := map[int64]map[provider.Op]bool{}
+	for _, a := range attempts {
+		if answered[a.LeaseToken] == nil {
+			answered[a.LeaseToken] = map[provider.Op]bool{}
+		}
+		answered[a.LeaseToken][a.Op] = true
+	}
+	out := attempts
+	for _, t := range transitions {
+		op := callAfter(t)
+		if op == "" || answered[t.LeaseToken][op] {
+			continue
+		}
+		a := Attempt{
+			PurchaseID: p.ID, Op: op, Outcome: provider.Unknown, Actor: t.Actor, LeaseToken: t.LeaseToken,
+			At: t.At, Derived: true,
+			Note: "started after the " + string(t.From) + "→" + string(t.To) + " transition; no answer recorded: " +
+				"the worker stopped during the call, or it is still in flight. It may have reached the provider.",
+		}
+		if op == provider.OpCreate {
+			a.Key = p.ProviderKey
+		}
+		out = append(out, a)
+	}
+	if len(out) == len(attempts) {
+		return attempts
+	}
+	slices.SortStableFunc(out, func(a, b Attempt) int { return a.At.Compare(b.At) })
+	return out
 }

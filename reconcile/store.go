@@ -23,29 +23,36 @@ type Store interface {
 	// the transaction.
 	InTx(ctx context.Context, fn func(Tx) error) error
 
+	// Now returns the store's clock: the database server's clock by
+	// default, the one clock every worker and replica shares, so that a
+	// worker whose own clock is off changes no decision. Tests and the demo
+	// inject a clock into the store instead (its Config.Now).
+	Now(ctx context.Context) (time.Time, error)
+
 	// ClaimJobs leases up to limit jobs that are due (run_at <= now and not
-	// leased) or whose lease expired (lease_expires_at <= now), giving each
-	// a new fencing token greater than any before it, owner as its owner
-	// and now+leaseFor as its expiry. Concurrent callers never receive the
-	// same job. Due jobs come oldest run_at first.
-	ClaimJobs(ctx context.Context, owner string, limit int, now time.Time, leaseFor time.Duration) ([]Lease, error)
+	// leased) or whose lease expired (lease_expires_at <= now), now being
+	// the store's clock, giving each a new fencing token greater than any
+	// before it, owner as its owner and now+leaseFor as its expiry.
+	// Concurrent callers never receive the same job. Due jobs come oldest
+	// run_at first. Each Lease's Now is the store's time of the claim.
+	ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Lease, error)
 
 	// ClaimExpiredJobs is ClaimJobs restricted to jobs whose lease expired
 	// without being released (their worker died or stalled). The rescue
 	// sweep uses it to move such purchases on promptly.
-	ClaimExpiredJobs(ctx context.Context, owner string, limit int, now time.Time, leaseFor time.Duration) ([]Lease, error)
+	ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Lease, error)
 
 	// ClaimJob leases the one job of purchaseID, whether due or not, if it
 	// is not done and not leased (or its lease expired), with a new fencing
 	// token as ClaimJobs does. For an operator's recheck. Returns
 	// ErrConflict if another owner holds an unexpired lease or the job is
 	// done, ErrNotFound if there is no such job.
-	ClaimJob(ctx context.Context, purchaseID, owner string, now time.Time, leaseFor time.Duration) (Lease, error)
+	ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (Lease, error)
 
 	// ReleaseLeases gives up every lease owner holds, making those jobs due
-	// at now. Used on shutdown so that another worker picks them up at
-	// once. Returns how many were released.
-	ReleaseLeases(ctx context.Context, owner string, now time.Time) (int, error)
+	// at the store's now. Used on shutdown so that another worker picks
+	// them up at once. Returns how many were released.
+	ReleaseLeases(ctx context.Context, owner string) (int, error)
 
 	// Ready returns nil when the database is reachable and migrated to the
 	// version this binary expects; ErrNotMigrated when it is not.
@@ -61,6 +68,9 @@ type Store interface {
 // may read on and decide. Times round-trip exactly to the microsecond, in
 // UTC; a zero time.Time is stored as NULL.
 type Tx interface {
+	// Now returns the store's clock (see Store.Now).
+	Now(ctx context.Context) (time.Time, error)
+
 	// InsertPurchase stores a new purchase. Returns ErrDuplicate if its id,
 	// or its (customer, reference) when reference is set, exists, and
 	// ErrForbiddenTransition if its state is not created.
@@ -97,18 +107,25 @@ type Tx interface {
 	GetJob(ctx context.Context, purchaseID string) (Job, error)
 
 	// CheckLease returns nil if l is still the job's current lease (same
-	// owner and token) and unexpired at now, and locks the job row for the
-	// rest of the transaction so that no claim can take it over before
-	// commit. Returns ErrLeaseLost otherwise.
-	CheckLease(ctx context.Context, l Lease, now time.Time) error
+	// owner and token) and unexpired by the store's clock, and locks the
+	// job row for the rest of the transaction so that no claim can take it
+	// over before commit. Returns ErrLeaseLost otherwise.
+	CheckLease(ctx context.Context, l Lease) error
 
 	// RescheduleJob releases the job's lease and makes it due at runAt.
 	// Call it after CheckLease (or for a job not leased).
 	RescheduleJob(ctx context.Context, purchaseID string, runAt time.Time) error
 
 	// CompleteJob releases the job's lease and marks it done at now; a done
-	// job is never claimed again.
+	// job is never claimed again, unless reopened.
 	CompleteJob(ctx context.Context, purchaseID string, now time.Time) error
+
+	// ReopenJob makes a job due at runAt again, done or not, without
+	// touching a live lease (a leased job keeps its lease and gets runAt
+	// for its next run). For a settled purchase whose final state a newer
+	// provider answer puts in doubt. Returns ErrNotFound if there is no
+	// such job.
+	ReopenJob(ctx context.Context, purchaseID string, runAt time.Time) error
 
 	// ListEscalated returns the purchases on the operator list, oldest
 	// escalation first.
@@ -130,6 +147,12 @@ type Tx interface {
 	// not escalated, that became uncertain before the given time, oldest
 	// first.
 	ListOverdueUncertain(ctx context.Context, uncertainBefore time.Time, limit int) ([]Purchase, error)
+
+	// ListSubmittedBetween returns the purchases in state whose first
+	// attempt (FirstAttemptAt) falls in [from, until), oldest first. The
+	// audit uses it to find succeeded purchases whose payment the provider
+	// does not list.
+	ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State) ([]Purchase, error)
 
 	// FindPurchaseByReference returns the customer's purchase with that
 	// reference, or ErrNotFound.
@@ -182,11 +205,36 @@ type Tx interface {
 	// first.
 	ListOperatorActions(ctx context.Context, purchaseID string) ([]OperatorAction, error)
 
-	// AcquireSweepLock takes the named lock for owner until now+ttl and
-	// reports whether it got it: it is free, expired, or already owner's.
-	// With several replicas, each sweep runs under its lock, so at most one
-	// runs at a time.
-	AcquireSweepLock(ctx context.Context, name, owner string, now time.Time, ttl time.Duration) (bool, error)
+	// AcquireSweepLock takes the named lock for owner until the store's
+	// now+ttl and reports whether it got it: it is free, expired, or
+	// already owner's. With several replicas, each sweep runs under its
+	// lock, so at most one runs at a time.
+	AcquireSweepLock(ctx context.Context, name, owner string, ttl time.Duration) (bool, error)
 	// ReleaseSweepLock frees the named lock if owner holds it.
 	ReleaseSweepLock(ctx context.Context, name, owner string) error
+
+	// InsertFinding stores an audit finding unless one with the same
+	// (Provider, PaymentID, Kind) exists, open or closed, and reports
+	// whether it stored it. Like InsertInboxEvent it never reads first.
+	// f.ID is ignored; ClosedAt must be zero.
+	InsertFinding(ctx context.Context, f Finding) (inserted bool, err error)
+	// GetFinding returns the finding with id, or ErrNotFound.
+	GetFinding(ctx context.Context, id int64) (Finding, error)
+	// ListFindings returns findings, oldest first (by FoundAt, then ID):
+	// the open ones, or all of them with includeClosed; only those of
+	// purchaseID when it is not empty. limit caps how many (0: no cap).
+	ListFindings(ctx context.Context, purchaseID string, includeClosed bool, limit int) ([]Finding, error)
+	// CloseFinding closes an open finding with the operator's name and
+	// note at now. Returns ErrNotFound for an unknown id and ErrConflict
+	// if it is already closed.
+	CloseFinding(ctx context.Context, id int64, operator, note string, now time.Time) error
+	// CountOpenFindings returns how many findings are open, per kind;
+	// every kind of FindingKinds is present, with 0 when it has none.
+	CountOpenFindings(ctx context.Context) (map[FindingKind]int, error)
+
+	// GetAuditRun returns the named audit run, or ErrNotFound if none
+	// was ever saved.
+	GetAuditRun(ctx context.Context, name string) (AuditRun, error)
+	// SaveAuditRun stores r under r.Name, replacing what was there.
+	SaveAuditRun(ctx context.Context, r AuditRun) error
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
@@ -19,17 +20,19 @@ func init() {
 
 // newPostgresStore returns a migrated store over a fresh database of the
 // throwaway cluster.
-func newPostgresStore(t testing.TB) reconcile.Store { return pgtest.NewStore(t) }
+func newPostgresStore(t testing.TB, now func() time.Time) reconcile.Store {
+	return pgtest.NewStoreClock(t, now)
+}
 
 func init() {
 	storeFactories["sqlite"] = newSQLiteStore
 }
 
 // newSQLiteStore returns a migrated store over a fresh file.
-func newSQLiteStore(t testing.TB) reconcile.Store {
+func newSQLiteStore(t testing.TB, now func() time.Time) reconcile.Store {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "payrecon.db")})
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "payrecon.db"), Now: now})
 	if err != nil {
 		t.Fatalf("open sqlite: %v", err)
 	}

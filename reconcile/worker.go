@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -85,7 +84,7 @@ func (s *Service) Work(ctx context.Context) error {
 		cancelWork()
 		<-finished
 	}
-	released, err := s.store.ReleaseLeases(context.WithoutCancel(ctx), s.cfg.WorkerID, s.cfg.Now().UTC())
+	released, err := s.store.ReleaseLeases(context.WithoutCancel(ctx), s.cfg.WorkerID)
 	if err != nil {
 		return fmt.Errorf("reconcile: release leases: %w", err)
 	}
@@ -123,14 +122,35 @@ func (s *Service) processAll(ctx context.Context, leases []Lease) {
 }
 
 func (s *Service) claim(ctx context.Context, n int) ([]Lease, error) {
-	leases, err := s.store.ClaimJobs(ctx, s.cfg.WorkerID, n, s.cfg.Now().UTC(), s.cfg.LeaseDuration)
+	leases, err := s.store.ClaimJobs(ctx, s.cfg.WorkerID, n, s.cfg.LeaseDuration)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: claim: %w", err)
+	}
+	s.claimed(leases)
+	return leases, nil
+}
+
+// claimed notes the worker's own clock reading of a claim on each lease
+// (see leaseNow) and counts the claim.
+func (s *Service) claimed(leases []Lease) {
+	local := s.cfg.Now()
+	for i := range leases {
+		leases[i].local = local
 	}
 	if len(leases) > 0 {
 		s.cfg.Observer.JobsClaimed(len(leases))
 	}
-	return leases, nil
+}
+
+// leaseNow is the time by the store's clock as measured under the lease:
+// the store's time of the claim plus what the worker's own clock says has
+// elapsed since. A worker whose clock is hours off decides exactly as one
+// whose clock is right; only its rate matters, over one lease.
+func (s *Service) leaseNow(l Lease) time.Time {
+	if l.Now.IsZero() || l.local.IsZero() {
+		return s.cfg.Now().UTC() // a lease not from a claim: tests only
+	}
+	return l.Now.Add(s.cfg.Now().Sub(l.local)).UTC()
 }
 
 // Process moves one leased purchase as far as it can go now: to a terminal
@@ -140,6 +160,9 @@ func (s *Service) claim(ctx context.Context, n int) ([]Lease, error) {
 // nothing. It returns the error that stopped it, already logged; a job
 // whose run failed is retried when its lease expires.
 func (s *Service) Process(ctx context.Context, l Lease) error {
+	if l.local.IsZero() {
+		l.local = s.cfg.Now()
+	}
 	log := s.cfg.Logger.With("purchase", l.PurchaseID, "lease_token", l.Token)
 	for range maxStepsPerRun {
 		done, err := s.step(ctx, &l)
@@ -156,12 +179,26 @@ func (s *Service) Process(ctx context.Context, l Lease) error {
 		}
 	}
 	// Still moving after many steps: something keeps changing the purchase
-	// under us. Check again later rather than spin.
+	// under us. Check again later rather than spin; a purchase left
+	// reconciling goes back to uncertain first, so that none waits there
+	// without a lease.
 	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l, s.cfg.Now().UTC()); err != nil {
+		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
-		return tx.RescheduleJob(ctx, l.PurchaseID, s.cfg.Now().UTC().Add(s.cfg.backoff(0)))
+		now := s.leaseNow(l)
+		p, err := tx.GetPurchase(ctx, l.PurchaseID)
+		if err != nil {
+			return err
+		}
+		if p.State == statemachine.Reconciling {
+			next := p
+			next.State, next.UpdatedAt = statemachine.Uncertain, now
+			if err := s.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, CauseLeaseLost, "step limit reached while reconciling"); err != nil {
+				return err
+			}
+		}
+		return tx.RescheduleJob(ctx, l.PurchaseID, now.Add(s.cfg.backoff(0)))
 	})
 	if err != nil {
 		log.Warn("reschedule after step limit", "err", err)
@@ -176,42 +213,59 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	takenOver := l.TakenOver
-	l.TakenOver = false // a takeover is handled once, on the first step
+	// A takeover means the previous worker may have died inside a provider
+	// call. It keeps that meaning until the step that handles a purchase
+	// left submitted or reconciling has used it; in any other state there
+	// is no call to take over.
+	if p.State != statemachine.Submitted && p.State != statemachine.Reconciling {
+		l.TakenOver = false
+	}
 	if !p.State.Terminal() && !p.Escalated() && l.Checks > s.cfg.MaxAttempts {
 		// Runs beyond the budget that never reached the point of escalating
 		// (each failed before its answer was applied): put it in front of a
-		// human now, whatever keeps failing.
-		if err := s.escalateOnly(ctx, *l, p, EscalationAttemptsExhausted, time.Time{}); err != nil {
-			return false, err
-		}
-		return false, nil
+		// human now, whatever keeps failing. The state is left for the next
+		// step to handle.
+		return false, s.escalateOnly(ctx, *l, p, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
 	}
 	switch p.State {
 	case statemachine.Succeeded, statemachine.Declined:
+		if p.Doubt != "" {
+			return s.confirm(ctx, *l, p)
+		}
 		return true, s.finishJob(ctx, *l)
 	case statemachine.Created:
+		if p.EscalationReason.ChargeMayExist() {
+			// A charge for this purchase may exist already: never send a
+			// create over it. The operator decides.
+			return true, s.hold(ctx, *l, p)
+		}
 		// Nothing was sent yet, even if a previous worker died: submit.
 		return s.submit(ctx, *l, p)
 	case statemachine.Submitted:
-		if takenOver {
+		if l.TakenOver {
 			// The previous worker died or stalled during its call: the
 			// provider may have acted. Never a new key; reconcile instead.
+			l.TakenOver = false
 			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
 				"previous lease expired while submitted: the create call's outcome is unknown")
 		}
+		if p.EscalationReason.ChargeMayExist() {
+			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseFinding,
+				"a charge may exist ("+string(p.EscalationReason)+"): no create is resent; reconciling by status or search")
+		}
 		// Submitted with a clean lease: the provider refused an earlier
 		// attempt before acting. Send the same stored request again.
-		if !s.keyReplayable(p) {
+		if !s.keyReplayable(p, s.leaseNow(*l)) {
 			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseSubmitResponse,
 				"provider key retention ended before a create was accepted")
 		}
 		if err := s.fence(ctx, *l); err != nil {
 			return false, err
 		}
-		return s.callAndApply(ctx, *l, p, provider.OpCreate, CauseSubmitResponse)
+		return s.callAndApply(ctx, *l, p, provider.OpCreate, SourceCreate, CauseSubmitResponse)
 	case statemachine.Reconciling:
 		// Only a lost lease leaves a purchase reconciling between runs.
+		l.TakenOver = false
 		return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
 			"previous lease expired while reconciling")
 	case statemachine.Uncertain:
@@ -236,7 +290,7 @@ func (s *Service) read(ctx context.Context, id string) (Purchase, error) {
 
 // fence returns ErrLeaseLost unless l is still the job's lease.
 func (s *Service) fence(ctx context.Context, l Lease) error {
-	return s.store.InTx(ctx, func(tx Tx) error { return tx.CheckLease(ctx, l, s.cfg.Now().UTC()) })
+	return s.store.InTx(ctx, func(tx Tx) error { return tx.CheckLease(ctx, l) })
 }
 
 // leaseCommitMargin is the part of a lease kept free after a provider call
@@ -245,29 +299,39 @@ func (s *Service) leaseCommitMargin() time.Duration { return s.cfg.LeaseDuration
 
 func (s *Service) finishJob(ctx context.Context, l Lease) error {
 	return s.store.InTx(ctx, func(tx Tx) error {
-		now := s.cfg.Now().UTC()
-		if err := tx.CheckLease(ctx, l, now); err != nil {
+		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
-		return tx.CompleteJob(ctx, l.PurchaseID, now)
+		return tx.CompleteJob(ctx, l.PurchaseID, s.leaseNow(l))
+	})
+}
+
+// hold reschedules the job of a purchase kept from the provider at the
+// slow cadence of escalated purchases.
+func (s *Service) hold(ctx context.Context, l Lease, p Purchase) error {
+	return s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		return tx.RescheduleJob(ctx, p.ID, s.leaseNow(l).Add(s.cfg.EscalatedInterval))
 	})
 }
 
 // keyReplayable reports whether the provider still certainly retains p's
-// idempotency key, so that replaying the stored create cannot make a
-// second charge.
-func (s *Service) keyReplayable(p Purchase) bool {
+// idempotency key at now (the store's clock), so that replaying the
+// stored create cannot make a second charge.
+func (s *Service) keyReplayable(p Purchase, now time.Time) bool {
 	if p.ProviderRequest == nil || p.FirstAttemptAt.IsZero() {
 		return false
 	}
 	deadline := p.FirstAttemptAt.Add(s.cfg.KeyRetention - s.cfg.KeyReplayMargin)
-	return s.cfg.Now().Before(deadline)
+	return now.Before(deadline)
 }
 
 // submit stores the provider request, its hash and the stable key while
 // moving created→submitted, and only after that commit calls the provider.
 func (s *Service) submit(ctx context.Context, l Lease, p Purchase) (bool, error) {
-	now := s.cfg.Now().UTC()
+	now := s.leaseNow(l)
 	req := provider.CreateRequest{
 		IdempotencyKey: ProviderKeyFor(p.ID),
 		PurchaseID:     p.ID,
@@ -289,313 +353,53 @@ func (s *Service) submit(ctx context.Context, l Lease, p Purchase) (bool, error)
 		return false, err
 	}
 	next.Version++
-	return s.callAndApply(ctx, l, next, provider.OpCreate, CauseSubmitResponse)
+	return s.callAndApply(ctx, l, next, provider.OpCreate, SourceCreate, CauseSubmitResponse)
 }
 
 // reconcile resolves an uncertain purchase by the safest means available:
 // a status query when the provider's id is known, else a replay of the
 // stored create under the same key while the provider retains it, else a
-// search by metadata. It never makes a new key.
+// search by metadata. It never makes a new key, and never replays while a
+// finding says a charge may already exist.
 func (s *Service) reconcile(ctx context.Context, l Lease, p Purchase) (bool, error) {
-	op, cause := provider.OpSearch, CauseSearch
+	op, src, cause := provider.OpSearch, SourceSearch, CauseSearch
 	switch {
 	case p.ProviderPaymentID != "":
-		op, cause = provider.OpStatus, CauseStatusQuery
-	case s.keyReplayable(p):
-		op, cause = provider.OpCreate, CauseKeyReplay
+		op, src, cause = provider.OpStatus, SourceStatus, CauseStatusQuery
+	case s.keyReplayable(p, s.leaseNow(l)) && !p.EscalationReason.ChargeMayExist():
+		op, src, cause = provider.OpCreate, SourceReplay, CauseKeyReplay
 	}
 	next := p
 	next.State = statemachine.Reconciling
-	next.UpdatedAt = s.cfg.Now().UTC()
+	next.UpdatedAt = s.leaseNow(l)
 	ok, err := s.write(ctx, l, p, next, cause, "checking by "+string(op))
 	if err != nil || !ok {
 		return false, err
 	}
 	next.Version++
-	return s.callAndApply(ctx, l, next, op, cause)
+	return s.callAndApply(ctx, l, next, op, src, cause)
 }
 
-// callAndApply makes one provider call for p and applies its answer.
-func (s *Service) callAndApply(ctx context.Context, l Lease, p Purchase, op provider.Op, cause Cause) (bool, error) {
-	// The call must end while the lease still holds, with time left to
-	// commit its answer: a call that outlived its lease could race the
-	// worker that took the job over.
-	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(s.cfg.Now())-s.leaseCommitMargin())
-	if timeout <= 0 {
-		return false, fmt.Errorf("reconcile: purchase %s: no time left on the lease for a provider call: %w", p.ID, ErrLeaseLost)
+// confirm settles a doubt about a final state: a newer answer contradicted
+// it, so the provider is asked for its current view (by payment id, else
+// by search) and the judge weighs that. The final state itself never
+// changes: a confirmed disagreement goes to the operators.
+func (s *Service) confirm(ctx context.Context, l Lease, p Purchase) (bool, error) {
+	op, src := provider.OpSearch, SourceSearch
+	if p.ProviderPaymentID != "" {
+		op, src = provider.OpStatus, SourceStatus
 	}
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	start := s.cfg.Now()
-	var (
-		res provider.Result
-		err error
-	)
-	switch op {
-	case provider.OpCreate:
-		res, err = s.provider.Create(callCtx, *p.ProviderRequest)
-	case provider.OpStatus:
-		res, err = s.provider.Status(callCtx, p.ProviderPaymentID)
-	case provider.OpSearch:
-		res, err = s.provider.Search(callCtx, p.ID)
-	}
-	cancel()
-	took := s.cfg.Now().Sub(start)
-	outcome := provider.OutcomeOf(res, err)
-	s.cfg.Observer.ProviderCall(op, outcome, took)
-
-	attempt := Attempt{
-		PurchaseID: p.ID,
-		Op:         op,
-		Outcome:    outcome,
-		PaymentID:  res.PaymentID,
-		Status:     res.Status,
-		Latency:    took,
-		Actor:      s.cfg.WorkerID,
-		LeaseToken: l.Token,
-		Note:       res.Reason,
-	}
-	if op == provider.OpCreate {
-		attempt.Key = p.ProviderRequest.IdempotencyKey
-	}
-	if err != nil {
-		attempt.Error = err.Error()
-	}
-	// The answer is applied even if the worker is stopping: it is the
-	// only record of what the provider did.
-	return s.apply(context.WithoutCancel(ctx), l, p, cause, attempt, res)
-}
-
-// apply records a provider answer and moves p accordingly, in one
-// transaction fenced by the lease and conditional on p's state and version.
-//
-// If another writer changed p meanwhile without moving it (a webhook
-// adding the payment id, the escalation sweep), the answer is applied on
-// top of the fresh row. If it moved p (a webhook settling it), or the
-// lease is lost, the answer is recorded unapplied: it is still a fact
-// about the provider.
-func (s *Service) apply(ctx context.Context, l Lease, p Purchase, cause Cause, a Attempt, res provider.Result) (bool, error) {
-	var err error
-	for range maxWriteRaces {
-		var done bool
-		done, err = s.applyOnce(ctx, l, p, cause, a, res)
-		if err == nil {
-			return done, nil
-		}
-		if !errors.Is(err, ErrConflict) {
-			break
-		}
-		cur, rerr := s.read(ctx, p.ID)
-		if rerr != nil {
-			err = errors.Join(err, rerr)
-			break
-		}
-		if cur.State != p.State {
-			break
-		}
-		p = cur
-	}
-	// Not applied: record the answer anyway, as a fact about the provider.
-	a.At = s.cfg.Now().UTC()
-	a.Applied = false
-	a.Note = joinNote(a.Note, "not applied: "+reasonOf(err))
-	if aerr := s.store.InTx(ctx, func(tx Tx) error { return tx.InsertAttempt(ctx, a) }); aerr != nil {
-		return false, errors.Join(err, fmt.Errorf("reconcile: record unapplied attempt: %w", aerr))
-	}
-	if errors.Is(err, ErrConflict) || errors.Is(err, ErrLeaseLost) {
-		if cerr := s.flagContradiction(ctx, p.ID, a); cerr != nil {
-			return false, errors.Join(err, cerr)
-		}
-	}
-	if errors.Is(err, ErrConflict) {
-		return false, nil // another writer moved it: re-read and decide again
-	}
-	if errors.Is(err, ErrDuplicate) {
-		// The provider's payment id belongs to another purchase: the books
-		// and the provider disagree about which charge is whose.
-		cur, rerr := s.read(ctx, p.ID)
-		if rerr != nil {
-			return false, errors.Join(err, rerr)
-		}
-		s.cfg.Logger.Error("provider payment id already belongs to another purchase", "purchase", p.ID, "payment", a.PaymentID)
-		return true, s.escalateOnly(ctx, l, cur, EscalationProviderMismatch, s.cfg.Now().UTC().Add(s.cfg.EscalatedInterval))
-	}
-	return false, err
-}
-
-// escalateOnly puts p on the operator list without moving it, fenced by
-// the lease; with a non-zero next, it also schedules the next check.
-func (s *Service) escalateOnly(ctx context.Context, l Lease, p Purchase, reason EscalationReason, next time.Time) error {
-	now := s.cfg.Now().UTC()
-	q := p
-	if !q.Escalated() {
-		q.EscalatedAt, q.EscalationReason = now, reason
-	}
-	q.UpdatedAt = now
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l, now); err != nil {
-			return err
-		}
-		if err := tx.UpdatePurchase(ctx, q, p.State); err != nil {
-			return err
-		}
-		if next.IsZero() {
-			return nil
-		}
-		return tx.RescheduleJob(ctx, p.ID, next)
-	})
-	if err != nil {
-		return fmt.Errorf("reconcile: escalate %s: %w", p.ID, err)
-	}
-	s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", q.EscalationReason)
-	return nil
-}
-
-// flagContradiction escalates a purchase whose final state another writer
-// set, when a late definite answer says the opposite: a success for a
-// declined purchase, or a decline for a succeeded one. The books and the
-// provider disagree; only a human can settle it. Only the escalation is
-// written, never the state.
-func (s *Service) flagContradiction(ctx context.Context, id string, a Attempt) error {
-	if !a.Outcome.Final() {
-		return nil
-	}
-	for range maxWriteRaces {
-		cur, err := s.read(ctx, id)
-		if err != nil {
-			return err
-		}
-		contradicts := (cur.State == statemachine.Declined && a.Outcome == provider.Succeeded) ||
-			(cur.State == statemachine.Succeeded && a.Outcome == provider.Declined)
-		if !contradicts || cur.EscalationReason == EscalationContradiction {
-			return nil
-		}
-		next := cur
-		next.EscalatedAt, next.EscalationReason, next.UpdatedAt = s.cfg.Now().UTC(), EscalationContradiction, s.cfg.Now().UTC()
-		err = s.store.InTx(ctx, func(tx Tx) error { return tx.UpdatePurchase(ctx, next, cur.State) })
-		if errors.Is(err, ErrConflict) {
-			continue
-		}
-		if err == nil {
-			s.cfg.Logger.Error("contradiction: a late provider answer contradicts the final state",
-				"purchase", id, "state", cur.State, "provider", a.Outcome, "payment", a.PaymentID)
-		}
-		return err
-	}
-	return nil
-}
-
-func (s *Service) applyOnce(ctx context.Context, l Lease, p Purchase, cause Cause, a Attempt, res provider.Result) (bool, error) {
-	now := s.cfg.Now().UTC()
-	a.At = now
-	next := p
-	next.UpdatedAt = now
-	if res.PaymentID != "" && next.ProviderPaymentID == "" {
-		next.ProviderPaymentID = res.PaymentID
-	}
-	var escalate EscalationReason
-	done := false
-	switch a.Outcome {
-	case provider.Succeeded:
-		next.State, done = statemachine.Succeeded, true
-	case provider.Declined:
-		next.State, done = statemachine.Declined, true
-	case provider.RetryLater:
-		// The provider did not act. From submitted nothing is uncertain:
-		// stay and resend the same request later.
-		next.State = statemachine.Uncertain
-		if p.State == statemachine.Submitted && l.Checks < s.cfg.MaxAttempts {
-			next.State = statemachine.Submitted
-		}
-	case provider.IdempotencyMismatch:
-		next.State, escalate = statemachine.Uncertain, EscalationIdempotencyMismatch
-	case provider.Rejected:
-		// Refused without acting: nothing is uncertain from submitted, but
-		// resending unchanged will not help. A human fixes the cause; the
-		// slow checks then resend the same request.
-		next.State, escalate = statemachine.Uncertain, EscalationProviderRejected
-		if p.State == statemachine.Submitted {
-			next.State = statemachine.Submitted
-		}
-	default: // pending, unknown, not found: not proof of anything
-		next.State = statemachine.Uncertain
-		if a.Op == provider.OpSearch && a.Outcome == provider.NotFound && !s.keyReplayable(p) {
-			escalate = EscalationKeyRetentionExpired
-		}
-	}
-
-	if a.Outcome.Final() && res.Amount != 0 && (res.Amount != p.Amount || !strings.EqualFold(res.Currency, p.Currency)) {
-		// The provider settled a charge that is not the one stored: apply
-		// its word, but a human must look.
-		escalate = EscalationProviderMismatch
-	}
-	var runAt time.Time
-	if done {
-		// A settled purchase leaves the operator list, unless what put it
-		// there needs a human whatever the outcome.
-		if !p.EscalationReason.Sticky() {
-			next.EscalatedAt, next.EscalationReason = time.Time{}, ""
-		}
-		if escalate == EscalationProviderMismatch && !next.Escalated() {
-			next.EscalatedAt, next.EscalationReason = now, escalate
-		}
-	} else {
-		if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
-			next.UncertainSince = now
-		}
-		if escalate == "" && next.State == statemachine.Uncertain {
-			switch {
-			case l.Checks >= s.cfg.MaxAttempts:
-				escalate = EscalationAttemptsExhausted
-			case now.Sub(next.UncertainSince) >= s.cfg.MaxUncertainAge:
-				escalate = EscalationUncertainTooLong
-			}
-		}
-		if escalate != "" && !next.Escalated() {
-			next.EscalatedAt, next.EscalationReason = now, escalate
-		}
-		runAt = now.Add(s.cfg.backoff(l.Checks - 1))
-		if next.Escalated() {
-			runAt = now.Add(s.cfg.EscalatedInterval)
-		}
-	}
-
-	a.Applied = true
-	evidence := fmt.Sprintf("%s: outcome=%s status=%s payment=%s", a.Op, a.Outcome, a.Status, a.PaymentID)
-	if a.Error != "" {
-		evidence += " error=" + a.Error
-	}
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l, now); err != nil {
-			return err
-		}
-		if err := s.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, cause, evidence); err != nil {
-			return err
-		}
-		if err := tx.InsertAttempt(ctx, a); err != nil {
-			return err
-		}
-		if done {
-			return tx.CompleteJob(ctx, p.ID, now)
-		}
-		return tx.RescheduleJob(ctx, p.ID, runAt)
-	})
-	switch {
-	case err == nil:
-		s.observeMove(p, next, cause)
-		if escalate != "" && p.EscalatedAt.IsZero() {
-			s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", escalate)
-		}
-		return true, nil
-	default:
+	if err := s.fence(ctx, l); err != nil {
 		return false, err
 	}
+	return s.callAndApply(ctx, l, p, op, src, CauseStatusQuery)
 }
 
 // moveOnly makes a transition that involves no provider call.
 func (s *Service) moveOnly(ctx context.Context, l Lease, p Purchase, to statemachine.State, cause Cause, evidence string) error {
 	next := p
 	next.State = to
-	next.UpdatedAt = s.cfg.Now().UTC()
+	next.UpdatedAt = s.leaseNow(l)
 	if to == statemachine.Uncertain && next.UncertainSince.IsZero() {
 		next.UncertainSince = next.UpdatedAt
 	}
@@ -607,7 +411,7 @@ func (s *Service) moveOnly(ctx context.Context, l Lease, p Purchase, to statemac
 // the purchase moved on under the caller (re-read and decide again).
 func (s *Service) write(ctx context.Context, l Lease, p, next Purchase, cause Cause, evidence string) (bool, error) {
 	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l, s.cfg.Now().UTC()); err != nil {
+		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
 		return s.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, cause, evidence)
@@ -621,6 +425,56 @@ func (s *Service) write(ctx context.Context, l Lease, p, next Purchase, cause Ca
 	default:
 		return false, err
 	}
+}
+
+// escalateOnly puts p on the operator list without moving it, fenced by
+// the lease.
+func (s *Service) escalateOnly(ctx context.Context, l Lease, p Purchase, reason EscalationReason, why string) error {
+	q := p
+	now := s.leaseNow(l)
+	if !markEscalated(&q, reason, now) {
+		return nil
+	}
+	q.UpdatedAt = now
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		return tx.UpdatePurchase(ctx, q, p.State)
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: escalate %s: %w", p.ID, err)
+	}
+	s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", q.EscalationReason, "why", why)
+	return nil
+}
+
+// markEscalated puts p on the operator list for reason at now, or gives it
+// reason when that weighs more than the one it is listed for (see
+// escalationRank). It reports whether p changed.
+func markEscalated(p *Purchase, reason EscalationReason, now time.Time) bool {
+	switch {
+	case !p.Escalated():
+		p.EscalatedAt, p.EscalationReason = now, reason
+		return true
+	case escalationRank(reason) > escalationRank(p.EscalationReason):
+		p.EscalationReason = reason
+		return true
+	}
+	return false
+}
+
+// escalationRank orders reasons by what they demand: a charge that may
+// exist (it stops every create and replay) over any other reason that
+// needs a human whatever the outcome, over a reason that settles itself.
+func escalationRank(r EscalationReason) int {
+	switch {
+	case r.ChargeMayExist():
+		return 2
+	case r.Sticky():
+		return 1
+	}
+	return 0
 }
 
 // update writes next over p, conditional on p's state and version, and
@@ -684,13 +538,11 @@ func joinNote(a, b string) string {
 // a purchase left submitted or reconciling moves to uncertain (cause
 // lease_lost) and is reconciled. Returns how many jobs it took over.
 func (s *Service) RescueExpired(ctx context.Context) (int, error) {
-	leases, err := s.store.ClaimExpiredJobs(ctx, s.cfg.WorkerID+"/rescue", s.cfg.BatchSize, s.cfg.Now().UTC(), s.cfg.LeaseDuration)
+	leases, err := s.store.ClaimExpiredJobs(ctx, s.cfg.WorkerID+"/rescue", s.cfg.BatchSize, s.cfg.LeaseDuration)
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: rescue expired leases: %w", err)
 	}
-	if len(leases) > 0 {
-		s.cfg.Observer.JobsClaimed(len(leases))
-	}
+	s.claimed(leases)
 	s.processAll(ctx, leases)
 	return len(leases), nil
 }
@@ -700,10 +552,15 @@ func (s *Service) RescueExpired(ctx context.Context) (int, error) {
 // for its next check. The purchase stays uncertain and keeps being
 // checked. Returns how many it escalated.
 func (s *Service) EscalateOverdue(ctx context.Context) (int, error) {
-	now := s.cfg.Now().UTC()
-	var overdue []Purchase
+	var (
+		now     time.Time
+		overdue []Purchase
+	)
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
+		if now, err = tx.Now(ctx); err != nil {
+			return err
+		}
 		overdue, err = tx.ListOverdueUncertain(ctx, now.Add(-s.cfg.MaxUncertainAge), 500)
 		return err
 	})

@@ -88,7 +88,7 @@ func settled(t *testing.T, f *fixture, ids []string) bool {
 // succeeded one has exactly one charge, declined ones none, and the audit
 // holds no transition outside the table.
 func TestRaceWorkersWithFaults(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		n := 1000
 		if testing.Short() {
 			n = 200
@@ -171,7 +171,7 @@ func (o *countingObserver) Resolved(time.Duration)                              
 // TestWorkLoopStopsCleanly: the Work loop settles due purchases and, when
 // its context ends, returns with no lease held.
 func TestWorkLoopStopsCleanly(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		obs := &countingObserver{want: 20, reached: make(chan struct{})}
 		svc := f.service(f.fake, "loop", reconcile.Config{Observer: obs, PollInterval: 10 * time.Millisecond})
@@ -201,7 +201,7 @@ func TestWorkLoopStopsCleanly(t *testing.T) {
 // recorded as unknown, the lease is released, and the next worker settles
 // the purchase with the same key: one charge.
 func TestShutdownMidCallLosesNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore func(testing.TB) reconcile.Store) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		g := newGate(f.fake, provider.OpCreate)
 		svc := f.service(g, "stopping", reconcile.Config{ShutdownGrace: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond})

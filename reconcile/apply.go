@@ -1,0 +1,355 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// callAndApply makes one provider call for p and applies its answer.
+func (s *Service) callAndApply(ctx context.Context, l Lease, p Purchase, op provider.Op, src Source, cause Cause) (bool, error) {
+	// The call must end while the lease still holds, with time left to
+	// commit its answer: a call that outlived its lease could race the
+	// worker that took the job over.
+	start := s.leaseNow(l)
+	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(start)-s.leaseCommitMargin())
+	if timeout <= 0 {
+		return false, fmt.Errorf("reconcile: purchase %s: no time left on the lease for a provider call: %w", p.ID, ErrLeaseLost)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	res, err := s.callProvider(callCtx, op, p)
+	cancel()
+	took := s.leaseNow(l).Sub(start)
+	outcome := provider.OutcomeOf(res, err)
+	s.cfg.Observer.ProviderCall(op, outcome, took)
+
+	a := Attempt{
+		PurchaseID: p.ID,
+		Op:         op,
+		Outcome:    outcome,
+		PaymentID:  res.PaymentID,
+		Status:     res.Status,
+		Latency:    took,
+		Actor:      s.cfg.WorkerID,
+		LeaseToken: l.Token,
+		Note:       res.Reason,
+	}
+	if op == provider.OpCreate {
+		a.Key = p.ProviderRequest.IdempotencyKey
+	}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	ans := answerOf(src, outcome, res)
+	ans.At = start
+	// The answer is applied even if the worker is stopping: it is the
+	// only record of what the provider did.
+	return s.apply(context.WithoutCancel(ctx), l, p, cause, a, ans)
+}
+
+// callProvider sends op for p: the stored create (never a new one), a
+// status query by the stored payment id, or a search by purchase id.
+func (s *Service) callProvider(ctx context.Context, op provider.Op, p Purchase) (provider.Result, error) {
+	switch op {
+	case provider.OpCreate:
+		return s.provider.Create(ctx, *p.ProviderRequest)
+	case provider.OpStatus:
+		return s.provider.Status(ctx, p.ProviderPaymentID)
+	case provider.OpSearch:
+		return s.provider.Search(ctx, p.ID)
+	}
+	return provider.Result{}, fmt.Errorf("reconcile: purchase %s: no such provider call %q: %w", p.ID, op, provider.ErrRejected)
+}
+
+// apply judges a provider answer against the purchase as it is now and
+// records it, in one transaction fenced by the lease. p is the purchase as
+// the worker left it before the call.
+//
+// If another writer settled the purchase during the call (a webhook), the
+// answer lost the race: it is recorded unapplied and judged against what
+// won, so that a second charge is escalated whatever the arrival order. If
+// the lease is lost, the answer is recorded unapplied and judged the same
+// way, outside the lease.
+func (s *Service) apply(ctx context.Context, l Lease, p Purchase, cause Cause, a Attempt, ans Answer) (bool, error) {
+	var err error
+	for range maxWriteRaces {
+		var done bool
+		done, err = s.applyOnce(ctx, l, p, cause, a, ans)
+		// A conflict: a concurrent writer committed between our read and
+		// write. A duplicate: another purchase took the payment id in the
+		// meantime. Either way, read again and judge again.
+		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
+			if err == nil {
+				return done, nil
+			}
+			break
+		}
+	}
+	// Not applied: record the answer anyway, as a fact about the provider,
+	// and let the judge weigh it against the purchase as it is.
+	a.Applied = false
+	a.Note = joinNote(a.Note, "not applied: "+reasonOf(err))
+	if lerr := s.applyLate(ctx, a, ans); lerr != nil {
+		return false, errors.Join(err, lerr)
+	}
+	return false, err
+}
+
+// applyOnce is one try of apply. It returns true when the job is complete
+// or scheduled (this run is over), false when the purchase moved under the
+// call and the worker must step again.
+func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause Cause, a Attempt, ans Answer) (bool, error) {
+	var (
+		p, next Purchase
+		v       Verdict
+	)
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		now := s.leaseNow(l)
+		var err error
+		if p, err = tx.GetPurchase(ctx, before.ID); err != nil {
+			return err
+		}
+		if ans.Owner, err = ownerOf(ctx, tx, ans.PaymentID); err != nil {
+			return err
+		}
+		v = Judge(p, ans)
+		a.At = now
+		if p.State != before.State {
+			// Another writer moved the purchase while the call was out.
+			a.Applied = false
+			a.Note = joinNote(a.Note, fmt.Sprintf("not applied: the purchase moved %s→%s meanwhile; verdict %s", before.State, p.State, v))
+			if err := s.applyLateVerdict(ctx, tx, p, ans, v, now); err != nil {
+				return err
+			}
+			return tx.InsertAttempt(ctx, a)
+		}
+		var (
+			done  bool
+			runAt time.Time
+		)
+		next, done, runAt = s.decide(l, p, a, ans, v, now)
+		a.Applied = v.Kind == VerdictApply
+		if v.Kind != VerdictApply {
+			a.Note = joinNote(a.Note, "verdict "+v.String())
+		}
+		evidence := fmt.Sprintf("%s: outcome=%s status=%s payment=%s", a.Op, a.Outcome, a.Status, a.PaymentID)
+		if a.Error != "" {
+			evidence += " error=" + a.Error
+		}
+		if v.Kind != VerdictApply {
+			evidence += "; " + v.String()
+		}
+		if err := s.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, cause, evidence); err != nil {
+			return err
+		}
+		if err := tx.InsertAttempt(ctx, a); err != nil {
+			return err
+		}
+		if done {
+			return tx.CompleteJob(ctx, p.ID, now)
+		}
+		return tx.RescheduleJob(ctx, p.ID, runAt)
+	})
+	if err != nil {
+		return false, err
+	}
+	if p.State != before.State {
+		return false, nil // the job was left as it was: step again
+	}
+	s.observeMove(p, next, cause)
+	if next.EscalationReason != p.EscalationReason && next.Escalated() {
+		s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", next.EscalationReason, "verdict", v.String())
+	}
+	return true, nil // the job is complete or scheduled: this run is over
+}
+
+// decide turns the judge's verdict on an answer about p (in the state the
+// worker left it: submitted or reconciling, or final with a doubt) into
+// the purchase's next version and the job's next run.
+func (s *Service) decide(l Lease, p Purchase, a Attempt, ans Answer, v Verdict, now time.Time) (next Purchase, done bool, runAt time.Time) {
+	next = p
+	next.UpdatedAt = now
+	if p.State.Terminal() {
+		return s.decideDoubt(l, p, a, v, now)
+	}
+	var escalate EscalationReason
+	switch v.Kind {
+	case VerdictApply:
+		if ans.PaymentID != "" && next.ProviderPaymentID == "" {
+			next.ProviderPaymentID = ans.PaymentID
+		}
+		if v.Settles != "" {
+			next.State, next.SettledAt, done = v.Settles, ans.At, true
+			break
+		}
+		next.State = statemachine.Uncertain
+		switch {
+		case a.Outcome == provider.RetryLater && p.State == statemachine.Submitted && l.Checks < s.cfg.MaxAttempts:
+			// The provider did not act. From submitted nothing is
+			// uncertain: stay and resend the same request later.
+			next.State = statemachine.Submitted
+		case a.Op == provider.OpSearch && a.Outcome == provider.NotFound && !s.keyReplayable(p, now):
+			escalate = EscalationKeyRetentionExpired
+		}
+	case VerdictEscalate:
+		escalate = v.Reason
+		next.State = statemachine.Uncertain
+		if p.State == statemachine.Submitted && a.Outcome == provider.Rejected {
+			// Refused without acting: nothing is uncertain from submitted,
+			// but resending unchanged will not help. A human fixes the
+			// cause; the slow checks then resend the same request.
+			next.State = statemachine.Submitted
+		}
+	default: // record, confirm: the purchase's own outcome is still open
+		next.State = statemachine.Uncertain
+	}
+
+	if done {
+		// A settled purchase leaves the operator list, unless what put it
+		// there needs a human whatever the outcome.
+		if !p.EscalationReason.Sticky() {
+			next.EscalatedAt, next.EscalationReason = time.Time{}, ""
+		}
+		return next, true, time.Time{}
+	}
+	if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
+		next.UncertainSince = now
+	}
+	if escalate == "" && next.State == statemachine.Uncertain {
+		switch {
+		case l.Checks >= s.cfg.MaxAttempts:
+			escalate = EscalationAttemptsExhausted
+		case now.Sub(next.UncertainSince) >= s.cfg.MaxUncertainAge:
+			escalate = EscalationUncertainTooLong
+		}
+	}
+	if escalate != "" {
+		markEscalated(&next, escalate, now)
+	}
+	runAt = now.Add(s.cfg.backoff(l.Checks - 1))
+	if next.Escalated() {
+		runAt = now.Add(s.cfg.EscalatedInterval)
+	}
+	return next, false, runAt
+}
+
+// decideDoubt weighs the answer to a status query (or search) that
+// confirms or refutes a doubt about p's final state. The state never
+// changes; the doubt is cleared by a definite answer, and a confirmed
+// disagreement escalates. An answer that settles nothing keeps the doubt
+// and asks again later, until the attempts run out: then a human looks.
+func (s *Service) decideDoubt(l Lease, p Purchase, a Attempt, v Verdict, now time.Time) (next Purchase, done bool, runAt time.Time) {
+	next = p
+	next.UpdatedAt = now
+	switch {
+	case v.Kind == VerdictEscalate:
+		markEscalated(&next, v.Reason, now)
+	case v.Kind == VerdictRecord && a.Outcome.Final():
+		// It agrees with the books: the doubt is answered.
+	case l.Checks >= s.cfg.MaxAttempts:
+		markEscalated(&next, EscalationStateDisagreement, now)
+	default:
+		return next, false, now.Add(s.cfg.backoff(l.Checks - 1))
+	}
+	next.Doubt = ""
+	return next, true, time.Time{}
+}
+
+// applyLateVerdict writes what a verdict on an answer that lost a race
+// asks of p, the purchase as it now is, without moving it: an escalation,
+// or a doubt to confirm (the job is reopened for the status query).
+func (s *Service) applyLateVerdict(ctx context.Context, tx Tx, p Purchase, ans Answer, v Verdict, now time.Time) error {
+	next := p
+	switch v.Kind {
+	case VerdictEscalate:
+		if !markEscalated(&next, v.Reason, now) {
+			return nil
+		}
+	case VerdictConfirm:
+		if !doubt(&next, ans, v.Why) {
+			return nil
+		}
+		if err := tx.ReopenJob(ctx, p.ID, now); err != nil {
+			return err
+		}
+	default:
+		return nil
+	}
+	next.UpdatedAt = now
+	return tx.UpdatePurchase(ctx, next, p.State)
+}
+
+// doubt records on a final purchase that an answer contradicts it, so
+// that the worker confirms with a status query. The judge found the
+// answer to be about the purchase's own charge, so its payment id is the
+// one to query when the books have none yet. It reports whether p
+// changed.
+func doubt(p *Purchase, ans Answer, why string) bool {
+	if !p.State.Terminal() || p.Doubt != "" {
+		return false
+	}
+	p.Doubt = why
+	if p.ProviderPaymentID == "" {
+		p.ProviderPaymentID = ans.PaymentID
+	}
+	return true
+}
+
+// applyLate records an answer that could not be applied under its lease
+// and writes what its verdict asks of the purchase as it now is, outside
+// any lease: the answer is a fact about the provider, and an escalation
+// or a doubt must not be lost with the lease.
+func (s *Service) applyLate(ctx context.Context, a Attempt, ans Answer) error {
+	var v Verdict
+	err := s.retryRaces(ctx, func(tx Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		p, err := tx.GetPurchase(ctx, a.PurchaseID)
+		if err != nil {
+			return err
+		}
+		if ans.Owner, err = ownerOf(ctx, tx, ans.PaymentID); err != nil {
+			return err
+		}
+		v = Judge(p, ans)
+		a.At = now
+		if p.State.Terminal() || v.Kind == VerdictEscalate {
+			if err := s.applyLateVerdict(ctx, tx, p, ans, v, now); err != nil {
+				return err
+			}
+		}
+		return tx.InsertAttempt(ctx, a)
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: record unapplied %s answer for %s: %w", a.Op, a.PurchaseID, err)
+	}
+	if v.Kind == VerdictEscalate {
+		s.cfg.Logger.Error("a provider answer that lost a race disagrees with the books; the purchase is escalated",
+			"purchase", a.PurchaseID, "verdict", v.String())
+	}
+	return nil
+}
+
+// ownerOf returns the purchase the books give paymentID to, "" if none.
+func ownerOf(ctx context.Context, tx Tx, paymentID string) (string, error) {
+	if paymentID == "" {
+		return "", nil
+	}
+	p, err := tx.FindPurchaseByPaymentID(ctx, paymentID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return p.ID, nil
+}

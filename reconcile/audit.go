@@ -1,0 +1,412 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// The audit from the provider's side runs the other way round from the
+// worker: it lists every payment the provider created in a window and
+// matches each to exactly one purchase of the books, by the payment id the
+// books hold and by the purchase id in the payment's metadata. What does
+// not match becomes a Finding on the operator list, and the purchase it
+// concerns is escalated. It never moves money and never changes a
+// purchase's state.
+//
+// A run covers its window in chunks of Config.AuditChunk. Each chunk's
+// findings commit in one transaction with the run's watermark (Done), so a
+// run that dies midway resumes where it stopped, without gaps, and
+// findings are unique per (provider, payment, kind), so a chunk matched
+// twice stores nothing twice.
+
+// ErrAuditWindow: the audit's window is empty or inverted.
+var ErrAuditWindow = errors.New("audit window is empty")
+
+// AuditReport says what one audit run did.
+type AuditReport struct {
+	Run AuditRun
+	// Resumed is true when the run picked up a run that had stopped
+	// midway.
+	Resumed bool
+	// Payments is how many payments the provider listed in the chunks
+	// this call covered.
+	Payments int
+	// New lists the findings this call stored.
+	New []Finding
+}
+
+// Audit matches every payment the provider created within w to the books,
+// chunk by chunk (see the comment above). If the last run of this audit
+// has the same window and stopped midway, it resumes from its watermark.
+// Returns an error wrapping ErrAuditWindow when w is empty.
+func (s *Service) Audit(ctx context.Context, w provider.Window) (AuditReport, error) {
+	w.From, w.Until = w.From.UTC().Truncate(time.Second), w.Until.UTC().Truncate(time.Second)
+	if !w.From.Before(w.Until) {
+		return AuditReport{}, fmt.Errorf("reconcile: audit [%s, %s): %w", w.From, w.Until, ErrAuditWindow)
+	}
+	name := s.cfg.ProviderName
+	var rep AuditReport
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		prev, err := tx.GetAuditRun(ctx, name)
+		switch {
+		case err == nil && prev.From.Equal(w.From) && prev.Until.Equal(w.Until) && !prev.Complete():
+			rep.Run, rep.Resumed = prev, true
+			return nil
+		case err != nil && !errors.Is(err, ErrNotFound):
+			return err
+		}
+		rep.Run = AuditRun{Name: name, From: w.From, Until: w.Until, Done: w.From, StartedAt: now, UpdatedAt: now}
+		return tx.SaveAuditRun(ctx, rep.Run)
+	})
+	if err != nil {
+		return rep, fmt.Errorf("reconcile: audit: start run: %w", err)
+	}
+	if rep.Resumed {
+		s.cfg.Logger.Info("audit resumes a run that stopped midway", "from", rep.Run.From, "until", rep.Run.Until, "done", rep.Run.Done)
+	}
+	unlinked := map[string]string{} // purchase id → its first money-taking payment seen, for purchases the books link to none
+	for !rep.Run.Complete() {
+		chunk := provider.Window{From: rep.Run.Done, Until: minTime(rep.Run.Done.Add(s.cfg.AuditChunk), rep.Run.Until)}
+		n, found, err := s.auditChunk(ctx, &rep.Run, chunk, unlinked)
+		if err != nil {
+			return rep, fmt.Errorf("reconcile: audit [%s, %s): %w", chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
+		}
+		rep.Payments += n
+		rep.New = append(rep.New, found...)
+	}
+	s.cfg.Logger.Info("audit run complete", "from", rep.Run.From, "until", rep.Run.Until,
+		"payments", rep.Payments, "new_findings", len(rep.New))
+	return rep, nil
+}
+
+// AuditDue runs the periodic audit: from the last run's watermark minus
+// Config.AuditOverlap (or Config.AuditFirstWindow back, the first time) to
+// the store's now minus Config.AuditSettle, so that consecutive windows
+// overlap and a run that stopped midway leaves no gap.
+func (s *Service) AuditDue(ctx context.Context) (AuditReport, error) {
+	var w provider.Window
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		w.Until = now.Add(-s.cfg.AuditSettle)
+		w.From = w.Until.Add(-s.cfg.AuditFirstWindow)
+		prev, err := tx.GetAuditRun(ctx, s.cfg.ProviderName)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			return err
+		case !prev.Complete() && prev.Until.After(w.Until):
+			w = provider.Window{From: prev.From, Until: prev.Until} // resume it as it was
+		default:
+			w.From = prev.Done.Add(-s.cfg.AuditOverlap)
+		}
+		return nil
+	})
+	if err != nil {
+		return AuditReport{}, fmt.Errorf("reconcile: audit: %w", err)
+	}
+	return s.Audit(ctx, w)
+}
+
+// auditChunk lists the payments of one chunk and matches them, storing the
+// findings and advancing the run's watermark in one transaction.
+func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Window, unlinked map[string]string) (int, []Finding, error) {
+	payments, err := s.list(ctx, w)
+	if err != nil {
+		return 0, nil, err
+	}
+	seen := make(map[string]bool, len(payments))
+	for _, pay := range payments {
+		seen[pay.ID] = true
+	}
+	missing, err := s.missingAtProvider(ctx, w, seen)
+	if err != nil {
+		return 0, nil, err
+	}
+	var (
+		stored []Finding
+		next   AuditRun
+	)
+	err = s.retryRaces(ctx, func(tx Tx) error {
+		stored, next = nil, *run
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		var found []Finding
+		for _, pay := range payments {
+			fs, err := s.matchPayment(ctx, tx, pay, unlinked)
+			if err != nil {
+				return err
+			}
+			found = append(found, fs...)
+		}
+		found = append(found, missing...)
+		for _, f := range found {
+			f.Provider, f.FoundAt = s.cfg.ProviderName, now
+			inserted, err := tx.InsertFinding(ctx, f)
+			if err != nil {
+				return err
+			}
+			if !inserted {
+				continue
+			}
+			stored = append(stored, f)
+			if err := s.escalateForFinding(ctx, tx, f, now); err != nil {
+				return err
+			}
+		}
+		next.Done, next.UpdatedAt = w.Until, now
+		next.Findings += len(stored)
+		return tx.SaveAuditRun(ctx, next)
+	})
+	if err != nil {
+		return 0, nil, err
+	}
+	*run = next
+	for _, f := range stored {
+		s.cfg.Logger.Warn("audit finding", "kind", f.Kind, "payment", f.PaymentID, "purchase", f.PurchaseID,
+			"amount", f.Amount, "currency", f.Currency, "evidence", f.Evidence)
+	}
+	return len(payments), stored, nil
+}
+
+// list asks the provider for the payments created in w.
+func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
+	defer cancel()
+	start := s.cfg.Now()
+	payments, err := s.provider.List(callCtx, w)
+	s.cfg.Observer.ProviderCall(provider.OpList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
+	if err != nil {
+		return nil, fmt.Errorf("list the provider's payments: %w", err)
+	}
+	return payments, nil
+}
+
+// matchPayment matches one of the provider's payments to the books and
+// returns what does not match. unlinked remembers, for purchases the
+// books link to no payment yet, the first money-taking payment seen in
+// this run, so that a second one is a duplicate.
+func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment, unlinked map[string]string) ([]Finding, error) {
+	finding := func(kind FindingKind, p *Purchase, format string, args ...any) Finding {
+		f := Finding{
+			PaymentID: pay.ID, Kind: kind, Amount: pay.Amount, Currency: pay.Currency, Status: pay.Status,
+			Evidence: fmt.Sprintf("provider payment %s: %d %s %s, created %s, metadata purchase %q; ",
+				pay.ID, pay.Amount, pay.Currency, pay.Status, pay.Created.UTC().Format(time.RFC3339), pay.PurchaseID) +
+				fmt.Sprintf(format, args...),
+		}
+		if p != nil {
+			f.PurchaseID = p.ID
+		}
+		return f
+	}
+	owner, err := tx.FindPurchaseByPaymentID(ctx, pay.ID)
+	linked := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return nil, err
+	}
+	p := owner
+	if !linked {
+		if pay.PurchaseID == "" {
+			if !pay.MoneyTaken() {
+				return nil, nil
+			}
+			return []Finding{finding(FindingOrphanCharge, nil, "money taken by a payment that names no purchase")}, nil
+		}
+		p, err = tx.GetPurchase(ctx, pay.PurchaseID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			if !pay.MoneyTaken() {
+				return nil, nil
+			}
+			return []Finding{finding(FindingOrphanCharge, nil, "money taken for purchase id %q, which the books do not know", pay.PurchaseID)}, nil
+		case err != nil:
+			return nil, err
+		}
+		switch {
+		case p.ProviderPaymentID != "":
+			// The purchase has its own payment: this one is another.
+			if !pay.MoneyTaken() {
+				return nil, nil
+			}
+			return []Finding{finding(FindingDuplicateCharge, &p, "a second charge for purchase %s (%s), whose own payment is %s",
+				p.ID, p.State, p.ProviderPaymentID)}, nil
+		case !pay.MoneyTaken():
+			return nil, nil // a declined attempt: nothing taken
+		case unlinked[p.ID] != "" && unlinked[p.ID] != pay.ID:
+			return []Finding{finding(FindingDuplicateCharge, &p, "a second charge for purchase %s (%s), after payment %s",
+				p.ID, p.State, unlinked[p.ID])}, nil
+		case p.State == statemachine.Created:
+			return []Finding{finding(FindingStateDisagreement, &p, "money taken for purchase %s, which the books say was never submitted", p.ID)}, nil
+		}
+		unlinked[p.ID] = pay.ID
+	}
+
+	// pay is the purchase's own charge (linked, or the first for a
+	// purchase that has not learnt its payment id yet).
+	var out []Finding
+	if pay.Amount != p.Amount {
+		out = append(out, finding(FindingAmountMismatch, &p, "the purchase is %d %s", p.Amount, p.Currency))
+	}
+	if !strings.EqualFold(pay.Currency, p.Currency) {
+		out = append(out, finding(FindingCurrencyMismatch, &p, "the purchase is %d %s", p.Amount, p.Currency))
+	}
+	switch {
+	case pay.Outcome == provider.Succeeded && p.State == statemachine.Declined:
+		out = append(out, finding(FindingStateDisagreement, &p, "the provider says succeeded, the books say declined (a late approval)"))
+	case pay.Outcome == provider.Declined && p.State == statemachine.Succeeded:
+		out = append(out, finding(FindingStateDisagreement, &p, "the provider says %s, the books say succeeded", pay.Status))
+	}
+	return out, nil
+}
+
+// missingAtProvider returns a finding for each succeeded purchase first
+// submitted within w whose payment the provider did not list there and
+// does not know when asked by id.
+func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, seen map[string]bool) ([]Finding, error) {
+	var settled []Purchase
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		settled, err = tx.ListSubmittedBetween(ctx, w.From, w.Until, statemachine.Succeeded)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []Finding
+	for _, p := range settled {
+		if p.ProviderPaymentID == "" || seen[p.ProviderPaymentID] {
+			continue
+		}
+		// Not listed here: it may have been created just past the window's
+		// end. Ask for it by id before calling it missing.
+		callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
+		res, err := s.provider.Status(callCtx, p.ProviderPaymentID)
+		cancel()
+		outcome := provider.OutcomeOf(res, err)
+		s.cfg.Observer.ProviderCall(provider.OpStatus, outcome, 0)
+		if outcome != provider.NotFound {
+			continue // the provider has it, or could not say: not a finding
+		}
+		out = append(out, Finding{
+			PaymentID: p.ProviderPaymentID, Kind: FindingMissingAtProvider, PurchaseID: p.ID,
+			Amount: p.Amount, Currency: p.Currency,
+			Evidence: fmt.Sprintf("purchase %s succeeded with payment %s, which the provider does not have", p.ID, p.ProviderPaymentID),
+		})
+	}
+	return out, nil
+}
+
+// escalationFor maps a finding to the reason its purchase is escalated.
+func escalationFor(k FindingKind) EscalationReason {
+	switch k {
+	case FindingDuplicateCharge:
+		return EscalationDuplicateCharge
+	case FindingAmountMismatch, FindingCurrencyMismatch:
+		return EscalationAmountMismatch
+	case FindingOrphanCharge:
+		return EscalationForeignPayment
+	default:
+		return EscalationStateDisagreement
+	}
+}
+
+// escalateForFinding puts the purchase a new finding concerns on the
+// operator list, without moving it.
+func (s *Service) escalateForFinding(ctx context.Context, tx Tx, f Finding, now time.Time) error {
+	if f.PurchaseID == "" {
+		return nil
+	}
+	p, err := tx.GetPurchase(ctx, f.PurchaseID)
+	if err != nil {
+		return err
+	}
+	next := p
+	if !markEscalated(&next, escalationFor(f.Kind), now) {
+		return nil
+	}
+	next.UpdatedAt = now
+	return tx.UpdatePurchase(ctx, next, p.State)
+}
+
+// Findings returns the audit's findings, oldest first: the open ones, or
+// all of them with includeClosed.
+func (s *Service) Findings(ctx context.Context, includeClosed bool) ([]Finding, error) {
+	var out []Finding
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		out, err = tx.ListFindings(ctx, "", includeClosed, 0)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: findings: %w", err)
+	}
+	return out, nil
+}
+
+// Finding returns the finding with id. Returns an error wrapping
+// ErrNotFound if there is none.
+func (s *Service) Finding(ctx context.Context, id int64) (Finding, error) {
+	var f Finding
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		f, err = tx.GetFinding(ctx, id)
+		return err
+	})
+	if err != nil {
+		return Finding{}, fmt.Errorf("reconcile: finding %d: %w", id, err)
+	}
+	return f, nil
+}
+
+// CloseFinding closes an open finding with the operator's note. It moves
+// no money and no purchase; the purchase the finding concerns stays on the
+// operator list until it is resolved or closed there. Returns an error
+// wrapping ErrInvalid without a note or an operator, ErrNotFound for an
+// unknown id, ErrConflict when it is already closed.
+func (s *Service) CloseFinding(ctx context.Context, id int64, operator, note string) (Finding, error) {
+	operator, note = strings.TrimSpace(operator), strings.TrimSpace(note)
+	switch {
+	case note == "":
+		return Finding{}, fmt.Errorf("reconcile: close finding %d: %w", id, &FieldError{"note", "is required: say how it was handled"})
+	case operator == "":
+		return Finding{}, fmt.Errorf("reconcile: close finding %d: %w", id, &FieldError{"operator", "is required"})
+	}
+	var f Finding
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		if err := tx.CloseFinding(ctx, id, operator, note, now); err != nil {
+			return err
+		}
+		f, err = tx.GetFinding(ctx, id)
+		return err
+	})
+	if err != nil {
+		return Finding{}, fmt.Errorf("reconcile: close finding %d: %w", id, err)
+	}
+	s.cfg.Logger.Info("operator closed audit finding", "finding", id, "kind", f.Kind, "operator", operator)
+	return f, nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
