@@ -30,6 +30,10 @@ type Sweep struct {
 	Schedule string
 	// Run does the work and returns how many items it handled.
 	Run func(ctx context.Context) (int, error)
+	// LockTTL, when not zero, replaces Config.LockTTL for this sweep: how
+	// long its lock holds, and so how long one run may take, for a sweep
+	// that needs longer than the others.
+	LockTTL time.Duration
 }
 
 // Observer records sweep runs, for metrics. result is "ok", "error" or
@@ -46,7 +50,9 @@ type Config struct {
 	// LockTTL is how long a sweep's lock holds if its replica dies. A sweep
 	// must finish well within it. Default 5m.
 	LockTTL time.Duration
-	// Now is the clock. Default time.Now.
+	// Now is the local clock, which only times runs and stamps their
+	// observations; the sweep locks' expiry uses the store's clock.
+	// Default time.Now.
 	Now func() time.Time
 	// Logger receives one line per run. Default slog.Default().
 	Logger *slog.Logger
@@ -141,13 +147,17 @@ func (s *Scheduler) RunSweep(ctx context.Context, name string) (ran bool, items 
 	}
 	start := s.cfg.Now()
 	log := s.cfg.Logger.With("sweep", name)
+	ttl := s.cfg.LockTTL
+	if sw.LockTTL > 0 {
+		ttl = sw.LockTTL
+	}
 	// Each run holds the lock under an owner of its own, so that no other
 	// run, in this replica or another, can take or release it meanwhile.
 	owner := reconcile.NewID(s.cfg.Owner + "#")
 	var got bool
 	err = s.store.InTx(ctx, func(tx reconcile.Tx) error {
 		var err error
-		got, err = tx.AcquireSweepLock(ctx, name, owner, start.UTC(), s.cfg.LockTTL)
+		got, err = tx.AcquireSweepLock(ctx, name, owner, ttl)
 		return err
 	})
 	if err != nil {
@@ -170,7 +180,7 @@ func (s *Scheduler) RunSweep(ctx context.Context, name string) (ran bool, items 
 	}()
 	// The run must end before its lock expires and another replica starts
 	// the same sweep.
-	runCtx, cancel := context.WithTimeout(ctx, s.cfg.LockTTL)
+	runCtx, cancel := context.WithTimeout(ctx, ttl)
 	defer cancel()
 	items, err = sw.Run(runCtx)
 	took := s.cfg.Now().Sub(start)

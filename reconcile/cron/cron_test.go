@@ -178,8 +178,130 @@ func TestInboxRetentionFloor(t *testing.T) {
 		t.Fatalf("48h inbox retention accepted: %v", err)
 	}
 	sweeps, err := cron.Sweeps(svc, nil, cron.SweepConfig{})
-	if err != nil || len(sweeps) != 4 {
+	if err != nil || len(sweeps) != 5 {
 		t.Fatalf("defaults: %d sweeps, %v", len(sweeps), err)
+	}
+}
+
+// TestStandardSchedules: each standard sweep has its default schedule,
+// and a configured one replaces it.
+func TestStandardSchedules(t *testing.T) {
+	st := newStore(t)
+	svc, err := reconcile.New(st, fakeprovider.New(fakeprovider.Config{}), reconcile.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refresh := func(context.Context) error { return nil }
+	for _, tc := range []struct {
+		name string
+		cfg  cron.SweepConfig
+		want map[string]string
+	}{
+		{"defaults", cron.SweepConfig{}, map[string]string{
+			cron.SweepRescueLeases: "@every 30s", cron.SweepEscalate: "@every 1m", cron.SweepUnmatched: "@every 1m",
+			cron.SweepRetention: "@hourly", cron.SweepAudit: "@hourly", cron.SweepRefreshGauges: "@every 15s",
+		}},
+		{"audit every 10 minutes", cron.SweepConfig{AuditSchedule: "*/10 * * * *"}, map[string]string{
+			cron.SweepAudit: "*/10 * * * *", cron.SweepRetention: "@hourly",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			sweeps, err := cron.Sweeps(svc, refresh, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]string{}
+			for _, sw := range sweeps {
+				got[sw.Name] = sw.Schedule
+			}
+			for name, want := range tc.want {
+				if got[name] != want {
+					t.Errorf("sweep %s: schedule %q, want %q (all: %v)", name, got[name], want, got)
+				}
+			}
+			if _, err := cron.New(st, sweeps, cron.Config{Logger: quiet()}); err != nil {
+				t.Fatalf("the standard sweeps do not schedule: %v", err)
+			}
+		})
+	}
+}
+
+// TestAuditSweep: the audit sweep runs the periodic audit from the
+// provider's side, finds a charge payrecon did not make, stores it once
+// however often its overlapping windows cover it, and runs on one replica
+// at a time under its lock.
+func TestAuditSweep(t *testing.T) {
+	st := newStore(t)
+	// The outside charge was made an hour ago: inside the first audit
+	// window (25h back to 5m ago).
+	hourAgo := time.Now().Add(-time.Hour)
+	fake := fakeprovider.New(fakeprovider.Config{Now: func() time.Time { return hourAgo }})
+	orphan := fake.ChargeOutside(fakeprovider.OutsideCharge{Amount: 4200, Currency: "eur"})
+	svc, err := reconcile.New(st, fake, reconcile.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeps, err := cron.Sweeps(svc, nil, cron.SweepConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	newScheduler := func(owner string, rec *recorder) *cron.Scheduler {
+		t.Helper()
+		s, err := cron.New(st, sweeps, cron.Config{Owner: owner, Logger: quiet(), Observer: rec})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	recA, recB := &recorder{}, &recorder{}
+	a, b := newScheduler("replica-a", recA), newScheduler("replica-b", recB)
+	ctx := context.Background()
+
+	ran, n, err := a.RunSweep(ctx, cron.SweepAudit)
+	if err != nil || !ran || n != 1 {
+		t.Fatalf("audit sweep: ran=%v payments=%d err=%v, want it to run over 1 payment", ran, n, err)
+	}
+	findings, err := svc.Findings(ctx, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(findings) != 1 || findings[0].Kind != reconcile.FindingOrphanCharge || findings[0].PaymentID != orphan.ID ||
+		findings[0].Amount != 4200 || findings[0].Currency != "eur" {
+		t.Fatalf("findings after the first run: %+v, want one orphan_charge for %s (4200 eur)", findings, orphan.ID)
+	}
+
+	// The next window overlaps this one: the charge is matched again and
+	// stored nothing twice.
+	if ran, _, err := b.RunSweep(ctx, cron.SweepAudit); err != nil || !ran {
+		t.Fatalf("second run: ran=%v err=%v", ran, err)
+	}
+	if findings, err := svc.Findings(ctx, false); err != nil || len(findings) != 1 {
+		t.Fatalf("findings after an overlapping run: %d, %v; want the one finding", len(findings), err)
+	}
+
+	// While another replica holds the audit's lock, the sweep is skipped.
+	holder := "replica-c#run"
+	err = st.InTx(ctx, func(tx reconcile.Tx) error {
+		got, err := tx.AcquireSweepLock(ctx, cron.SweepAudit, holder, time.Minute)
+		if err == nil && !got {
+			t.Error("the audit lock was not free after the runs")
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, _, err := a.RunSweep(ctx, cron.SweepAudit); err != nil || ran {
+		t.Fatalf("the audit ran while another replica held its lock: ran=%v err=%v", ran, err)
+	}
+	if err := st.InTx(ctx, func(tx reconcile.Tx) error { return tx.ReleaseSweepLock(ctx, cron.SweepAudit, holder) }); err != nil {
+		t.Fatal(err)
+	}
+	if ran, _, err := a.RunSweep(ctx, cron.SweepAudit); err != nil || !ran {
+		t.Fatalf("after the lock was released: ran=%v err=%v", ran, err)
+	}
+	if recA.count("audit/ok") != 2 || recA.count("audit/skipped") != 1 || recB.count("audit/ok") != 1 {
+		t.Fatalf("runs: A %v, B %v", recA.runs, recB.runs)
 	}
 }
 
@@ -224,5 +346,60 @@ func TestOneReplicaNeverOverlapsItself(t *testing.T) {
 	}
 	if rec.count("rescue/skipped") != 1 || rec.count("rescue/ok") != 1 {
 		t.Fatalf("runs: %v", rec.runs)
+	}
+}
+
+// TestSweepLockTTL: a sweep's own LockTTL bounds its run instead of the
+// scheduler's, and the audit sweep gets the longer AuditLockTTL.
+func TestSweepLockTTL(t *testing.T) {
+	st := newStore(t)
+	var deadlines sync.Map
+	sweep := func(name string) func(ctx context.Context) (int, error) {
+		return func(ctx context.Context) (int, error) {
+			d, ok := ctx.Deadline()
+			if !ok {
+				t.Errorf("sweep %s runs without a deadline", name)
+			}
+			deadlines.Store(name, time.Until(d))
+			return 0, nil
+		}
+	}
+	s, err := cron.New(st, []cron.Sweep{
+		{Name: "short", Schedule: "@hourly", Run: sweep("short")},
+		{Name: "long", Schedule: "@hourly", Run: sweep("long"), LockTTL: time.Hour},
+	}, cron.Config{Logger: quiet(), LockTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"short", "long"} {
+		if ran, _, err := s.RunSweep(context.Background(), name); err != nil || !ran {
+			t.Fatalf("%s: ran=%v err=%v", name, ran, err)
+		}
+	}
+	short, _ := deadlines.Load("short")
+	long, _ := deadlines.Load("long")
+	if d := short.(time.Duration); d > time.Minute || d < 50*time.Second {
+		t.Errorf("the short sweep had %s to run, want the scheduler's 1m", d)
+	}
+	if d := long.(time.Duration); d > time.Hour || d < 59*time.Minute {
+		t.Errorf("the long sweep had %s to run, want its own 1h", d)
+	}
+
+	svc, err := reconcile.New(st, fakeprovider.New(fakeprovider.Config{}), reconcile.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeps, err := cron.Sweeps(svc, nil, cron.SweepConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sw := range sweeps {
+		want := time.Duration(0)
+		if sw.Name == cron.SweepAudit {
+			want = cron.AuditLockTTL
+		}
+		if sw.LockTTL != want {
+			t.Errorf("sweep %s: lock TTL %s, want %s", sw.Name, sw.LockTTL, want)
+		}
 	}
 }

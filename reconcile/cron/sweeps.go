@@ -15,7 +15,13 @@ const (
 	SweepRefreshGauges = "refresh_gauges"
 	SweepUnmatched     = "apply_unmatched_webhooks"
 	SweepRetention     = "retention"
+	SweepAudit         = "audit"
 )
+
+// AuditLockTTL bounds one run of the audit sweep, which may page through
+// many of the provider's list calls: longer than the other sweeps' lock.
+// A run cut off by it resumes from its watermark at the next run.
+const AuditLockTTL = 30 * time.Minute
 
 // ProviderRedeliveryWindow is how long Stripe keeps redelivering an
 // unacknowledged webhook: up to 3 days.
@@ -40,6 +46,10 @@ type SweepConfig struct {
 	// RetentionSchedule: delete old inbox rows and expired idempotency
 	// keys. Default "@hourly".
 	RetentionSchedule string
+	// AuditSchedule: the audit from the provider's side
+	// (reconcile.Service.AuditDue), over a window that overlaps the last
+	// one. Default "@hourly".
+	AuditSchedule string
 
 	// InboxRetention is how long webhook inbox rows are kept, so that a
 	// redelivered or replayed event is still recognised as a duplicate. It
@@ -65,6 +75,7 @@ func (c SweepConfig) withDefaults() (SweepConfig, error) {
 	def(&c.GaugesSchedule, "@every 15s")
 	def(&c.UnmatchedSchedule, "@every 1m")
 	def(&c.RetentionSchedule, "@hourly")
+	def(&c.AuditSchedule, "@hourly")
 	if c.InboxRetention == 0 {
 		c.InboxRetention = 7 * 24 * time.Hour
 	}
@@ -86,6 +97,7 @@ func (c SweepConfig) withDefaults() (SweepConfig, error) {
 
 // Sweeps returns the standard sweeps over svc. refresh reads the gauges
 // (reconcile/prometheus's Metrics.Refresh); nil leaves that sweep out.
+// The audit sweep counts the provider's payments it matched as its items.
 func Sweeps(svc *reconcile.Service, refresh func(context.Context) error, cfg SweepConfig) ([]Sweep, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -105,6 +117,10 @@ func Sweeps(svc *reconcile.Service, refresh func(context.Context) error, cfg Swe
 			keys, err := svc.SweepIdempotencyKeys(ctx, cfg.IdempotencyKeyRetention, cfg.DeleteBatch)
 			return inbox + keys, err
 		}},
+		{Name: SweepAudit, Schedule: cfg.AuditSchedule, Run: func(ctx context.Context) (int, error) {
+			rep, err := svc.AuditDue(ctx)
+			return rep.Payments, err
+		}, LockTTL: AuditLockTTL},
 	}
 	if refresh != nil {
 		sweeps = append(sweeps, Sweep{Name: SweepRefreshGauges, Schedule: cfg.GaugesSchedule, Run: func(ctx context.Context) (int, error) {

@@ -31,19 +31,28 @@ import (
 //
 // Routes (all under /ops, registered by Ops.Register):
 //
-//	GET  /ops                          the escalated cases, as an HTML table
-//	GET  /ops/escalations              the same cases with their full record, as JSON
-//	GET  /ops/purchases/{id}           one case: record, timeline, the provider's live view, the actions
+//	GET  /ops                          the escalated cases and the open audit findings, as HTML tables
+//	GET  /ops/escalations              the same cases with their full record, and the open findings, as JSON
+//	GET  /ops/purchases/{id}           one case: record, findings, timeline, the provider's live view, the actions
 //	                                   (JSON for bearer clients or Accept: application/json)
 //	POST /ops/purchases/{id}/recheck   reconcile it now
 //	POST /ops/purchases/{id}/resolve   settle it as succeeded or declined, with evidence
+//	                                   (and override_provider, a reason to go against the provider)
 //	POST /ops/purchases/{id}/note      add a note; optionally close a terminal case's escalation
+//	GET  /ops/findings                 the audit's findings as JSON: the open ones, all with ?all=1
+//	GET  /ops/findings/{fid}           one finding, with its close form (JSON for bearer clients)
+//	POST /ops/findings/{fid}/close     close a finding with a note
 //	GET  /ops/login, POST /ops/login   the login form
 //	POST /ops/logout                   drop the session
 //
 // An operator may only recheck, resolve (to succeeded or declined, with
-// evidence, after being shown the provider's live view) or add a note.
-// Nothing here can create a charge.
+// evidence), add a note or close an audit finding with a note. Nothing
+// here can create a charge or move money. A resolution is checked against
+// the provider's live view by reconcile.Service.Resolve, which fetches and
+// records what the provider said itself: the form never supplies it. When
+// the provider contradicts the resolution the action is refused with 409
+// (code provider_disagrees) and the provider's answer, unless the form
+// gives override_provider, the operator's reason to go against it.
 //
 // Authentication: every route but the login form needs either
 // "Authorization: Bearer <ops token>" (scripts; the operator's name is then
@@ -129,7 +138,7 @@ func NewOps(svc *reconcile.Service, cfg OpsConfig) (*Ops, error) {
 		pages:     map[string]*template.Template{},
 		log:       slog.Default(),
 	}
-	for _, page := range []string{"login", "list", "case", "error"} {
+	for _, page := range []string{"login", "list", "case", "finding", "error"} {
 		t, err := template.New(page).Funcs(opsFuncs).ParseFS(opsTemplateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ops pages: template %s: %w", page, err)
@@ -153,6 +162,9 @@ func (o *Ops) Register(s *Server) {
 	s.Handle("POST /ops/purchases/{id}/recheck", o.post(o.recheck))
 	s.Handle("POST /ops/purchases/{id}/resolve", o.post(o.resolve))
 	s.Handle("POST /ops/purchases/{id}/note", o.post(o.note))
+	s.Handle("GET /ops/findings", o.auth(opsJSON, o.findingsJSON))
+	s.Handle("GET /ops/findings/{fid}", o.auth(opsPage, o.findingPage))
+	s.Handle("POST /ops/findings/{fid}/close", o.post(o.closeFinding))
 	s.Handle("GET /ops/login", http.HandlerFunc(o.loginForm))
 	s.Handle("POST /ops/login", o.cop.Handler(http.HandlerFunc(o.login)))
 	s.Handle("POST /ops/logout", o.cop.Handler(http.HandlerFunc(o.logout)))
@@ -229,11 +241,13 @@ func (o *Ops) unauthorized(w http.ResponseWriter, r *http.Request, kind opsKind)
 		return
 	}
 	next := "/ops"
-	switch id := r.PathValue("id"); {
+	switch id, fid := r.PathValue("id"), r.PathValue("fid"); {
 	case r.Method == http.MethodGet:
 		next = r.URL.Path
 	case id != "":
 		next = "/ops/purchases/" + id // back to the case after a refused action
+	case fid != "":
+		next = "/ops/findings/" + fid
 	}
 	o.renderLogin(w, r, http.StatusUnauthorized, msg, next, "")
 }
@@ -489,8 +503,48 @@ type opsCaseJSON struct {
 	Transitions       []transitionJSON `json:"transitions"`
 	Webhooks          []opsWebhookJSON `json:"webhooks"`
 	OperatorActions   []opsActionJSON  `json:"operator_actions"`
+	// Findings are the audit's findings about the purchase, open and
+	// closed.
+	Findings []opsFindingJSON `json:"findings"`
 	// LiveView is the provider's answer now; only on the single case.
 	LiveView *opsLiveViewJSON `json:"live_view,omitempty"`
+}
+
+// opsFindingJSON is one finding of the audit from the provider's side.
+// Amount and currency are the provider's payment's: the money at risk.
+type opsFindingJSON struct {
+	ID            int64      `json:"id"`
+	Provider      string     `json:"provider"`
+	Kind          string     `json:"kind"`
+	PaymentID     string     `json:"payment_id"`
+	PurchaseID    string     `json:"purchase_id,omitempty"`
+	Amount        int64      `json:"amount"`
+	Currency      string     `json:"currency"`
+	AmountDisplay string     `json:"amount_display"`
+	Status        string     `json:"status,omitempty"`
+	Evidence      string     `json:"evidence"`
+	FoundAt       time.Time  `json:"found_at"`
+	Open          bool       `json:"open"`
+	ClosedAt      *time.Time `json:"closed_at"`
+	ClosedBy      string     `json:"closed_by,omitempty"`
+	CloseNote     string     `json:"close_note,omitempty"`
+}
+
+func opsFindingToJSON(f reconcile.Finding) opsFindingJSON {
+	return opsFindingJSON{
+		ID: f.ID, Provider: f.Provider, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
+		Amount: f.Amount, Currency: f.Currency, AmountDisplay: opsAmount(f.Amount, f.Currency), Status: f.Status,
+		Evidence: f.Evidence, FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: opsTimePtr(f.ClosedAt),
+		ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
+	}
+}
+
+func opsFindingsToJSON(fs []reconcile.Finding) []opsFindingJSON {
+	out := make([]opsFindingJSON, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, opsFindingToJSON(f))
+	}
+	return out
 }
 
 type opsWebhookJSON struct {
@@ -520,8 +574,8 @@ type opsLiveViewJSON struct {
 	Amount    int64  `json:"amount,omitempty"`
 	Currency  string `json:"currency,omitempty"`
 	Reason    string `json:"reason,omitempty"`
-	// Text is the view as the audit records it: send it back as "saw"
-	// when resolving.
+	// Text is the view as the audit records it. A resolution fetches and
+	// records its own live view; this one is for the operator to read.
 	Text  string `json:"text"`
 	Error string `json:"error,omitempty"`
 }
@@ -543,7 +597,7 @@ func opsCaseToJSON(c reconcile.Case) opsCaseJSON {
 		EscalationReason: string(p.EscalationReason), EscalatedAt: opsTimePtr(p.EscalatedAt),
 		UncertainSince: opsTimePtr(p.UncertainSince), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 		Attempts: toAttemptsJSON(c.Attempts), Transitions: toTransitionsJSON(c.Transitions),
-		Webhooks: []opsWebhookJSON{}, OperatorActions: []opsActionJSON{},
+		Webhooks: []opsWebhookJSON{}, OperatorActions: []opsActionJSON{}, Findings: opsFindingsToJSON(c.Findings),
 	}
 	for _, e := range c.Events {
 		out.Webhooks = append(out.Webhooks, opsWebhookJSON{
@@ -566,11 +620,59 @@ func (o *Ops) listJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
 		writeError(w, http.StatusInternalServerError, "internal", "could not read the escalated cases; try again")
 		return
 	}
+	findings, err := o.svc.Findings(r.Context(), false)
+	if err != nil {
+		o.log.Error("ops: list findings", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", "could not read the audit findings; try again")
+		return
+	}
 	out := make([]opsCaseJSON, 0, len(cases))
 	for _, c := range cases {
 		out = append(out, opsCaseToJSON(c))
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"count": len(out), "cases": out})
+	writeJSON(w, http.StatusOK, map[string]any{
+		"count": len(out), "cases": out,
+		"findings_count": len(findings), "findings": opsFindingsToJSON(findings),
+		"money_at_risk": opsMoneyAtRisk(findings),
+	})
+}
+
+// findingsJSON lists the audit's findings: the open ones, or all of them
+// with ?all=1.
+func (o *Ops) findingsJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
+	all, ok := opsBool(r.URL.Query().Get("all"))
+	if !ok {
+		writeError(w, http.StatusBadRequest, "invalid_request", "all: "+quote(r.URL.Query().Get("all"))+" is not a yes/no value")
+		return
+	}
+	findings, err := o.svc.Findings(r.Context(), all)
+	if err != nil {
+		o.log.Error("ops: list findings", "err", err)
+		writeError(w, http.StatusInternalServerError, "internal", "could not read the audit findings; try again")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(findings), "findings": opsFindingsToJSON(findings)})
+}
+
+// opsMoneyAtRisk sums the open findings' amounts per currency, formatted
+// for people ("12.50 EUR"), currencies in alphabetical order.
+func opsMoneyAtRisk(fs []reconcile.Finding) []string {
+	sum := map[string]int64{}
+	for _, f := range fs {
+		if f.Open() {
+			sum[strings.ToLower(f.Currency)] += f.Amount
+		}
+	}
+	curs := make([]string, 0, len(sum))
+	for c := range sum {
+		curs = append(curs, c)
+	}
+	sort.Strings(curs)
+	out := make([]string, 0, len(curs))
+	for _, c := range curs {
+		out = append(out, opsAmount(sum[c], c))
+	}
+	return out
 }
 
 // ---------------------------------------------------------------------
@@ -639,6 +741,8 @@ func (o *Ops) renderError(w http.ResponseWriter, r *http.Request, who opsWho, st
 	back := "/ops"
 	if id := r.PathValue("id"); id != "" {
 		back = "/ops/purchases/" + url.PathEscape(id)
+	} else if fid := r.PathValue("fid"); fid != "" && r.Method != http.MethodGet {
+		back = "/ops/findings/" + url.PathEscape(fid)
 	}
 	o.render(w, status, "error", opsErrorData{opsBase: o.base(heading, who), Heading: heading, Message: msg, Back: back})
 }
@@ -650,8 +754,33 @@ type opsRow struct {
 
 type opsListData struct {
 	opsBase
-	Rows []opsRow
-	Now  time.Time
+	Rows        []opsRow
+	Findings    []opsFindingRow
+	MoneyAtRisk []string
+	Now         time.Time
+}
+
+// opsFindingRow is an audit finding as the pages show it.
+type opsFindingRow struct {
+	ID                                 int64
+	Kind, PaymentID, PurchaseID        string
+	Amount, Status, Evidence, Provider string
+	FoundAt                            time.Time
+	Open                               bool
+	ClosedAt                           time.Time
+	ClosedBy, CloseNote                string
+}
+
+func opsFindingRows(fs []reconcile.Finding) []opsFindingRow {
+	out := make([]opsFindingRow, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, opsFindingRow{
+			ID: f.ID, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
+			Amount: opsAmount(f.Amount, f.Currency), Status: f.Status, Evidence: f.Evidence, Provider: f.Provider,
+			FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: f.ClosedAt, ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
+		})
+	}
+	return out
 }
 
 func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
@@ -661,7 +790,16 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 		o.renderError(w, r, who, http.StatusInternalServerError, "Could not read the cases", "The escalated cases could not be read from the database. Reload to try again.")
 		return
 	}
-	data := opsListData{opsBase: o.base("Escalated purchases", who), Now: o.cfg.Now().UTC()}
+	findings, err := o.svc.Findings(r.Context(), false)
+	if err != nil {
+		o.log.Error("ops: list findings", "err", err)
+		o.renderError(w, r, who, http.StatusInternalServerError, "Could not read the findings", "The audit findings could not be read from the database. Reload to try again.")
+		return
+	}
+	data := opsListData{
+		opsBase: o.base("Operator list", who), Now: o.cfg.Now().UTC(),
+		Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings),
+	}
 	for _, c := range cases {
 		p := c.Purchase
 		data.Rows = append(data.Rows, opsRow{
@@ -703,7 +841,10 @@ func opsTimeline(c reconcile.Case) []opsEntry {
 		if a.Note != "" {
 			d = append(d, a.Note)
 		}
-		if !a.Applied {
+		switch {
+		case a.Derived:
+			d = append(d, "sent, no answer recorded")
+		case !a.Applied:
 			d = append(d, "answer not applied")
 		}
 		d = append(d, fmt.Sprintf("%.1f ms", float64(a.Latency.Microseconds())/1000))
@@ -765,8 +906,11 @@ type opsFlash struct {
 
 // opsForm keeps what the operator typed when an action is refused.
 type opsForm struct {
-	To, Evidence, Note string
-	Close              bool
+	To, Evidence, Note, Override string
+	Close                        bool
+	// Disagrees is set when the provider refused the resolution: the
+	// override field is then shown open, with the provider's answer.
+	Disagrees bool
 }
 
 type opsCaseData struct {
@@ -785,6 +929,8 @@ type opsCaseData struct {
 	CanClose   bool
 	Flash      *opsFlash
 	Form       opsForm
+	Findings   []opsFindingRow
+	OpenFinds  int // how many of Findings are open
 }
 
 func (o *Ops) casePage(w http.ResponseWriter, r *http.Request, who opsWho) {
@@ -843,7 +989,12 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 	data := opsCaseData{
 		opsBase: o.base("Purchase "+p.ID, who), P: p, ID: url.PathEscape(p.ID),
 		Amount: opsAmount(p.Amount, p.Currency), Age: opsAge(c.Age), Final: p.State.Terminal(),
-		Timeline: opsTimeline(c), Flash: flash, Form: form,
+		Timeline: opsTimeline(c), Flash: flash, Form: form, Findings: opsFindingRows(c.Findings),
+	}
+	for _, f := range c.Findings {
+		if f.Open() {
+			data.OpenFinds++
+		}
 	}
 	if lerr != nil {
 		o.log.Error("ops: live view", "purchase", id, "err", lerr)
@@ -856,7 +1007,7 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 		data.NoResolve = "This purchase is final (" + string(p.State) + "): an operator cannot change a final state. " +
 			"If the provider disagrees with it (a contradiction), handle the money outside payrecon, " +
 			"then close the escalation with a note."
-	case p.State == statemachine.Created:
+	case p.State == statemachine.Created && !p.EscalationReason.ChargeMayExist():
 		data.NoResolve = "This purchase was never submitted to the provider, so there is no charge to settle. " +
 			"Recheck it to let the worker submit it."
 	case lerr != nil:
@@ -903,13 +1054,22 @@ func (o *Ops) actionError(w http.ResponseWriter, r *http.Request, who opsWho, st
 		writeError(w, status, code, msg)
 		return
 	}
+	if r.PathValue("fid") != "" { // an action on an audit finding
+		if status == http.StatusNotFound {
+			o.renderError(w, r, who, status, "No such finding", msg)
+			return
+		}
+		o.showFinding(w, r, who, status, &opsFlash{Error: true, Text: msg}, r.PostForm.Get("note"))
+		return
+	}
 	if status == http.StatusNotFound {
 		o.renderError(w, r, who, status, "No such purchase", msg)
 		return
 	}
 	form := opsForm{
-		To: r.PostForm.Get("to"), Evidence: r.PostForm.Get("evidence"),
+		To: r.PostForm.Get("to"), Evidence: r.PostForm.Get("evidence"), Override: r.PostForm.Get("override_provider"),
 		Note: r.PostForm.Get("text"), Close: r.PostForm.Get("close") != "",
+		Disagrees: code == "provider_disagrees",
 	}
 	o.showCase(w, r, who, status, &opsFlash{Error: true, Text: msg}, form)
 }
@@ -937,6 +1097,9 @@ func (o *Ops) serviceError(w http.ResponseWriter, r *http.Request, who opsWho, a
 	case errors.Is(err, reconcile.ErrForbiddenTransition):
 		status, code = http.StatusConflict, "forbidden_transition"
 		msg = "Not done: the state machine does not allow this from the purchase's current state (" + opsReason(err, reconcile.ErrForbiddenTransition) + ")."
+	case errors.Is(err, reconcile.ErrProviderDisagrees):
+		o.providerDisagrees(w, r, who, err)
+		return
 	case errors.Is(err, reconcile.ErrInvalid):
 		status, code = http.StatusBadRequest, "invalid_request"
 		msg = "Not done: " + opsInvalid(err)
@@ -946,6 +1109,58 @@ func (o *Ops) serviceError(w http.ResponseWriter, r *http.Request, who opsWho, a
 		msg = "Not done: an internal error stopped the " + action + ". Nothing was changed; reload the page and try again."
 	}
 	o.actionError(w, r, who, status, code, msg)
+}
+
+// providerDisagrees answers a resolution the provider's live view
+// contradicts: 409 provider_disagrees, saying what the provider answered
+// (the live view Resolve fetched and recorded, and the judge's reason)
+// and how to override it. JSON clients get the answer in
+// error.provider_answer too.
+func (o *Ops) providerDisagrees(w http.ResponseWriter, r *http.Request, who opsWho, err error) {
+	id := r.PathValue("id")
+	why, _, _ := strings.Cut(opsReason(err, reconcile.ErrProviderDisagrees), "; resolve with an override")
+	answer := o.lastLiveView(r, id, who.Operator)
+	o.log.Warn("ops: resolve refused: the provider disagrees", "purchase", id, "operator", who.Operator, "why", why, "provider", answer)
+	msg := "Not done: the provider's live view contradicts this resolution: " + why + "."
+	if answer != "" {
+		msg += " The provider answered: " + answer + "."
+	}
+	if opsWantsJSON(r, who) {
+		msg += " Nothing changed. If you are sure the provider is wrong, resolve again with override_provider set to your reason; the provider's answer and your reason are both recorded."
+		writeJSON(w, http.StatusConflict, map[string]any{"error": map[string]string{
+			"code": "provider_disagrees", "message": msg, "reason": why, "provider_answer": answer,
+		}})
+		return
+	}
+	msg += " Nothing changed. If you are sure the provider is wrong, give your reason under \"Override the provider\" and resolve again; the provider's answer and your reason are both recorded."
+	o.actionError(w, r, who, http.StatusConflict, "provider_disagrees", msg)
+}
+
+// lastLiveView describes the provider call Resolve made for operator, the
+// latest call the purchase's audit records under that operator, or "".
+func (o *Ops) lastLiveView(r *http.Request, id, operator string) string {
+	c, err := o.svc.Case(r.Context(), id)
+	if err != nil {
+		return ""
+	}
+	for i := len(c.Attempts) - 1; i >= 0; i-- {
+		a := c.Attempts[i]
+		if a.Actor != "operator:"+operator {
+			continue
+		}
+		parts := []string{string(a.Op) + " → " + string(a.Outcome)}
+		if a.Status != "" {
+			parts = append(parts, "status "+a.Status)
+		}
+		if a.PaymentID != "" {
+			parts = append(parts, "payment "+a.PaymentID)
+		}
+		if a.Error != "" {
+			parts = append(parts, "error: "+a.Error)
+		}
+		return strings.Join(parts, ", ")
+	}
+	return ""
 }
 
 // opsReason returns the detail that follows sentinel's text in err's
@@ -1011,10 +1226,7 @@ func (o *Ops) resolve(w http.ResponseWriter, r *http.Request, who opsWho) {
 		o.actionError(w, r, who, http.StatusBadRequest, "invalid_request", "Not done: "+bad)
 		return
 	}
-	saw, bad := opsCheckText("saw", f.Get("saw"))
-	if bad == "" && saw == "" {
-		bad = "saw: is required: the provider's live view shown before resolving (reload the case page; scripts send live_view.text)"
-	}
+	override, bad := opsCheckText("override_provider", f.Get("override_provider"))
 	if bad != "" {
 		o.actionError(w, r, who, http.StatusBadRequest, "invalid_request", "Not done: "+bad)
 		return
@@ -1028,14 +1240,18 @@ func (o *Ops) resolve(w http.ResponseWriter, r *http.Request, who opsWho) {
 	to := statemachine.State(strings.TrimSpace(f.Get("to")))
 	p, err := o.svc.Resolve(r.Context(), reconcile.Resolution{
 		PurchaseID: r.PathValue("id"), Operator: who.Operator, To: to,
-		Evidence: evidence, Saw: saw, Version: version,
+		Evidence: evidence, Version: version, OverrideProvider: override,
 	})
 	if err != nil {
 		o.serviceError(w, r, who, "resolve", err)
 		return
 	}
-	o.log.Info("ops: resolved", "purchase", p.ID, "operator", who.Operator, "to", p.State)
-	o.done(w, r, who, fmt.Sprintf("Resolved as %s by %s.", p.State, who.Operator))
+	o.log.Info("ops: resolved", "purchase", p.ID, "operator", who.Operator, "to", p.State, "override", override)
+	msg := fmt.Sprintf("Resolved as %s by %s.", p.State, who.Operator)
+	if override != "" {
+		msg = fmt.Sprintf("Resolved as %s by %s, with an override reason recorded beside the provider's answer.", p.State, who.Operator)
+	}
+	o.done(w, r, who, msg)
 }
 
 func (o *Ops) note(w http.ResponseWriter, r *http.Request, who opsWho) {
@@ -1044,13 +1260,10 @@ func (o *Ops) note(w http.ResponseWriter, r *http.Request, who opsWho) {
 		o.actionError(w, r, who, http.StatusBadRequest, "invalid_request", "Not done: "+bad)
 		return
 	}
-	close := false
-	switch v := strings.ToLower(strings.TrimSpace(r.PostForm.Get("close"))); v {
-	case "", "0", "false", "off", "no":
-	case "1", "true", "on", "yes":
-		close = true
-	default:
-		o.actionError(w, r, who, http.StatusBadRequest, "invalid_request", "Not done: close: "+quote(v)+" is not a yes/no value")
+	close, ok := opsBool(r.PostForm.Get("close"))
+	if !ok {
+		o.actionError(w, r, who, http.StatusBadRequest, "invalid_request",
+			"Not done: close: "+quote(strings.TrimSpace(r.PostForm.Get("close")))+" is not a yes/no value")
 		return
 	}
 	id := r.PathValue("id")
@@ -1067,7 +1280,130 @@ func (o *Ops) note(w http.ResponseWriter, r *http.Request, who opsWho) {
 }
 
 // ---------------------------------------------------------------------
+// Audit findings.
+
+type opsFindingData struct {
+	opsBase
+	F     opsFindingRow
+	Flash *opsFlash
+	Note  string // what the operator typed, when closing was refused
+}
+
+// findingFlashSig signs a flash message for a finding's page, apart from
+// those of purchase pages.
+func (o *Ops) findingFlashSig(fid, msg string) string {
+	return base64.RawURLEncoding.EncodeToString(o.sign("flash finding", fid, msg)[:16])
+}
+
+// findingID parses the {fid} of the path; false when it is no finding id.
+func findingID(r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("fid"), 10, 64)
+	return id, err == nil && id > 0
+}
+
+func (o *Ops) findingPage(w http.ResponseWriter, r *http.Request, who opsWho) {
+	var flash *opsFlash
+	q := r.URL.Query()
+	if msg := q.Get("flash"); msg != "" && hmac.Equal([]byte(q.Get("fs")), []byte(o.findingFlashSig(r.PathValue("fid"), msg))) {
+		flash = &opsFlash{Text: msg}
+	}
+	o.showFinding(w, r, who, http.StatusOK, flash, "")
+}
+
+// showFinding renders a finding, or its JSON for script clients.
+func (o *Ops) showFinding(w http.ResponseWriter, r *http.Request, who opsWho, status int, flash *opsFlash, note string) {
+	asJSON := opsWantsJSON(r, who)
+	id, ok := findingID(r)
+	var f reconcile.Finding
+	var err error
+	if ok {
+		f, err = o.svc.Finding(r.Context(), id)
+	}
+	switch {
+	case !ok || errors.Is(err, reconcile.ErrNotFound):
+		msg := "There is no audit finding with id " + quote(r.PathValue("fid")) + "."
+		if asJSON {
+			writeError(w, http.StatusNotFound, "not_found", msg)
+			return
+		}
+		o.renderError(w, r, who, http.StatusNotFound, "No such finding", msg)
+		return
+	case err != nil:
+		o.log.Error("ops: read finding", "finding", id, "err", err)
+		if asJSON {
+			writeError(w, http.StatusInternalServerError, "internal", "could not read the finding")
+			return
+		}
+		o.renderError(w, r, who, http.StatusInternalServerError, "Could not read the finding", "The finding could not be read from the database. Reload to try again.")
+		return
+	}
+	if asJSON {
+		writeJSON(w, status, opsFindingToJSON(f))
+		return
+	}
+	rows := opsFindingRows([]reconcile.Finding{f})
+	o.render(w, status, "finding", opsFindingData{
+		opsBase: o.base("Audit finding "+strconv.FormatInt(f.ID, 10), who), F: rows[0], Flash: flash, Note: note,
+	})
+}
+
+// closeFinding closes an audit finding with the operator's note. It moves
+// no money and no purchase.
+func (o *Ops) closeFinding(w http.ResponseWriter, r *http.Request, who opsWho) {
+	fail := func(status int, code, msg string) { o.actionError(w, r, who, status, code, msg) }
+	id, ok := findingID(r)
+	if !ok {
+		fail(http.StatusNotFound, "not_found", "There is no audit finding with id "+quote(r.PathValue("fid"))+".")
+		return
+	}
+	note, bad := opsCheckText("note", r.PostForm.Get("note"))
+	if bad == "" && note == "" {
+		bad = "note: is required: say how the finding was handled (a refund's id, who checked it)"
+	}
+	if bad != "" {
+		fail(http.StatusBadRequest, "invalid_request", "Not done: "+bad)
+		return
+	}
+	f, err := o.svc.CloseFinding(r.Context(), id, who.Operator, note)
+	switch {
+	case errors.Is(err, reconcile.ErrNotFound):
+		fail(http.StatusNotFound, "not_found", "There is no audit finding with id "+quote(r.PathValue("fid"))+".")
+		return
+	case errors.Is(err, reconcile.ErrConflict):
+		fail(http.StatusConflict, "already_closed", "Not done: the finding is already closed; nothing changed.")
+		return
+	case errors.Is(err, reconcile.ErrInvalid):
+		fail(http.StatusBadRequest, "invalid_request", "Not done: "+opsInvalid(err))
+		return
+	case err != nil:
+		o.log.Error("ops: close finding", "finding", id, "operator", who.Operator, "err", err)
+		fail(http.StatusInternalServerError, "internal", "Not done: an internal error stopped closing the finding. Nothing was changed; reload the page and try again.")
+		return
+	}
+	o.log.Info("ops: closed audit finding", "finding", id, "kind", f.Kind, "operator", who.Operator)
+	msg := fmt.Sprintf("Finding %d closed by %s.", f.ID, who.Operator)
+	if opsWantsJSON(r, who) {
+		writeJSON(w, http.StatusOK, map[string]any{"message": msg, "finding": opsFindingToJSON(f)})
+		return
+	}
+	fid := strconv.FormatInt(f.ID, 10)
+	q := url.Values{"flash": {msg}, "fs": {o.findingFlashSig(fid, msg)}}
+	http.Redirect(w, r, "/ops/findings/"+fid+"?"+q.Encode(), http.StatusSeeOther)
+}
+
+// ---------------------------------------------------------------------
 // Helpers.
+
+// opsBool parses a yes/no form or query value; "" is no.
+func opsBool(v string) (value, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false", "off", "no":
+		return false, true
+	case "1", "true", "on", "yes":
+		return true, true
+	}
+	return false, false
+}
 
 // acceptsHTML reports whether the client asks for an HTML page.
 func acceptsHTML(r *http.Request) bool {

@@ -3,6 +3,7 @@ package http_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -41,9 +42,12 @@ func (o *opsBrowserOutput) String() string {
 }
 
 // TestOpsBrowserResolve drives the operator pages in a real headless
-// Chromium: sign in through the form, open the list, open the escalated
-// case, read the provider's live view, resolve it as succeeded with
-// evidence; then checks the database.
+// Chromium: sign in through the form, open the list (escalated cases and
+// audit findings), open the escalated case, read the provider's live
+// view, try to resolve it as declined against the provider (refused, with
+// the provider's answer and the override field open), resolve it as
+// succeeded with evidence, then close an audit finding with a note; then
+// checks the database.
 func TestOpsBrowserResolve(t *testing.T) {
 	if _, err := exec.LookPath(opsChromium); err != nil {
 		if os.Getenv("CI") != "" {
@@ -55,6 +59,13 @@ func TestOpsBrowserResolve(t *testing.T) {
 	f := setupOps(t)
 	p := f.escalated("cus-browser")
 	charge := f.fake.ChargesFor(p.ID)[0].ID
+	_, findings := f.auditFindings()
+	var orphan reconcile.Finding
+	for _, fd := range findings {
+		if fd.Kind == reconcile.FindingOrphanCharge {
+			orphan = fd
+		}
+	}
 
 	// Chromium accepts Secure cookies over plain http only from a
 	// potentially trustworthy origin: localhost.
@@ -162,6 +173,15 @@ func TestOpsBrowserResolve(t *testing.T) {
 				t.Errorf("the list does not show %q:\n%s", want, table)
 			}
 		}
+		found, err := chromedp.Run(ctx, chromedp.Text(chromedp.ID("findings"), chromedp.NodeVisible))
+		if err != nil {
+			return err
+		}
+		for _, want := range []string{orphan.PaymentID, "orphan charge", "9.99 USD", "duplicate charge"} {
+			if !strings.Contains(found, want) {
+				t.Errorf("the findings table does not show %q:\n%s", want, found)
+			}
+		}
 		return nil
 	})
 
@@ -187,11 +207,42 @@ func TestOpsBrowserResolve(t *testing.T) {
 		return nil
 	})
 
+	step("declined is refused", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx,
+			chromedp.Click(chromedp.ID("to-declined"), chromedp.NodeVisible),
+			chromedp.SendKeys(chromedp.ID("evidence"), "customer says the card was not charged"),
+		); err != nil {
+			return err
+		}
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("resolve-submit"), chromedp.NodeVisible))
+		if err != nil {
+			return err
+		}
+		if resp.Status != 409 {
+			t.Errorf("resolving declined against the provider: status %d, want 409", resp.Status)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("flash")), chromedp.WaitVisible(chromedp.ID("override-provider"))); err != nil {
+			return err
+		}
+		flash, err := text(ctx, "flash")
+		if err != nil {
+			return err
+		}
+		state, err := text(ctx, "state")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(flash, "contradicts this resolution") || !strings.Contains(flash, charge) || state != "uncertain: outcome unknown" {
+			t.Errorf("after the refusal the page says %q, state %q; want the provider's answer naming %s, and the state unchanged", flash, state, charge)
+		}
+		return nil
+	})
+
 	evidence := "Stripe dashboard: " + charge + " succeeded, 12.50 EUR captured <checked twice>"
 	step("resolve as succeeded", func(ctx context.Context) error {
 		if err := chromedp.Do(ctx,
 			chromedp.Click(chromedp.ID("to-succeeded"), chromedp.NodeVisible),
-			chromedp.SendKeys(chromedp.ID("evidence"), evidence),
+			chromedp.SetValue(chromedp.ID("evidence"), evidence),
 		); err != nil {
 			return err
 		}
@@ -215,6 +266,38 @@ func TestOpsBrowserResolve(t *testing.T) {
 		}
 		if !strings.Contains(flash, "Resolved as succeeded by Olivia Operator") || state != "succeeded" {
 			t.Errorf("after resolving the page says %q, state %q", flash, state)
+		}
+		return nil
+	})
+	closeNote := "test charge by support, refunded: re_77"
+	step("close a finding", func(ctx context.Context) error {
+		if err := chromedp.Do(ctx, chromedp.Navigate(base+"/ops"), chromedp.WaitVisible(chromedp.ID("findings"))); err != nil {
+			return err
+		}
+		link := fmt.Sprintf(`#findings a[href="/ops/findings/%d"]`, orphan.ID)
+		if err := chromedp.Do(ctx,
+			chromedp.Click(chromedp.CSS(link), chromedp.NodeVisible),
+			chromedp.WaitVisible(chromedp.ID("close-form")),
+			chromedp.SendKeys(chromedp.ID("close-note"), closeNote),
+		); err != nil {
+			return err
+		}
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("close-submit"), chromedp.NodeVisible))
+		if err != nil {
+			return err
+		}
+		if resp.Status != 200 {
+			t.Errorf("after closing: status %d, want 200 (after the 303)", resp.Status)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("flash")), chromedp.WaitVisible(chromedp.ID("closed-by"))); err != nil {
+			return err
+		}
+		flash, err := text(ctx, "flash")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(flash, "closed by Olivia Operator") {
+			t.Errorf("after closing the page says %q", flash)
 		}
 		return nil
 	})
@@ -250,8 +333,11 @@ func TestOpsBrowserResolve(t *testing.T) {
 	a := rec.Actions[0]
 	wantSaw := "outcome=succeeded status=succeeded payment=" + charge + " amount=1250 eur"
 	if a.Operator != "Olivia Operator" || a.Action != "resolve" || a.Evidence != evidence ||
-		a.Saw != wantSaw || a.Did != "uncertain→reconciling→succeeded" {
-		t.Errorf("operator action: %+v\nwant operator Olivia Operator, evidence %q, saw %q", a, evidence, wantSaw)
+		!strings.HasPrefix(a.Saw, wantSaw) || a.Did != "uncertain→reconciling→succeeded" {
+		t.Errorf("operator action: %+v\nwant operator Olivia Operator, evidence %q, saw %q…", a, evidence, wantSaw)
+	}
+	if got, err := f.svc.Finding(context.Background(), orphan.ID); err != nil || got.Open() || got.ClosedBy != "Olivia Operator" || got.CloseNote != closeNote {
+		t.Errorf("finding after closing it in the browser: %+v %v", got, err)
 	}
 	if n := len(f.fake.ChargesFor(p.ID)); n != 1 {
 		t.Errorf("the provider holds %d charges for the purchase, want 1", n)

@@ -19,13 +19,33 @@ import (
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
+	"github.com/payrecon/payrecon/reconcile/postgres"
+	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
 const opsToken = "ops-token-0123456789abcdef"
 
+// newStoreAt returns a migrated store over a fresh database whose clock
+// is clock, so that the store's times (due times, ages, findings) follow
+// the test's clock.
+func newStoreAt(t testing.TB, clock func() time.Time) reconcile.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.NewDatabase(t), Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 // opsFixture serves the operator pages over a real store, with a worker
-// that escalates a purchase after its first unresolved attempt.
+// that escalates a purchase after its first unresolved attempt. The
+// store, the worker, the fake provider and the sessions share one clock.
 type opsFixture struct {
 	t     *testing.T
 	store reconcile.Store
@@ -38,7 +58,8 @@ type opsFixture struct {
 
 func setupOps(t *testing.T) *opsFixture {
 	t.Helper()
-	f := &opsFixture{t: t, store: newStore(t), clock: newTestClock()}
+	f := &opsFixture{t: t, clock: newTestClock()}
+	f.store = newStoreAt(t, f.clock.Now)
 	f.fake = fakeprovider.New(fakeprovider.Config{Now: f.clock.Now})
 	svc, err := reconcile.New(f.store, f.fake, reconcile.Config{
 		WorkerID: "worker-1", MaxAttempts: 1, Now: f.clock.Now, Logger: discardLogger(),
@@ -289,7 +310,7 @@ func TestOpsRequiresToken(t *testing.T) {
 		if strings.Contains(r.body, p.ID) {
 			t.Errorf("GET /ops/escalations with %s leaks the case", name)
 		}
-		form := url.Values{"operator": {"mallory"}, "to": {"declined"}, "evidence": {"x"}, "saw": {"x"}, "version": {fmt.Sprint(p.Version)}}
+		form := url.Values{"operator": {"mallory"}, "to": {"declined"}, "evidence": {"x"}, "version": {fmt.Sprint(p.Version)}}
 		for _, action := range []string{"resolve", "recheck", "note"} {
 			if r := f.do("POST", "/ops/purchases/"+p.ID+"/"+action, form, hdr); r.status != http.StatusUnauthorized {
 				t.Errorf("POST %s with %s: %d, want 401", action, name, r.status)
@@ -313,7 +334,6 @@ func TestOpsResolveRefusedChangesNothing(t *testing.T) {
 	created := f.create("cus-created") // never submitted: no charge to settle
 	before, beforeCreated := f.snapshot(p.ID), f.snapshot(created.ID)
 	v := fmt.Sprint(p.Version)
-	saw := "outcome=succeeded status=succeeded"
 
 	cases := []struct {
 		name   string
@@ -323,17 +343,17 @@ func TestOpsResolveRefusedChangesNothing(t *testing.T) {
 		code   string
 		says   string
 	}{
-		{"no evidence", p.ID, url.Values{"to": {"succeeded"}, "saw": {saw}, "version": {v}}, 400, "invalid_request", "evidence"},
-		{"blank evidence", p.ID, url.Values{"to": {"succeeded"}, "evidence": {"  \n "}, "saw": {saw}, "version": {v}}, 400, "invalid_request", "evidence"},
-		{"to uncertain", p.ID, url.Values{"to": {"uncertain"}, "evidence": {"x"}, "saw": {saw}, "version": {v}}, 400, "invalid_request", "succeeded or declined"},
-		{"to reconciling", p.ID, url.Values{"to": {"reconciling"}, "evidence": {"x"}, "saw": {saw}, "version": {v}}, 400, "invalid_request", "succeeded or declined"},
-		{"no target", p.ID, url.Values{"evidence": {"x"}, "saw": {saw}, "version": {v}}, 400, "invalid_request", "to"},
-		{"live view not shown", p.ID, url.Values{"to": {"succeeded"}, "evidence": {"x"}, "version": {v}}, 400, "invalid_request", "saw"},
-		{"no version", p.ID, url.Values{"to": {"succeeded"}, "evidence": {"x"}, "saw": {saw}}, 400, "invalid_request", "version"},
-		{"no operator", p.ID, url.Values{"operator": {" "}, "to": {"succeeded"}, "evidence": {"x"}, "saw": {saw}, "version": {v}}, 400, "invalid_request", "operator"},
-		{"stale version", p.ID, url.Values{"to": {"succeeded"}, "evidence": {"x"}, "saw": {saw}, "version": {fmt.Sprint(p.Version - 1)}}, 409, "stale", "changed since"},
-		{"never submitted", created.ID, url.Values{"to": {"succeeded"}, "evidence": {"x"}, "saw": {saw}, "version": {fmt.Sprint(created.Version)}}, 409, "forbidden_transition", "created"},
-		{"unknown purchase", "pur_nope", url.Values{"to": {"succeeded"}, "evidence": {"x"}, "saw": {saw}, "version": {"1"}}, 404, "not_found", "pur_nope"},
+		{"no evidence", p.ID, url.Values{"to": {"succeeded"}, "version": {v}}, 400, "invalid_request", "evidence"},
+		{"blank evidence", p.ID, url.Values{"to": {"succeeded"}, "evidence": {"  \n "}, "version": {v}}, 400, "invalid_request", "evidence"},
+		{"to uncertain", p.ID, url.Values{"to": {"uncertain"}, "evidence": {"x"}, "version": {v}}, 400, "invalid_request", "succeeded or declined"},
+		{"to reconciling", p.ID, url.Values{"to": {"reconciling"}, "evidence": {"x"}, "version": {v}}, 400, "invalid_request", "succeeded or declined"},
+		{"no target", p.ID, url.Values{"evidence": {"x"}, "version": {v}}, 400, "invalid_request", "to"},
+		{"override with control characters", p.ID, url.Values{"to": {"declined"}, "evidence": {"x"}, "override_provider": {"a\x00b"}, "version": {v}}, 400, "invalid_request", "override_provider"},
+		{"no version", p.ID, url.Values{"to": {"succeeded"}, "evidence": {"x"}}, 400, "invalid_request", "version"},
+		{"no operator", p.ID, url.Values{"operator": {" "}, "to": {"succeeded"}, "evidence": {"x"}, "version": {v}}, 400, "invalid_request", "operator"},
+		{"stale version", p.ID, url.Values{"to": {"succeeded"}, "evidence": {"x"}, "version": {fmt.Sprint(p.Version - 1)}}, 409, "stale", "changed since"},
+		{"never submitted", created.ID, url.Values{"to": {"succeeded"}, "evidence": {"x"}, "version": {fmt.Sprint(created.Version)}}, 409, "forbidden_transition", "created"},
+		{"unknown purchase", "pur_nope", url.Values{"to": {"succeeded"}, "evidence": {"x"}, "version": {"1"}}, 404, "not_found", "pur_nope"},
 	}
 	for _, c := range cases {
 		if !c.form.Has("operator") {
@@ -350,7 +370,7 @@ func TestOpsResolveRefusedChangesNothing(t *testing.T) {
 	// what was typed.
 	session, csrf := f.login("carol")
 	r := f.do("POST", "/ops/purchases/"+p.ID+"/resolve", url.Values{
-		"csrf": {csrf}, "to": {"uncertain"}, "evidence": {"typed <b>evidence</b>"}, "saw": {saw}, "version": {v},
+		"csrf": {csrf}, "to": {"uncertain"}, "evidence": {"typed <b>evidence</b>"}, "version": {v},
 	}, nil, session)
 	if r.status != http.StatusBadRequest || !strings.Contains(r.body, `id="flash"`) ||
 		!strings.Contains(r.body, "succeeded or declined") || !strings.Contains(r.body, "typed &lt;b&gt;evidence&lt;/b&gt;") {
@@ -376,7 +396,7 @@ func TestOpsResolveFinalRefused(t *testing.T) {
 		t.Fatalf("setup: %s", p.State)
 	}
 	before := f.snapshot(p.ID)
-	form := url.Values{"operator": {"bob"}, "to": {"declined"}, "evidence": {"customer says no"}, "saw": {"x"}, "version": {fmt.Sprint(p.Version)}}
+	form := url.Values{"operator": {"bob"}, "to": {"declined"}, "evidence": {"customer says no"}, "version": {fmt.Sprint(p.Version)}}
 	r := f.do("POST", "/ops/purchases/"+p.ID+"/resolve", form, opsBearer)
 	code, msg := r.errCode(t)
 	if r.status != http.StatusConflict || code != "already_final" || !strings.Contains(msg, "already final") || !strings.Contains(msg, "succeeded") {
@@ -581,7 +601,7 @@ func TestOpsBearerJSONFlow(t *testing.T) {
 		t.Fatalf("the provider holds %d charges for the purchase, want 1", n)
 	}
 	// The page shown before the recheck is stale now.
-	stale := url.Values{"operator": {"ops-script"}, "to": {"succeeded"}, "evidence": {"dashboard"}, "saw": {"x"}, "version": {fmt.Sprint(version)}}
+	stale := url.Values{"operator": {"ops-script"}, "to": {"succeeded"}, "evidence": {"dashboard"}, "version": {fmt.Sprint(version)}}
 	if r := f.do("POST", "/ops/purchases/"+p.ID+"/resolve", stale, opsBearer); r.status != http.StatusConflict {
 		t.Fatalf("resolve with the version from before the recheck: %d %s, want 409", r.status, r.body)
 	}
@@ -589,7 +609,7 @@ func TestOpsBearerJSONFlow(t *testing.T) {
 	version, saw := show()
 	evidence := "Stripe dashboard shows the charge succeeded; receipt sent to the customer"
 	r = f.do("POST", "/ops/purchases/"+p.ID+"/resolve", url.Values{
-		"operator": {"ops-script"}, "to": {"succeeded"}, "evidence": {evidence}, "saw": {saw}, "version": {fmt.Sprint(version)},
+		"operator": {"ops-script"}, "to": {"succeeded"}, "evidence": {evidence}, "version": {fmt.Sprint(version)},
 	}, opsBearer)
 	if r.status != http.StatusOK || !strings.Contains(r.body, `"state": "succeeded"`) {
 		t.Fatalf("resolve: %d %s", r.status, r.body)
@@ -636,47 +656,413 @@ func TestOpsBearerJSONFlow(t *testing.T) {
 	}
 }
 
+// TestOpsFormFlow: from the list to the case page, a resolution the
+// provider contradicts is refused with 409 and the provider's answer,
+// changing nothing; the same resolution with an override reason goes
+// through, and the override is recorded beside the provider's answer.
 func TestOpsFormFlow(t *testing.T) {
 	f := setupOps(t)
-	p := f.escalated("cus-form")
+	p := f.escalated("cus-form") // charged at the provider, reply lost
+	charge := f.fake.ChargesFor(p.ID)[0].ID
 	session, _ := f.login("frank")
 
 	list := f.do("GET", "/ops", nil, nil, session)
 	if list.status != http.StatusOK || !strings.Contains(list.body, `href="/ops/purchases/`+p.ID+`"`) ||
-		!strings.Contains(list.body, "12.50 EUR") || !strings.Contains(list.body, "attempts exhausted") {
+		!strings.Contains(list.body, "12.50 EUR") || !strings.Contains(list.body, "attempts exhausted") ||
+		!strings.Contains(list.body, `id="findings-empty"`) {
 		t.Fatalf("list page: %d\n%s", list.status, list.body)
 	}
 	page := f.do("GET", "/ops/purchases/"+p.ID, nil, nil, session)
 	if page.status != http.StatusOK || !strings.Contains(page.body, `id="live-view"`) || !strings.Contains(page.body, "outcome=succeeded") {
 		t.Fatalf("case page: %d\n%s", page.status, page.body)
 	}
-	for _, bad := range []string{"charge again", "Charge again", "failed"} {
+	for _, bad := range []string{"charge again", "Charge again", "failed", `name="saw"`} {
 		if strings.Contains(page.body, bad) {
 			t.Errorf("the case page says %q", bad)
 		}
 	}
-	saw := regexp.MustCompile(`name="saw" value="([^"]*)"`).FindStringSubmatch(page.body)
+	if !strings.Contains(page.body, `name="override_provider"`) || strings.Contains(page.body, `<details class="override" id="override" open>`) {
+		t.Errorf("the resolve form has no override field, or shows it open before any refusal")
+	}
 	ver := regexp.MustCompile(`name="version" value="([^"]*)"`).FindStringSubmatch(page.body)
-	if saw == nil || ver == nil || ver[1] != fmt.Sprint(p.Version) {
-		t.Fatalf("resolve form without saw/version (%v %v)", saw, ver)
+	if ver == nil || ver[1] != fmt.Sprint(p.Version) {
+		t.Fatalf("resolve form without the version (%v)", ver)
 	}
-	r := f.do("POST", "/ops/purchases/"+p.ID+"/resolve", url.Values{
-		"csrf": {opsFormToken(t, page.body)}, "to": {"declined"}, "evidence": {"bank statement: no debit"},
-		"saw": {saw[1]}, "version": {ver[1]},
-	}, map[string]string{"Origin": f.srv.URL}, session)
+	csrf := opsFormToken(t, page.body)
+	before := f.snapshot(p.ID)
+
+	// Declined, while the provider holds a successful charge: refused.
+	form := url.Values{"csrf": {csrf}, "to": {"declined"}, "evidence": {"bank statement: no debit"}, "version": {ver[1]}}
+	r := f.do("POST", "/ops/purchases/"+p.ID+"/resolve", form, map[string]string{"Origin": f.srv.URL}, session)
+	if r.status != http.StatusConflict {
+		t.Fatalf("resolve declined against the provider: %d, want 409\n%s", r.status, r.body)
+	}
+	flash := regexp.MustCompile(`(?s)<div class="flash error" id="flash" role="alert">(.*?)</div>`).FindStringSubmatch(r.body)
+	if flash == nil || !strings.Contains(flash[1], "contradicts this resolution") || !strings.Contains(flash[1], charge) ||
+		!strings.Contains(flash[1], "succeeded") || !strings.Contains(flash[1], "Override the provider") {
+		t.Errorf("the refusal does not say what the provider answered and how to override:\n%s", r.body)
+	}
+	if !strings.Contains(r.body, `<details class="override" id="override" open>`) || !strings.Contains(r.body, `id="override-warn"`) ||
+		!strings.Contains(r.body, "bank statement: no debit") {
+		t.Errorf("after the refusal the override field is not open, or the typed evidence is lost:\n%s", r.body)
+	}
+	f.unchangedBooks(before, "a resolution the provider contradicts")
+
+	// The same, with a reason to go against the provider.
+	reason := "charge " + charge + " refunded by hand in the dashboard, ticket OPS-12"
+	form.Set("override_provider", reason)
+	r = f.do("POST", "/ops/purchases/"+p.ID+"/resolve", form, map[string]string{"Origin": f.srv.URL}, session)
 	if r.status != http.StatusSeeOther {
-		t.Fatalf("resolve from the form: %d\n%s", r.status, r.body)
+		t.Fatalf("resolve with an override: %d\n%s", r.status, r.body)
 	}
-	if got := f.do("GET", r.header.Get("Location"), nil, nil, session); !strings.Contains(got.body, "Resolved as declined by frank.") {
+	if got := f.do("GET", r.header.Get("Location"), nil, nil, session); !strings.Contains(got.body, "Resolved as declined by frank, with an override reason recorded") {
 		t.Errorf("no flash after resolving:\n%s", got.body)
 	}
 	rec := f.record(p.ID)
-	if rec.Purchase.State != statemachine.Declined || len(rec.Actions) != 1 || rec.Actions[0].Operator != "frank" ||
-		rec.Actions[0].Saw != "outcome=succeeded status=succeeded payment="+f.fake.ChargesFor(p.ID)[0].ID+" amount=1250 eur" {
-		t.Errorf("after the form resolve: %s %+v", rec.Purchase.State, rec.Actions)
+	if rec.Purchase.State != statemachine.Declined || rec.Purchase.Escalated() || len(rec.Actions) != 1 {
+		t.Fatalf("after the override: %s escalated %v, actions %+v", rec.Purchase.State, rec.Purchase.Escalated(), rec.Actions)
+	}
+	a := rec.Actions[0]
+	if a.Operator != "frank" || a.Action != "resolve" || !strings.Contains(a.Did, "override: "+reason) ||
+		!strings.Contains(a.Saw, "outcome=succeeded") || !strings.Contains(a.Saw, "payment="+charge) {
+		t.Errorf("operator action: %+v, want frank's resolve with the override and the provider's answer", a)
+	}
+	last := rec.Transitions[len(rec.Transitions)-1]
+	if last.To != statemachine.Declined || last.Cause != reconcile.CauseOperator ||
+		!strings.Contains(last.Evidence, "overriding the provider") || !strings.Contains(last.Evidence, reason) {
+		t.Errorf("last transition: %+v, want the override in its evidence", last)
 	}
 }
 
+// TestOpsResolveAgainstProvider: for scripts, a resolution the provider's
+// live view contradicts is 409 provider_disagrees with the provider's
+// answer; with override_provider it is accepted and recorded.
+func TestOpsResolveAgainstProvider(t *testing.T) {
+	f := setupOps(t)
+	p := f.escalated("cus-json-override")
+	charge := f.fake.ChargesFor(p.ID)[0].ID
+	before := f.snapshot(p.ID)
+	form := url.Values{"operator": {"ops-script"}, "to": {"declined"}, "evidence": {"customer says no"}, "version": {fmt.Sprint(p.Version)}}
+	r := f.do("POST", "/ops/purchases/"+p.ID+"/resolve", form, opsBearer)
+	code, msg := r.errCode(t)
+	if r.status != http.StatusConflict || code != "provider_disagrees" || !strings.Contains(msg, "override_provider") {
+		t.Fatalf("resolve declined against a succeeded charge: %d %s %q, want 409 provider_disagrees naming override_provider", r.status, code, msg)
+	}
+	e, _ := r.json(t)["error"].(map[string]any)
+	answer, _ := e["provider_answer"].(string)
+	reason, _ := e["reason"].(string)
+	if !strings.Contains(answer, "succeeded") || !strings.Contains(answer, charge) || !strings.Contains(reason, "succeeded") {
+		t.Errorf("provider_answer %q, reason %q: want the provider's succeeded charge %s", answer, reason, charge)
+	}
+	f.unchangedBooks(before, "a refused resolution")
+	if n := len(f.fake.ChargesFor(p.ID)); n != 1 {
+		t.Errorf("the provider holds %d charges, want 1", n)
+	}
+
+	// The purchase's version is unchanged: the same form with an override
+	// goes through.
+	form.Set("override_provider", "the customer's bank reversed it: chargeback CB-9")
+	r = f.do("POST", "/ops/purchases/"+p.ID+"/resolve", form, opsBearer)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"state": "declined"`) || !strings.Contains(r.body, "override") {
+		t.Fatalf("resolve with override_provider: %d %s", r.status, r.body)
+	}
+	rec := f.record(p.ID)
+	if rec.Purchase.State != statemachine.Declined || len(rec.Actions) != 1 ||
+		!strings.Contains(rec.Actions[0].Did, "override: the customer's bank reversed it: chargeback CB-9") ||
+		!strings.Contains(rec.Actions[0].Saw, "payment="+charge) {
+		t.Errorf("after the override: %s, actions %+v", rec.Purchase.State, rec.Actions)
+	}
+	// The live view of each resolution is in the purchase's audit.
+	views := 0
+	for _, a := range rec.Attempts {
+		if a.Actor == "operator:ops-script" {
+			views++
+		}
+	}
+	if views != 2 {
+		t.Errorf("%d provider calls recorded for the operator's resolutions, want 2 (the refused one and the override)", views)
+	}
+
+	// Agreeing with the provider needs no override: another purchase,
+	// resolved as succeeded.
+	q := f.escalated("cus-json-agree")
+	r = f.do("POST", "/ops/purchases/"+q.ID+"/resolve", url.Values{
+		"operator": {"ops-script"}, "to": {"succeeded"}, "evidence": {"dashboard"}, "version": {fmt.Sprint(q.Version)},
+	}, opsBearer)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"state": "succeeded"`) {
+		t.Fatalf("resolve succeeded with the provider: %d %s", r.status, r.body)
+	}
+}
+
+// unchangedBooks fails if the purchase, its transitions or its operator
+// actions changed. A refused resolution took the job and gave it back, and
+// recorded the provider call it made, so the job and the attempts are not
+// compared.
+func (f *opsFixture) unchangedBooks(before opsSnapshot, what string) {
+	f.t.Helper()
+	after := f.snapshot(before.P.ID)
+	after.Job, before.Job = reconcile.Job{}, reconcile.Job{}
+	if !reflect.DeepEqual(before, after) {
+		f.t.Fatalf("%s changed the purchase:\nbefore %+v\nafter  %+v", what, before, after)
+	}
+}
+
+// auditFindings makes the provider hold a second charge for a succeeded
+// purchase and a charge for no purchase, and runs the audit over the last
+// hour: two findings, and the purchase on the operator list.
+func (f *opsFixture) auditFindings() (reconcile.Purchase, []reconcile.Finding) {
+	f.t.Helper()
+	ctx := context.Background()
+	p := f.run("cus-audit")
+	if p.State != statemachine.Succeeded {
+		f.t.Fatalf("setup: %s", p.State)
+	}
+	f.fake.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: p.ID, Customer: p.Customer, Amount: p.Amount, Currency: p.Currency})
+	f.fake.ChargeOutside(fakeprovider.OutsideCharge{Amount: 999, Currency: "usd"})
+	f.clock.Advance(time.Minute)
+	now := f.clock.Now()
+	rep, err := f.svc.Audit(ctx, provider.Window{From: now.Add(-time.Hour), Until: now})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if len(rep.New) != 2 {
+		f.t.Fatalf("setup: the audit found %+v, want a duplicate and an orphan", rep.New)
+	}
+	open, err := f.svc.Findings(ctx, false)
+	if err != nil || len(open) != 2 {
+		f.t.Fatalf("setup: open findings %+v, %v", open, err)
+	}
+	return f.record(p.ID).Purchase, open
+}
+
+// TestOpsFindingsListed: open audit findings are on the operator list
+// beside the escalated purchases, in JSON and HTML, with their kind,
+// payment, purchase, money at risk and evidence; the case page shows the
+// purchase's own.
+func TestOpsFindingsListed(t *testing.T) {
+	f := setupOps(t)
+	p, findings := f.auditFindings()
+	byKind := map[reconcile.FindingKind]reconcile.Finding{}
+	for _, fd := range findings {
+		byKind[fd.Kind] = fd
+	}
+	dup, orphan := byKind[reconcile.FindingDuplicateCharge], byKind[reconcile.FindingOrphanCharge]
+	if dup.ID == 0 || orphan.ID == 0 || dup.PurchaseID != p.ID || orphan.PurchaseID != "" {
+		t.Fatalf("setup: findings %+v", findings)
+	}
+
+	type findingJSON struct {
+		ID            int64   `json:"id"`
+		Kind          string  `json:"kind"`
+		PaymentID     string  `json:"payment_id"`
+		PurchaseID    string  `json:"purchase_id"`
+		Amount        int64   `json:"amount"`
+		Currency      string  `json:"currency"`
+		AmountDisplay string  `json:"amount_display"`
+		Evidence      string  `json:"evidence"`
+		FoundAt       string  `json:"found_at"`
+		Open          bool    `json:"open"`
+		ClosedAt      *string `json:"closed_at"`
+	}
+	r := f.do("GET", "/ops/escalations", nil, opsBearer)
+	var list struct {
+		Count         int           `json:"count"`
+		FindingsCount int           `json:"findings_count"`
+		Findings      []findingJSON `json:"findings"`
+		MoneyAtRisk   []string      `json:"money_at_risk"`
+		Cases         []struct {
+			PurchaseID       string        `json:"purchase_id"`
+			EscalationReason string        `json:"escalation_reason"`
+			Findings         []findingJSON `json:"findings"`
+		} `json:"cases"`
+	}
+	if err := json.Unmarshal([]byte(r.body), &list); err != nil || r.status != http.StatusOK {
+		t.Fatalf("GET /ops/escalations: %d %v\n%s", r.status, err, r.body)
+	}
+	if list.FindingsCount != 2 || len(list.Findings) != 2 {
+		t.Fatalf("findings on the list: %d %+v, want 2", list.FindingsCount, list.Findings)
+	}
+	for _, fj := range list.Findings {
+		want := byKind[reconcile.FindingKind(fj.Kind)]
+		if fj.ID != want.ID || fj.PaymentID != want.PaymentID || fj.PurchaseID != want.PurchaseID || fj.Amount != want.Amount ||
+			fj.Currency != want.Currency || fj.Evidence == "" || fj.FoundAt == "" || !fj.Open || fj.ClosedAt != nil {
+			t.Errorf("finding %+v, want %+v", fj, want)
+		}
+	}
+	if !reflect.DeepEqual(list.MoneyAtRisk, []string{"12.50 EUR", "9.99 USD"}) {
+		t.Errorf("money at risk %q, want 12.50 EUR and 9.99 USD", list.MoneyAtRisk)
+	}
+	if list.Count != 1 || list.Cases[0].PurchaseID != p.ID || list.Cases[0].EscalationReason != "duplicate_charge" ||
+		len(list.Cases[0].Findings) != 1 || list.Cases[0].Findings[0].ID != dup.ID {
+		t.Errorf("the escalated case: %+v, want %s escalated for its duplicate charge, with the finding", list.Cases, p.ID)
+	}
+
+	// GET /ops/findings, and one finding.
+	r = f.do("GET", "/ops/findings", nil, opsBearer)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"count": 2`) || !strings.Contains(r.body, orphan.PaymentID) {
+		t.Errorf("GET /ops/findings: %d %s", r.status, r.body)
+	}
+	if r := f.do("GET", "/ops/findings?all=maybe", nil, opsBearer); r.status != http.StatusBadRequest {
+		t.Errorf("GET /ops/findings?all=maybe: %d, want 400", r.status)
+	}
+	r = f.do("GET", fmt.Sprintf("/ops/findings/%d", orphan.ID), nil, opsBearer)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"kind": "orphan_charge"`) || !strings.Contains(r.body, `"amount_display": "9.99 USD"`) {
+		t.Errorf("GET one finding: %d %s", r.status, r.body)
+	}
+	for _, path := range []string{"/ops/findings/999999", "/ops/findings/abc"} {
+		if r := f.do("GET", path, nil, opsBearer); r.status != http.StatusNotFound {
+			t.Errorf("GET %s: %d, want 404", path, r.status)
+		}
+	}
+	if r := f.do("GET", "/ops/findings", nil, nil); r.status != http.StatusUnauthorized {
+		t.Errorf("GET /ops/findings without the token: %d, want 401", r.status)
+	}
+	if r := f.do("GET", fmt.Sprintf("/ops/findings/%d", orphan.ID), nil, nil); r.status != http.StatusUnauthorized || strings.Contains(r.body, orphan.PaymentID) {
+		t.Errorf("GET a finding without the token: %d, want 401 without the finding", r.status)
+	}
+
+	// HTML: the list, the case page and the finding page.
+	session, _ := f.login("hana")
+	page := f.do("GET", "/ops", nil, nil, session)
+	table := regexp.MustCompile(`(?s)<table id="findings">.*?</table>`).FindString(page.body)
+	for _, want := range []string{
+		dup.PaymentID, orphan.PaymentID, `href="/ops/purchases/` + p.ID + `"`, "12.50 EUR", "9.99 USD",
+		"duplicate charge", "orphan charge", fmt.Sprintf(`href="/ops/findings/%d"`, orphan.ID), "names no purchase",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("the findings table does not show %q:\n%s", want, page.body)
+		}
+	}
+	if !strings.Contains(page.body, `id="money-at-risk"`) || !strings.Contains(page.body, `id="cases"`) {
+		t.Errorf("the list page lacks the money at risk or the cases:\n%s", page.body)
+	}
+	c := f.do("GET", "/ops/purchases/"+p.ID, nil, nil, session)
+	caseTable := regexp.MustCompile(`(?s)<table id="case-findings">.*?</table>`).FindString(c.body)
+	if !strings.Contains(caseTable, dup.PaymentID) || strings.Contains(caseTable, orphan.PaymentID) || !strings.Contains(caseTable, "open") {
+		t.Errorf("the case page's findings:\n%s", c.body)
+	}
+	fp := f.do("GET", fmt.Sprintf("/ops/findings/%d", dup.ID), nil, nil, session)
+	if fp.status != http.StatusOK || !strings.Contains(fp.body, `id="close-form"`) || !strings.Contains(fp.body, "a second charge for purchase "+p.ID) ||
+		!strings.Contains(fp.body, `href="/ops/purchases/`+p.ID+`"`) {
+		t.Errorf("finding page: %d\n%s", fp.status, fp.body)
+	}
+}
+
+// TestOpsCloseFinding: an operator closes a finding with a note, from the
+// finding page (CSRF token and same-origin enforced) or as a script; the
+// note is required, a closed finding cannot be closed again, and closing
+// moves no purchase.
+func TestOpsCloseFinding(t *testing.T) {
+	f := setupOps(t)
+	p, findings := f.auditFindings()
+	dup, orphan := findings[0], findings[1]
+	if dup.Kind != reconcile.FindingDuplicateCharge {
+		dup, orphan = orphan, dup
+	}
+	beforePurchase := f.snapshot(p.ID)
+	session, csrf := f.login("ivan")
+	path := fmt.Sprintf("/ops/findings/%d/close", orphan.ID)
+	stillOpen := func(what string) {
+		t.Helper()
+		got, err := f.svc.Finding(context.Background(), orphan.ID)
+		if err != nil || !got.Open() {
+			t.Fatalf("%s closed the finding: %+v %v", what, got, err)
+		}
+	}
+
+	for _, c := range []struct {
+		name   string
+		form   url.Values
+		header map[string]string
+	}{
+		{"no csrf token", url.Values{"note": {"refunded"}}, nil},
+		{"wrong csrf token", url.Values{"note": {"refunded"}, "csrf": {"AAAA" + csrf[4:]}}, nil},
+		{"cross-site Origin", url.Values{"note": {"refunded"}, "csrf": {csrf}}, map[string]string{"Origin": "https://evil.example"}},
+		{"Sec-Fetch-Site cross-site", url.Values{"note": {"refunded"}, "csrf": {csrf}}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+	} {
+		if r := f.do("POST", path, c.form, c.header, session); r.status != http.StatusForbidden {
+			t.Errorf("%s: %d, want 403", c.name, r.status)
+		}
+	}
+	if r := f.do("POST", path, url.Values{"operator": {"mallory"}, "note": {"x"}}, nil); r.status != http.StatusUnauthorized {
+		t.Errorf("close without a token or session: %d, want 401", r.status)
+	}
+	stillOpen("forged POSTs")
+
+	// A browser without a note gets the page again with the message.
+	r := f.do("POST", path, url.Values{"csrf": {csrf}, "note": {"  "}}, nil, session)
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, `id="flash"`) || !strings.Contains(r.body, "note: is required") ||
+		!strings.Contains(r.body, `id="close-form"`) {
+		t.Errorf("close without a note: %d\n%s", r.status, r.body)
+	}
+	stillOpen("a close without a note")
+
+	note := "refunded re_123 in the dashboard: a test charge <by support>"
+	r = f.do("POST", path, url.Values{"csrf": {csrf}, "note": {note}}, map[string]string{"Origin": f.srv.URL, "Sec-Fetch-Site": "same-origin"}, session)
+	if r.status != http.StatusSeeOther || r.header.Get("Location") == "" {
+		t.Fatalf("close from the page: %d %s\n%s", r.status, r.header.Get("Location"), r.body)
+	}
+	page := f.do("GET", r.header.Get("Location"), nil, nil, session)
+	if !strings.Contains(page.body, fmt.Sprintf("Finding %d closed by ivan.", orphan.ID)) || !strings.Contains(page.body, `id="closed-by"`) ||
+		!strings.Contains(page.body, "&lt;by support&gt;") || strings.Contains(page.body, `id="close-form"`) {
+		t.Errorf("the finding page after closing:\n%s", page.body)
+	}
+	got, err := f.svc.Finding(context.Background(), orphan.ID)
+	if err != nil || got.Open() || got.ClosedBy != "ivan" || got.CloseNote != note {
+		t.Errorf("closed finding: %+v %v", got, err)
+	}
+	// An unsigned flash is not shown on a finding page.
+	if page := f.do("GET", fmt.Sprintf("/ops/findings/%d?flash=Refund+twice", orphan.ID), nil, nil, session); strings.Contains(page.body, "Refund twice") {
+		t.Errorf("an unsigned flash message is shown on the finding page")
+	}
+	// Off the open list; still listed with ?all=1.
+	if r := f.do("GET", "/ops/escalations", nil, opsBearer); !strings.Contains(r.body, `"findings_count": 1`) || strings.Contains(r.body, orphan.PaymentID) {
+		t.Errorf("the closed finding is still on the list:\n%s", r.body)
+	}
+	if r := f.do("GET", "/ops/findings?all=1", nil, opsBearer); !strings.Contains(r.body, `"count": 2`) || !strings.Contains(r.body, `"closed_by": "ivan"`) {
+		t.Errorf("GET /ops/findings?all=1:\n%s", r.body)
+	}
+
+	// Scripts: operator and note are required; closing twice is a conflict.
+	dupPath := fmt.Sprintf("/ops/findings/%d/close", dup.ID)
+	for _, c := range []struct {
+		name   string
+		path   string
+		form   url.Values
+		status int
+		code   string
+	}{
+		{"no operator", dupPath, url.Values{"note": {"x"}}, 400, "invalid_request"},
+		{"no note", dupPath, url.Values{"operator": {"ops-script"}}, 400, "invalid_request"},
+		{"already closed", path, url.Values{"operator": {"ops-script"}, "note": {"again"}}, 409, "already_closed"},
+		{"unknown finding", "/ops/findings/999999/close", url.Values{"operator": {"ops-script"}, "note": {"x"}}, 404, "not_found"},
+		{"not a finding id", "/ops/findings/pur_1/close", url.Values{"operator": {"ops-script"}, "note": {"x"}}, 404, "not_found"},
+	} {
+		r := f.do("POST", c.path, c.form, opsBearer)
+		if code, msg := r.errCode(t); r.status != c.status || code != c.code {
+			t.Errorf("%s: %d %s %q, want %d %s", c.name, r.status, code, msg, c.status, c.code)
+		}
+	}
+	r = f.do("POST", dupPath, url.Values{"operator": {"ops-script"}, "note": {"extra charge refunded: re_456"}}, opsBearer)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"closed_by": "ops-script"`) || !strings.Contains(r.body, `"open": false`) {
+		t.Fatalf("close as a script: %d %s", r.status, r.body)
+	}
+	if r := f.do("GET", "/ops/escalations", nil, opsBearer); !strings.Contains(r.body, `"findings_count": 0`) {
+		t.Errorf("findings left open:\n%s", r.body)
+	}
+
+	// Closing findings moved no purchase: the duplicate's purchase is
+	// still succeeded and on the operator list.
+	f.unchanged(beforePurchase, "closing its findings")
+	if after := f.record(p.ID).Purchase; !after.Escalated() || after.State != statemachine.Succeeded {
+		t.Errorf("the purchase after closing its finding: %s escalated %v", after.State, after.Escalated())
+	}
+}
+
+// TestOpsCloseContradictionWithNote: a late approval after a decline,
+// confirmed by the worker's status query, leaves the purchase declined on
+// the operator list (state_disagreement); it has no resolve form, and a
+// note closes it.
 func TestOpsCloseContradictionWithNote(t *testing.T) {
 	f := setupOps(t)
 	p := f.run("cus-contra", fakeprovider.Decline)
@@ -684,12 +1070,23 @@ func TestOpsCloseContradictionWithNote(t *testing.T) {
 		t.Fatalf("setup: %s", p.State)
 	}
 	pi := f.fake.ChargesFor(p.ID)[0].ID
+	f.clock.Advance(time.Minute)
+	if _, err := f.fake.SetStatus(pi, fakeprovider.StatusSucceeded); err != nil { // a late approval
+		t.Fatal(err)
+	}
 	out, err := f.svc.ApplyEvent(context.Background(), reconcile.Event{
 		Provider: "stripe", ID: "evt_contra", Type: "payment_intent.succeeded", Outcome: provider.Succeeded,
-		PaymentID: pi, PurchaseID: p.ID, PayloadHash: "aa", Payload: []byte(`{}`),
+		PaymentID: pi, PurchaseID: p.ID, Amount: p.Amount, Currency: p.Currency, Created: f.clock.Now(),
+		PayloadHash: "aa", Payload: []byte(`{}`),
 	})
-	if err != nil || out != reconcile.EventContradiction {
-		t.Fatalf("setup: %s %v", out, err)
+	if err != nil || out != reconcile.EventConfirming {
+		t.Fatalf("setup: %s %v, want the event confirmed with a status query", out, err)
+	}
+	if _, err := f.svc.RunOnce(context.Background()); err != nil { // the status query confirms it
+		t.Fatal(err)
+	}
+	if c := f.record(p.ID).Purchase; c.State != statemachine.Declined || c.EscalationReason != reconcile.EscalationStateDisagreement {
+		t.Fatalf("setup: %s escalated for %q, want declined and state_disagreement", c.State, c.EscalationReason)
 	}
 	session, _ := f.login("gina")
 	page := f.do("GET", "/ops/purchases/"+p.ID, nil, nil, session)
@@ -704,7 +1101,7 @@ func TestOpsCloseContradictionWithNote(t *testing.T) {
 	}
 	rec := f.record(p.ID)
 	if rec.Purchase.Escalated() || rec.Purchase.State != statemachine.Declined || len(rec.Actions) != 1 ||
-		!strings.Contains(rec.Actions[0].Did, "closed escalation contradiction") {
+		!strings.Contains(rec.Actions[0].Did, "closed escalation state_disagreement") {
 		t.Errorf("after closing: escalated %v, %s, %+v", rec.Purchase.Escalated(), rec.Purchase.State, rec.Actions)
 	}
 }

@@ -338,17 +338,20 @@ type transitionJSON struct {
 }
 
 type attemptJSON struct {
-	Op        string    `json:"op"`
-	Key       string    `json:"idempotency_key,omitempty"`
-	Outcome   string    `json:"outcome"`
-	PaymentID string    `json:"payment_id,omitempty"`
-	Status    string    `json:"status,omitempty"`
-	LatencyMS float64   `json:"latency_ms"`
-	Error     string    `json:"error,omitempty"`
-	Applied   bool      `json:"applied"`
-	Note      string    `json:"note,omitempty"`
-	Actor     string    `json:"actor,omitempty"`
-	At        time.Time `json:"at"`
+	Op        string  `json:"op"`
+	Key       string  `json:"idempotency_key,omitempty"`
+	Outcome   string  `json:"outcome"`
+	PaymentID string  `json:"payment_id,omitempty"`
+	Status    string  `json:"status,omitempty"`
+	LatencyMS float64 `json:"latency_ms"`
+	Error     string  `json:"error,omitempty"`
+	Applied   bool    `json:"applied"`
+	// Unanswered marks a call the history shows was started and for which
+	// no answer was ever recorded (see reconcile.Attempt.Derived).
+	Unanswered bool      `json:"unanswered,omitempty"`
+	Note       string    `json:"note,omitempty"`
+	Actor      string    `json:"actor,omitempty"`
+	At         time.Time `json:"at"`
 }
 
 func toDetailJSON(d reconcile.Detail) detailJSON {
@@ -378,7 +381,7 @@ func toAttemptsJSON(as []reconcile.Attempt) []attemptJSON {
 		out = append(out, attemptJSON{
 			Op: string(a.Op), Key: a.Key, Outcome: string(a.Outcome), PaymentID: a.PaymentID, Status: a.Status,
 			LatencyMS: float64(a.Latency.Microseconds()) / 1000, Error: a.Error, Applied: a.Applied,
-			Note: a.Note, Actor: a.Actor, At: a.At,
+			Unanswered: a.Derived, Note: a.Note, Actor: a.Actor, At: a.At,
 		})
 	}
 	return out

@@ -38,7 +38,8 @@ type apiFixture struct {
 // setupAPI serves the purchase API; wrap, if set, wraps its handler.
 func setupAPI(t testing.TB, wrap func(http.Handler) http.Handler) *apiFixture {
 	t.Helper()
-	f := &apiFixture{t: t, store: newStore(t), clock: newTestClock()}
+	f := &apiFixture{t: t, clock: newTestClock()}
+	f.store = newStoreAt(t, f.clock.Now)
 	svc, err := reconcile.New(f.store, fakeprovider.New(fakeprovider.Config{Now: f.clock.Now}),
 		reconcile.Config{Now: f.clock.Now, Logger: discardLogger()})
 	if err != nil {

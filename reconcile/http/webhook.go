@@ -55,6 +55,9 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			Outcome:     ev.Outcome,
 			PaymentID:   ev.PaymentID,
 			PurchaseID:  ev.PurchaseID,
+			Amount:      ev.Amount,
+			Currency:    ev.Currency,
+			Created:     ev.Created,
 			PayloadHash: digest,
 			Payload:     body,
 		})

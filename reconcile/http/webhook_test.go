@@ -39,7 +39,8 @@ type hookFixture struct {
 
 func setupHooks(t *testing.T) *hookFixture {
 	t.Helper()
-	f := &hookFixture{t: t, store: newStore(t), clock: newTestClock()}
+	f := &hookFixture{t: t, clock: newTestClock()}
+	f.store = newStoreAt(t, f.clock.Now)
 	f.fake = fakeprovider.New(fakeprovider.Config{Now: f.clock.Now, SettleAfter: time.Minute})
 	f.svc = f.service(f.fake, "worker-1")
 	v, err := stripe.NewWebhookVerifier(stripe.WebhookConfig{Secret: webhookSecret, Now: f.clock.Now})
@@ -201,20 +202,47 @@ func TestWebhookStaleProcessingAfterSuccess(t *testing.T) {
 	}
 }
 
-func TestWebhookSuccessAfterDeclineIsContradiction(t *testing.T) {
-	f := setupHooks(t)
-	p := f.purchase(fakeprovider.Decline)
-	if p.State != statemachine.Declined {
-		t.Fatalf("setup: %s", p.State)
-	}
-	wantOutcome(t, f.send(event("evt_4", "payment_intent.succeeded", p.ProviderPaymentID, "succeeded", p.ID)), 200, reconcile.EventContradiction)
-	d := f.get(p.ID)
-	if d.Purchase.State != statemachine.Declined || d.Purchase.EscalationReason != reconcile.EscalationContradiction {
-		t.Fatalf("after contradiction: %s, escalation %q", d.Purchase.State, d.Purchase.EscalationReason)
-	}
-	cases, err := f.svc.Escalations(context.Background())
-	if err != nil || len(cases) != 1 || cases[0].Purchase.ID != p.ID || len(cases[0].Events) != 1 {
-		t.Fatalf("operator list: %v %+v", err, cases)
+func TestWebhookSuccessAfterDeclineIsConfirmed(t *testing.T) {
+	for _, approved := range []bool{false, true} {
+		t.Run(fmt.Sprintf("provider approved %v", approved), func(t *testing.T) {
+			f := setupHooks(t)
+			p := f.purchase(fakeprovider.Decline)
+			if p.State != statemachine.Declined {
+				t.Fatalf("setup: %s", p.State)
+			}
+			if approved { // a late approval: the provider's truth is now succeeded
+				if _, err := f.fake.SetStatus(p.ProviderPaymentID, fakeprovider.StatusSucceeded); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wantOutcome(t, f.send(event("evt_4", "payment_intent.succeeded", p.ProviderPaymentID, "succeeded", p.ID)), 200, reconcile.EventConfirming)
+			if d := f.get(p.ID); d.Purchase.State != statemachine.Declined || d.Purchase.Doubt == "" || !d.Job.DoneAt.IsZero() {
+				t.Fatalf("after the event: %s doubt %q job %+v, want declined, in doubt, job reopened", d.Purchase.State, d.Purchase.Doubt, d.Job)
+			}
+			if _, err := f.svc.RunOnce(context.Background()); err != nil { // the status query
+				t.Fatal(err)
+			}
+			d := f.get(p.ID)
+			if d.Purchase.State != statemachine.Declined || d.Purchase.Doubt != "" || d.Job.DoneAt.IsZero() {
+				t.Fatalf("after the status query: %s doubt %q job %+v", d.Purchase.State, d.Purchase.Doubt, d.Job)
+			}
+			cases, err := f.svc.Escalations(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !approved {
+				if d.Purchase.Escalated() || len(cases) != 0 {
+					t.Fatalf("a refuted event escalated: %q", d.Purchase.EscalationReason)
+				}
+				return
+			}
+			if d.Purchase.EscalationReason != reconcile.EscalationStateDisagreement {
+				t.Fatalf("escalation %q, want state_disagreement", d.Purchase.EscalationReason)
+			}
+			if len(cases) != 1 || cases[0].Purchase.ID != p.ID || len(cases[0].Events) != 1 {
+				t.Fatalf("operator list: %+v", cases)
+			}
+		})
 	}
 }
 

@@ -3,7 +3,8 @@
 // the alert rules in deploy/prometheus/alerts.yml rely on them.
 //
 // No label carries an unbounded value: states, causes, operations,
-// outcomes, sweep names and provider event types are all small fixed sets.
+// outcomes, sweep names, audit finding kinds and provider event types are
+// all small fixed sets.
 package prometheus
 
 import (
@@ -30,6 +31,7 @@ type Metrics struct {
 	purchases       *prometheus.GaugeVec
 	oldestUncertain prometheus.Gauge
 	escalationsOpen prometheus.Gauge
+	findingsOpen    *prometheus.GaugeVec
 	transitions     *prometheus.CounterVec
 	providerCalls   *prometheus.CounterVec
 	providerLatency *prometheus.HistogramVec
@@ -61,6 +63,10 @@ func New() *Metrics {
 		escalationsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "payrecon_escalations_open", Help: "Purchases on the operator list.",
 		}),
+		findingsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_audit_findings_open",
+			Help: "Open findings of the audit from the provider's side, by kind (orphan_charge, duplicate_charge, amount_mismatch, currency_mismatch, state_disagreement, missing_at_provider), read from the database.",
+		}, []string{"kind"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_transitions_total", Help: "Committed state transitions.",
 		}, []string{"from", "to", "cause"}),
@@ -73,7 +79,7 @@ func New() *Metrics {
 		}, []string{"op"}),
 		webhookEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_webhook_events_total",
-			Help: "Webhook events by type and outcome (applied, duplicate, stale, conflict, contradiction, unmatched, ignored, rejected).",
+			Help: "Webhook events by type and outcome (applied, duplicate, stale, conflict, contradiction, confirming, unmatched, ignored, rejected).",
 		}, []string{"type", "outcome"}),
 		jobsClaimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "payrecon_jobs_claimed_total", Help: "Jobs leased by this process.",
@@ -105,12 +111,17 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.purchases, m.oldestUncertain, m.escalationsOpen, m.transitions, m.providerCalls,
+		m.purchases, m.oldestUncertain, m.escalationsOpen, m.findingsOpen, m.transitions, m.providerCalls,
 		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
 		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK,
 	)
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s))
+	}
+	// Every finding kind is present from the start, at 0 until the first
+	// refresh, so that the audit alert sees a series for each.
+	for _, k := range reconcile.FindingKinds {
+		m.findingsOpen.WithLabelValues(string(k))
 	}
 	// Counters the alerts take increase() of start at 0, so that the
 	// first event after a restart is an increase and not a new series.
@@ -132,7 +143,7 @@ var webhookTypes = []string{
 // webhookOutcomes are the outcomes of an event that passed verification.
 var webhookOutcomes = []reconcile.EventOutcome{
 	reconcile.EventApplied, reconcile.EventDuplicate, reconcile.EventStale, reconcile.EventConflict,
-	reconcile.EventContradiction, reconcile.EventUnmatched,
+	reconcile.EventContradiction, reconcile.EventConfirming, reconcile.EventUnmatched,
 }
 
 // Handler serves the metrics in the Prometheus exposition format.
@@ -191,20 +202,30 @@ func (m *Metrics) Sweep(name, result string, took time.Duration, items int, at t
 	}
 }
 
-// Refresh reads the gauges from the store: purchases by state, open
-// escalations, and the age at now of the oldest uncertain purchase.
-func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store, now time.Time) error {
+// Refresh reads the gauges from the store, in one transaction: purchases
+// by state, open escalations, open audit findings by kind, and the age of
+// the oldest uncertain purchase, measured on the store's clock (the one
+// that stamped it).
+func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	var (
 		counts    map[statemachine.State]int
 		escalated int
+		findings  map[reconcile.FindingKind]int
 		oldest    time.Time
+		now       time.Time
 	)
 	err := st.InTx(ctx, func(tx reconcile.Tx) error {
 		var err error
+		if now, err = tx.Now(ctx); err != nil {
+			return err
+		}
 		if counts, err = tx.CountByState(ctx); err != nil {
 			return err
 		}
 		if escalated, err = tx.CountEscalated(ctx); err != nil {
+			return err
+		}
+		if findings, err = tx.CountOpenFindings(ctx); err != nil {
 			return err
 		}
 		oldest, err = tx.OldestUncertainSince(ctx)
@@ -217,6 +238,9 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store, now time.Time
 		m.purchases.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
 	m.escalationsOpen.Set(float64(escalated))
+	for _, k := range reconcile.FindingKinds {
+		m.findingsOpen.WithLabelValues(string(k)).Set(float64(findings[k]))
+	}
 	age := 0.0
 	if !oldest.IsZero() && now.After(oldest) {
 		age = now.Sub(oldest).Seconds()

@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
 	"github.com/payrecon/payrecon/statemachine"
@@ -21,7 +23,22 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-func newStore(t *testing.T) reconcile.Store { return pgtest.NewStore(t) }
+// newStore returns a migrated store of its own whose clock is clock.
+func newStore(t *testing.T, clock func() time.Time) reconcile.Store {
+	t.Helper()
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, postgres.Config{URL: pgtest.NewDatabase(t), Now: clock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	if err := st.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // scrape returns the value of a sample line on /metrics, or fails.
 func scrape(t *testing.T, m *prometheus.Metrics, sample string) string {
@@ -45,12 +62,12 @@ func scrape(t *testing.T, m *prometheus.Metrics, sample string) string {
 // TestOldestUncertainAge: a purchase forced into a long uncertainty shows
 // its exact age on /metrics; once settled, the gauge goes back to 0.
 func TestOldestUncertainAge(t *testing.T) {
-	st := newStore(t)
 	now := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
+	st := newStore(t, clock)
 	fake := fakeprovider.New(fakeprovider.Config{Now: clock})
 	m := prometheus.New()
-	svc, err := reconcile.New(st, fake, reconcile.Config{Now: clock, Observer: m, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	svc, err := reconcile.New(st, fake, reconcile.Config{Now: clock, Observer: m, Logger: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +80,7 @@ func TestOldestUncertainAge(t *testing.T) {
 	if _, err := svc.RunOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := m.Refresh(ctx, st, now); err != nil {
+	if err := m.Refresh(ctx, st); err != nil {
 		t.Fatal(err)
 	}
 	if got := scrape(t, m, "payrecon_oldest_uncertain_age_seconds"); got != "0" {
@@ -71,7 +88,7 @@ func TestOldestUncertainAge(t *testing.T) {
 	}
 
 	now = now.Add(2*time.Hour + 30*time.Second) // nobody ran the worker
-	if err := m.Refresh(ctx, st, now); err != nil {
+	if err := m.Refresh(ctx, st); err != nil {
 		t.Fatal(err)
 	}
 	if got := scrape(t, m, "payrecon_oldest_uncertain_age_seconds"); got != "7230" {
@@ -93,7 +110,7 @@ func TestOldestUncertainAge(t *testing.T) {
 	if d, _ := svc.Purchase(ctx, p.ID); d.Purchase.State != statemachine.Succeeded {
 		t.Fatalf("state %s", d.Purchase.State)
 	}
-	if err := m.Refresh(ctx, st, now); err != nil {
+	if err := m.Refresh(ctx, st); err != nil {
 		t.Fatal(err)
 	}
 	if got := scrape(t, m, "payrecon_oldest_uncertain_age_seconds"); got != "0" {
@@ -164,9 +181,75 @@ func TestAlertedCountersStartAtZero(t *testing.T) {
 		`payrecon_webhook_events_total{outcome="contradiction",type="payment_intent.succeeded"}`,
 		`payrecon_webhook_events_total{outcome="conflict",type="payment_intent.succeeded"}`,
 		`payrecon_webhook_events_total{outcome="rejected",type="unverified"}`,
+		`payrecon_webhook_events_total{outcome="confirming",type="payment_intent.canceled"}`,
 	} {
 		if got := scrape(t, m, sample); got != "0" {
 			t.Errorf("%s = %s before any event, want 0", sample, got)
 		}
 	}
+}
+
+// TestAuditFindingsOpen: payrecon_audit_findings_open has every kind from
+// the start, at 0; a refresh after an audit counts its open findings by
+// kind, and closing one brings its kind back to 0.
+func TestAuditFindingsOpen(t *testing.T) {
+	m := prometheus.New()
+	for _, k := range reconcile.FindingKinds {
+		sample := `payrecon_audit_findings_open{kind="` + string(k) + `"}`
+		if got := scrape(t, m, sample); got != "0" {
+			t.Errorf("%s = %s before any refresh, want 0", sample, got)
+		}
+	}
+
+	now := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	st := newStore(t, clock)
+	fakeNow := now.Add(-time.Hour)
+	fake := fakeprovider.New(fakeprovider.Config{Now: func() time.Time { return fakeNow }})
+	svc, err := reconcile.New(st, fake, reconcile.Config{Now: clock, Observer: m, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Two charges nobody made through payrecon, for no purchase.
+	fake.ChargeOutside(fakeprovider.OutsideCharge{Amount: 500, Currency: "usd"})
+	fake.ChargeOutside(fakeprovider.OutsideCharge{Amount: 700, Currency: "eur", PurchaseID: "pur_unknown"})
+	rep, err := svc.Audit(ctx, provider.Window{From: now.Add(-2 * time.Hour), Until: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.New) != 2 {
+		t.Fatalf("audit found %d, want the 2 orphan charges: %+v", len(rep.New), rep.New)
+	}
+	if err := m.Refresh(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	want := map[reconcile.FindingKind]string{reconcile.FindingOrphanCharge: "2"}
+	check := func(when string) {
+		t.Helper()
+		for _, k := range reconcile.FindingKinds {
+			w := want[k]
+			if w == "" {
+				w = "0"
+			}
+			sample := `payrecon_audit_findings_open{kind="` + string(k) + `"}`
+			if got := scrape(t, m, sample); got != w {
+				t.Errorf("%s: %s = %s, want %s", when, sample, got, w)
+			}
+		}
+	}
+	check("after the audit")
+
+	open, err := svc.Findings(ctx, false)
+	if err != nil || len(open) != 2 {
+		t.Fatalf("open findings: %d, %v", len(open), err)
+	}
+	if _, err := svc.CloseFinding(ctx, open[0].ID, "alice", "refunded by hand"); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Refresh(ctx, st); err != nil {
+		t.Fatal(err)
+	}
+	want[reconcile.FindingOrphanCharge] = "1"
+	check("after closing one")
 }
