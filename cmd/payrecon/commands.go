@@ -178,7 +178,10 @@ func printDetail(e *env, d reconcile.Detail) {
 	w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	for _, a := range d.Attempts {
 		applied := "applied"
-		if !a.Applied {
+		switch {
+		case a.Derived:
+			applied = "no answer recorded"
+		case !a.Applied:
 			applied = "not applied"
 		}
 		extra := a.Note

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"os/user"
+	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -41,7 +44,7 @@ func (e *env) registerOps(a *app) error {
 
 func runOps(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: want ops list | show ID | recheck ID | resolve ID | note ID", errUsage)
+		return fmt.Errorf("%w: want ops list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID", errUsage)
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -55,8 +58,12 @@ func runOps(ctx context.Context, e *env, args []string) error {
 		return runOpsResolve(ctx, e, args)
 	case "note":
 		return runOpsNote(ctx, e, args)
+	case "findings":
+		return runOpsFindings(ctx, e, args)
+	case "close-finding":
+		return runOpsCloseFinding(ctx, e, args)
 	default:
-		return fmt.Errorf("%w: unknown ops subcommand %q: want list, show, recheck, resolve or note", errUsage, sub)
+		return fmt.Errorf("%w: unknown ops subcommand %q: want list, show, recheck, resolve, note, findings or close-finding", errUsage, sub)
 	}
 }
 
@@ -84,27 +91,120 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	findings, err := svc.Findings(ctx, false)
+	if err != nil {
+		return err
+	}
 	if asJSON {
-		out := make([]caseJSON, 0, len(cases))
+		out := opsListJSON{Cases: make([]caseJSON, 0, len(cases)), Findings: toFindingsJSON(findings)}
 		for _, c := range cases {
-			out = append(out, toCaseJSON(c))
+			out.Cases = append(out.Cases, toCaseJSON(c))
 		}
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(out)
+		return printJSON(e, out)
 	}
 	if len(cases) == 0 {
 		fmt.Fprintln(e.stdout, "no escalated purchases")
+	} else {
+		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "PURCHASE\tPAYMENT\tAMOUNT\tCUSTOMER\tSTATE\tAGE\tREASON\tCALLS")
+		for _, c := range cases {
+			p := c.Purchase
+			fmt.Fprintf(w, "%s\t%s\t%d %s\t%s\t%s\t%s\t%s\t%d\n", p.ID, dash(p.ProviderPaymentID), p.Amount, p.Currency,
+				p.Customer, p.State, c.Age.Round(time.Second), p.EscalationReason, len(c.Attempts))
+		}
+		if err := w.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(e.stdout)
+	if len(findings) == 0 {
+		fmt.Fprintln(e.stdout, "no open audit findings")
 		return nil
 	}
+	fmt.Fprintf(e.stdout, "open audit findings (%d; money at risk %s; close each with `payrecon ops close-finding ID --note …` once handled):\n",
+		len(findings), strings.Join(moneyAtRisk(findings), ", "))
+	return printFindings(e, findings)
+}
+
+// opsListJSON is `ops list --json`: the escalated cases and, beside them,
+// the open audit findings.
+type opsListJSON struct {
+	Cases    []caseJSON    `json:"cases"`
+	Findings []findingJSON `json:"findings"`
+}
+
+// findingJSON is the scripted view of an audit finding. Amount and
+// currency are the provider's payment's: the money at risk.
+type findingJSON struct {
+	ID         int64      `json:"id"`
+	Provider   string     `json:"provider"`
+	Kind       string     `json:"kind"`
+	PaymentID  string     `json:"payment_id"`
+	PurchaseID string     `json:"purchase_id,omitempty"`
+	Amount     int64      `json:"amount"`
+	Currency   string     `json:"currency"`
+	Status     string     `json:"status,omitempty"`
+	Evidence   string     `json:"evidence"`
+	FoundAt    time.Time  `json:"found_at"`
+	Open       bool       `json:"open"`
+	ClosedAt   *time.Time `json:"closed_at,omitempty"`
+	ClosedBy   string     `json:"closed_by,omitempty"`
+	CloseNote  string     `json:"close_note,omitempty"`
+}
+
+func toFindingsJSON(fs []reconcile.Finding) []findingJSON {
+	out := make([]findingJSON, 0, len(fs))
+	for _, f := range fs {
+		j := findingJSON{
+			ID: f.ID, Provider: f.Provider, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
+			Amount: f.Amount, Currency: f.Currency, Status: f.Status, Evidence: f.Evidence, FoundAt: f.FoundAt,
+			Open: f.Open(), ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
+		}
+		if !f.Open() {
+			at := f.ClosedAt
+			j.ClosedAt = &at
+		}
+		out = append(out, j)
+	}
+	return out
+}
+
+// printFindings writes one line per finding.
+func printFindings(e *env, fs []reconcile.Finding) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "PURCHASE\tPAYMENT\tAMOUNT\tCUSTOMER\tSTATE\tAGE\tREASON\tCALLS")
-	for _, c := range cases {
-		p := c.Purchase
-		fmt.Fprintf(w, "%s\t%s\t%d %s\t%s\t%s\t%s\t%s\t%d\n", p.ID, dash(p.ProviderPaymentID), p.Amount, p.Currency,
-			p.Customer, p.State, c.Age.Round(time.Second), p.EscalationReason, len(c.Attempts))
+	fmt.Fprintln(w, "FINDING\tKIND\tPAYMENT\tPURCHASE\tAMOUNT\tSTATUS\tFOUND\tEVIDENCE")
+	for _, f := range fs {
+		evidence := f.Evidence
+		if !f.Open() {
+			evidence = fmt.Sprintf("closed %s by %s: %s | %s", stamp(f.ClosedAt), f.ClosedBy, f.CloseNote, evidence)
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d %s\t%s\t%s\t%s\n", f.ID, f.Kind, f.PaymentID, dash(f.PurchaseID),
+			f.Amount, f.Currency, dash(f.Status), stamp(f.FoundAt), evidence)
 	}
 	return w.Flush()
+}
+
+// moneyAtRisk sums the findings' amounts per currency, in minor units
+// ("1250 eur"), currencies in alphabetical order.
+func moneyAtRisk(fs []reconcile.Finding) []string {
+	sum := map[string]int64{}
+	for _, f := range fs {
+		sum[strings.ToLower(f.Currency)] += f.Amount
+	}
+	out := make([]string, 0, len(sum))
+	for _, c := range slices.Sorted(maps.Keys(sum)) {
+		out = append(out, fmt.Sprintf("%d %s", sum[c], c))
+	}
+	if len(out) == 0 {
+		return []string{"none"}
+	}
+	return out
+}
+
+func printJSON(e *env, v any) error {
+	enc := json.NewEncoder(e.stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }
 
 // caseJSON is the scripted view of an escalated case.
@@ -202,9 +302,22 @@ func runOpsShow(ctx context.Context, e *env, args []string) error {
 	for _, ev := range c.Events {
 		fmt.Fprintf(e.stdout, "  %s  %s  %s  %s\n", stamp(ev.ReceivedAt), ev.EventID, ev.Type, ev.Outcome)
 	}
+	fmt.Fprintln(e.stdout, "\naudit findings:")
+	for _, f := range c.Findings {
+		state := "open"
+		if !f.Open() {
+			state = fmt.Sprintf("closed %s by %s: %s", stamp(f.ClosedAt), f.ClosedBy, f.CloseNote)
+		}
+		fmt.Fprintf(e.stdout, "  %s  #%d %s  payment %s  %d %s  %s  %s\n", stamp(f.FoundAt), f.ID, f.Kind, f.PaymentID,
+			f.Amount, f.Currency, state, f.Evidence)
+	}
 	fmt.Fprintln(e.stdout, "\noperator actions:")
 	for _, a := range c.Actions {
-		fmt.Fprintf(e.stdout, "  %s  %s by %s: %s  %s\n", stamp(a.At), a.Action, a.Operator, a.Did, a.Evidence)
+		line := fmt.Sprintf("  %s  %s by %s: %s  %s", stamp(a.At), a.Action, a.Operator, a.Did, a.Evidence)
+		if a.Saw != "" {
+			line += "  (provider showed: " + a.Saw + ")"
+		}
+		fmt.Fprintln(e.stdout, line)
 	}
 	return nil
 }
@@ -238,7 +351,7 @@ func runOpsRecheck(ctx context.Context, e *env, args []string) error {
 
 func runOpsResolve(ctx context.Context, e *env, args []string) error {
 	var succeeded, declined, yes bool
-	var evidence string
+	var evidence, override string
 	operator := defaultOperator()
 	id, err := oneID(e, "ops resolve", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&succeeded, "succeeded", false, "the charge succeeded")
@@ -246,6 +359,7 @@ func runOpsResolve(ctx context.Context, e *env, args []string) error {
 		fs.StringVar(&evidence, "evidence", "", "what the decision rests on (required)")
 		fs.StringVar(&operator, "operator", operator, "your name, for the audit")
 		fs.BoolVar(&yes, "yes", false, "do not ask for confirmation after showing the provider's view")
+		fs.StringVar(&override, "override-provider", "", "REASON: resolve even though the provider's live view contradicts it; the provider's answer and the reason are both recorded")
 	})
 	if err != nil {
 		return err
@@ -279,20 +393,141 @@ func runOpsResolve(ctx context.Context, e *env, args []string) error {
 	saw := reconcile.DescribeView(view)
 	fmt.Fprintf(e.stdout, "purchase %s: %s, %d %s, version %d\nprovider now says: %s\n", id, d.Purchase.State,
 		d.Purchase.Amount, d.Purchase.Currency, d.Purchase.Version, saw)
+	override = strings.TrimSpace(override)
 	if !yes {
-		fmt.Fprintf(e.stdout, "resolve as %s with evidence %q? type yes: ", to, evidence)
+		question := fmt.Sprintf("resolve as %s with evidence %q?", to, evidence)
+		if override != "" {
+			question = fmt.Sprintf("resolve as %s with evidence %q, overriding the provider because %q?", to, evidence, override)
+		}
+		fmt.Fprintf(e.stdout, "%s type yes: ", question)
 		line, _ := bufio.NewReader(os.Stdin).ReadString('\n')
 		if strings.TrimSpace(line) != "yes" {
 			return errors.New("not confirmed; nothing changed")
 		}
 	}
+	// Resolve asks the provider again under the job's lease, records what
+	// it said, and refuses if that contradicts the outcome.
 	p, err := svc.Resolve(ctx, reconcile.Resolution{
-		PurchaseID: id, Operator: operator, To: to, Evidence: evidence, Saw: saw, Version: d.Purchase.Version,
+		PurchaseID: id, Operator: operator, To: to, Evidence: evidence, Version: d.Purchase.Version,
+		OverrideProvider: override,
+	})
+	if errors.Is(err, reconcile.ErrProviderDisagrees) {
+		return providerDisagrees(ctx, svc, id, operator, saw, err)
+	}
+	if err != nil {
+		return err
+	}
+	if override != "" {
+		fmt.Fprintf(e.stdout, "%s is now %s (overriding the provider: %s)\n", p.ID, p.State, override)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "%s is now %s\n", p.ID, p.State)
+	return nil
+}
+
+// providerDisagrees explains a resolution the provider's live view
+// refused: what the provider answered when Resolve asked it (as recorded
+// in the purchase's provider calls; shown is the view printed before the
+// confirmation, used if none is recorded), the judge's reason, and how to
+// override.
+func providerDisagrees(ctx context.Context, svc *reconcile.Service, id, operator, shown string, err error) error {
+	answer := shown
+	if c, cerr := svc.Case(ctx, id); cerr == nil {
+		for i := len(c.Attempts) - 1; i >= 0; i-- {
+			if a := c.Attempts[i]; a.Actor == "operator:"+strings.TrimSpace(operator) {
+				answer = fmt.Sprintf("%s → %s status=%s payment=%s", a.Op, a.Outcome, dash(a.Status), dash(a.PaymentID))
+				if a.Error != "" {
+					answer += " error: " + a.Error
+				}
+				break
+			}
+		}
+	}
+	why := err.Error()
+	if _, after, ok := strings.Cut(why, reconcile.ErrProviderDisagrees.Error()+": "); ok {
+		why, _, _ = strings.Cut(after, "; resolve with an override")
+	}
+	return fmt.Errorf("ops resolve refused (%w): %s\n"+
+		"  the provider answered: %s\n"+
+		"  nothing changed. If you are sure the provider is wrong, run again with --override-provider \"REASON\" "+
+		"(the provider's answer and your reason are both recorded)", reconcile.ErrProviderDisagrees, why, answer)
+}
+
+func runOpsFindings(ctx context.Context, e *env, args []string) error {
+	var all, asJSON bool
+	rest, err := e.parse("ops findings", args, func(fs *flag.FlagSet) {
+		fs.BoolVar(&all, "all", false, "closed findings too")
+		fs.BoolVar(&asJSON, "json", false, "print JSON, for scripts")
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%s is now %s\n", p.ID, p.State)
+	if len(rest) > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q: ops findings takes only --all and --json", errUsage, rest)
+	}
+	svc, cleanup, err := newService(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	findings, err := svc.Findings(ctx, all)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(e, toFindingsJSON(findings))
+	}
+	if len(findings) == 0 {
+		if all {
+			fmt.Fprintln(e.stdout, "no audit findings")
+		} else {
+			fmt.Fprintln(e.stdout, "no open audit findings")
+		}
+		return nil
+	}
+	return printFindings(e, findings)
+}
+
+func runOpsCloseFinding(ctx context.Context, e *env, args []string) error {
+	var note string
+	operator := defaultOperator()
+	rest, err := e.parse("ops close-finding", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&note, "note", "", "how the finding was handled, e.g. the refund's id (required)")
+		fs.StringVar(&operator, "operator", operator, "your name, for the audit")
+	})
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return fmt.Errorf("%w: want exactly one finding id, got %d arguments %q", errUsage, len(rest), rest)
+	}
+	id, err := strconv.ParseInt(rest[0], 10, 64)
+	if err != nil || id <= 0 {
+		return fmt.Errorf("%w: finding id %q: want the number `payrecon ops findings` shows", errUsage, rest[0])
+	}
+	if strings.TrimSpace(note) == "" {
+		return fmt.Errorf("%w: --note is required: say how the finding was handled", errUsage)
+	}
+	svc, cleanup, err := newService(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	f, err := svc.CloseFinding(ctx, id, operator, note)
+	switch {
+	case errors.Is(err, reconcile.ErrNotFound):
+		return fmt.Errorf("no audit finding with id %d", id)
+	case errors.Is(err, reconcile.ErrConflict):
+		return fmt.Errorf("finding %d is already closed; nothing changed", id)
+	case errors.Is(err, reconcile.ErrInvalid):
+		return fmt.Errorf("%w: %w", errUsage, err)
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(e.stdout, "finding %d (%s, payment %s) closed by %s\n", f.ID, f.Kind, f.PaymentID, f.ClosedBy)
+	if f.PurchaseID != "" {
+		fmt.Fprintf(e.stdout, "purchase %s stays on the operator list until it is resolved or closed: payrecon ops show %s\n", f.PurchaseID, f.PurchaseID)
+	}
 	return nil
 }
 

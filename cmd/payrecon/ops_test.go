@@ -4,11 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -41,10 +45,14 @@ type opsFixture struct {
 // stripeKey is the test-mode key the fake Stripe server accepts.
 const stripeKey = "sk_test_x"
 
-func newOpsFixture(t *testing.T) *opsFixture {
+func newOpsFixture(t *testing.T) *opsFixture { return newOpsFixtureWith(t, fakeprovider.Config{}) }
+
+// newOpsFixtureWith is newOpsFixture with the fake Stripe server's
+// configuration.
+func newOpsFixtureWith(t *testing.T, cfg fakeprovider.Config) *opsFixture {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "ops.db")
-	fake := fakeprovider.New(fakeprovider.Config{})
+	fake := fakeprovider.New(cfg)
 	srv := fakeprovider.NewServer(fake, fakeprovider.ServerConfig{Logger: quietLog()})
 	hs := httptest.NewServer(srv)
 	// Close the fake first: it releases requests held by Timeout faults.
@@ -65,14 +73,16 @@ func (f *opsFixture) stripeArgs() []string {
 var stripeEnv = map[string]string{"STRIPE_SECRET_KEY": stripeKey}
 
 // service opens the fixture's database and returns a service over it on
-// the fixed clock, with MaxAttempts 1 so that a purchase whose first run
-// leaves it uncertain is escalated at once. viaStripe selects the real
+// the fixed clock (the store's and the worker's), with MaxAttempts 1 so
+// that a purchase whose first run leaves it uncertain is escalated at
+// once. viaStripe selects the real
 // stripe adapter over the fake Stripe server; otherwise an in-process fake,
 // which the caller may script, is used.
 func (f *opsFixture) service(t *testing.T, viaStripe bool) (*reconcile.Service, *fakeprovider.Fake, func()) {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: f.path})
+	clock := func() time.Time { return f.now }
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: f.path, Now: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +90,6 @@ func (f *opsFixture) service(t *testing.T, viaStripe bool) (*reconcile.Service, 
 		st.Close()
 		t.Fatal(err)
 	}
-	clock := func() time.Time { return f.now }
 	var p provider.Provider
 	scripted := fakeprovider.New(fakeprovider.Config{Now: clock})
 	p = scripted
@@ -190,6 +199,9 @@ func TestOpsListShowNote(t *testing.T) {
 		if strings.Contains(out, clean.ID) {
 			t.Errorf("a succeeded purchase is on the list:\n%s", out)
 		}
+		if !strings.Contains(out, "no open audit findings") {
+			t.Errorf("the list does not say there are no open findings:\n%s", out)
+		}
 	})
 
 	t.Run("list --json", func(t *testing.T) {
@@ -197,14 +209,14 @@ func TestOpsListShowNote(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
-		var cases []caseJSON
-		if err := json.Unmarshal([]byte(out), &cases); err != nil {
+		var list opsListJSON
+		if err := json.Unmarshal([]byte(out), &list); err != nil {
 			t.Fatalf("not JSON: %v\n%s", err, out)
 		}
-		if len(cases) != 1 {
-			t.Fatalf("%d cases, want 1: %+v", len(cases), cases)
+		if len(list.Cases) != 1 || list.Findings == nil || len(list.Findings) != 0 {
+			t.Fatalf("%d cases and findings %v, want 1 case and an empty list of findings:\n%s", len(list.Cases), list.Findings, out)
 		}
-		c := cases[0]
+		c := list.Cases[0]
 		if c.PurchaseID != id || c.Reason != "attempts_exhausted" || c.State != "uncertain" ||
 			c.Amount != 300 || c.Currency != "usd" || c.ProviderCalls != 1 || !c.EscalatedAt.Equal(f.now) {
 			t.Errorf("case %+v", c)
@@ -609,5 +621,242 @@ func TestDemoRefusesBadTimeout(t *testing.T) {
 		if code != 2 || !strings.Contains(stderr, "-timeout") {
 			t.Errorf("--timeout %s: exit %d: %s", v, code, stderr)
 		}
+	}
+}
+
+// postForm posts a form to the fake Stripe server's own endpoints, as an
+// outside tool would, and fails the test unless it answers 200.
+func postForm(t *testing.T, u string, form url.Values) {
+	t.Helper()
+	resp, err := http.PostForm(u, form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("POST %s: %d %s", u, resp.StatusCode, body)
+	}
+}
+
+// TestAuditCommand runs `payrecon audit` against the fake Stripe server
+// (its List API, over HTTP), after charges made outside payrecon through
+// the server's POST /_fake/charges: a second charge for a succeeded
+// purchase and a charge for no purchase. It prints both, stores them once
+// however often it runs, and the operator commands list and close them.
+func TestAuditCommand(t *testing.T) {
+	now := time.Now().UTC().Add(-time.Hour).Truncate(time.Second)
+	f := newOpsFixtureWith(t, fakeprovider.Config{Now: func() time.Time { return now }})
+	f.now = now
+	p := f.purchase(t, true)
+	if p.State != statemachine.Succeeded {
+		t.Fatalf("set-up: %s is %s", p.ID, p.State)
+	}
+	postForm(t, f.api+"/_fake/charges", url.Values{"purchase_id": {p.ID}, "amount": {"300"}, "currency": {"usd"}, "webhooks": {"false"}})
+	postForm(t, f.api+"/_fake/charges", url.Values{"amount": {"999"}, "currency": {"eur"}, "webhooks": {"false"}})
+	var dup, orphan fakeprovider.Charge
+	for _, c := range f.fake.Charges() {
+		switch {
+		case c.Outside && c.PurchaseID == p.ID:
+			dup = c
+		case c.Outside:
+			orphan = c
+		}
+	}
+	if dup.ID == "" || orphan.ID == "" {
+		t.Fatalf("set-up: the fake's charges %+v", f.fake.Charges())
+	}
+	db := []string{"--database-url", f.db}
+	audit := func(args ...string) []string {
+		return append(append(append([]string{"audit"}, args...), db...), f.stripeArgs()...)
+	}
+
+	code, out, stderr := run(t, stripeEnv, audit("--since", "2h")...)
+	if code != 0 {
+		t.Fatalf("audit: exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{
+		"payments listed: 3", "new findings: 2", "money at risk (new findings): 999 eur, 300 usd", "open findings in all: 2",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the audit's summary lacks %q:\n%s", want, out)
+		}
+	}
+	for kind, n := range map[string]string{"duplicate_charge": "1", "orphan_charge": "1", "amount_mismatch": "0", "missing_at_provider": "0"} {
+		if !regexp.MustCompile(`(?m)^  ` + kind + ` +` + n + `$`).MatchString(out) {
+			t.Errorf("the summary does not count %s %s findings:\n%s", n, kind, out)
+		}
+	}
+	lineOf := func(out, payment string) string {
+		for _, line := range strings.Split(out, "\n") {
+			if strings.Contains(line, payment) {
+				return line
+			}
+		}
+		return ""
+	}
+	if line := lineOf(out, dup.ID); !strings.Contains(line, "duplicate_charge") || !strings.Contains(line, p.ID) || !strings.Contains(line, "300 usd") {
+		t.Errorf("the duplicate charge's line: %q\n%s", line, out)
+	}
+	if line := lineOf(out, orphan.ID); !strings.Contains(line, "orphan_charge") || !strings.Contains(line, "999 eur") {
+		t.Errorf("the orphan charge's line: %q\n%s", line, out)
+	}
+	c := f.inspect(t, p.ID)
+	if c.Purchase.State != statemachine.Succeeded || c.Purchase.EscalationReason != reconcile.EscalationDuplicateCharge ||
+		len(c.Findings) != 1 || c.Findings[0].PaymentID != dup.ID {
+		t.Fatalf("the purchase after the audit: %s escalated for %q, findings %+v", c.Purchase.State, c.Purchase.EscalationReason, c.Findings)
+	}
+	if n := f.fake.MoneyTaken(p.ID); n != 2 {
+		t.Errorf("%d charges for the purchase at the provider, want the 2 the audit found (it never moves money)", n)
+	}
+
+	// Again, over an overlapping window given as RFC 3339 times: nothing new.
+	code, out, stderr = run(t, stripeEnv, audit("--since", now.Add(-3*time.Hour).Format(time.RFC3339), "--until", now.Add(time.Minute).Format(time.RFC3339))...)
+	if code != 0 || !strings.Contains(out, "payments listed: 3") || !strings.Contains(out, "new findings: 0") || !strings.Contains(out, "open findings in all: 2") {
+		t.Fatalf("second audit: exit %d: %s\n%s", code, stderr, out)
+	}
+	// A window before the charges lists nothing.
+	code, out, stderr = run(t, stripeEnv, audit("--since", "5h", "--until", "4h")...)
+	if code != 0 || !strings.Contains(out, "payments listed: 0") || !strings.Contains(out, "new findings: 0") {
+		t.Fatalf("audit of an empty window: exit %d: %s\n%s", code, stderr, out)
+	}
+
+	// Bad command lines, and the in-process fake, are refused.
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{audit(), stripeEnv, "--since is required"},
+		{audit("--since", "yesterday"), stripeEnv, `--since "yesterday"`},
+		{audit("--since", "-2h"), stripeEnv, `--since "-2h"`},
+		{audit("--since", "1h", "--until", "2h"), stripeEnv, "is not before --until"},
+		{audit("--since", "2h", "extra"), stripeEnv, "unexpected arguments"},
+		{append([]string{"audit", "--since", "2h"}, db...), nil, "the in-process fake provider (--provider fake, the default) knows no charges made by other processes"},
+	} {
+		if code, _, stderr := run(t, tc.env, tc.args...); code != 2 || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, want 2 and %q: %s", tc.args, code, tc.want, stderr)
+		}
+	}
+
+	// The operator list and `ops findings` show both findings.
+	code, out, stderr = run(t, nil, append([]string{"ops", "list"}, db...)...)
+	if code != 0 || !strings.Contains(out, "open audit findings (2; money at risk 999 eur, 300 usd") ||
+		!strings.Contains(lineOf(out, orphan.ID), "orphan_charge") || !strings.Contains(lineOf(out, p.ID), "duplicate_charge") {
+		t.Fatalf("ops list: exit %d: %s\n%s", code, stderr, out)
+	}
+	code, out, stderr = run(t, nil, append([]string{"ops", "list", "--json"}, db...)...)
+	var list opsListJSON
+	if err := json.Unmarshal([]byte(out), &list); code != 0 || err != nil {
+		t.Fatalf("ops list --json: exit %d, %v: %s\n%s", code, err, stderr, out)
+	}
+	var orphanID int64
+	for _, fj := range list.Findings {
+		if fj.PaymentID == orphan.ID {
+			orphanID = fj.ID
+			if fj.Kind != "orphan_charge" || fj.Amount != 999 || fj.Currency != "eur" || fj.PurchaseID != "" || !fj.Open || fj.Evidence == "" {
+				t.Errorf("orphan finding in JSON: %+v", fj)
+			}
+		}
+	}
+	if len(list.Findings) != 2 || orphanID == 0 || len(list.Cases) != 1 || list.Cases[0].PurchaseID != p.ID || list.Cases[0].Reason != "duplicate_charge" {
+		t.Fatalf("ops list --json: %+v", list)
+	}
+	code, out, _ = run(t, nil, append([]string{"ops", "show", p.ID}, db...)...)
+	if code != 0 || !strings.Contains(out, "audit findings:") || !strings.Contains(lineOf(out, dup.ID), "duplicate_charge") {
+		t.Errorf("ops show does not list the purchase's finding:\n%s", out)
+	}
+
+	// Close the orphan finding.
+	closeArgs := func(args ...string) []string {
+		return append(append([]string{"ops", "close-finding"}, args...), db...)
+	}
+	id := fmt.Sprint(orphanID)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{closeArgs(id, "--operator", "alice"), 2, "--note is required"},
+		{closeArgs(id, "--note", "  ", "--operator", "alice"), 2, "--note is required"},
+		{closeArgs("pi_x", "--note", "x"), 2, "finding id"},
+		{closeArgs("--note", "x"), 2, "want exactly one finding id"},
+		{closeArgs("99999", "--note", "x", "--operator", "alice"), 1, "no audit finding with id 99999"},
+	} {
+		if code, _, stderr := run(t, nil, tc.args...); code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, want %d and %q: %s", tc.args, code, tc.code, tc.want, stderr)
+		}
+	}
+	code, out, stderr = run(t, nil, closeArgs(id, "--note", "test charge by support, refunded re_1", "--operator", "alice")...)
+	if code != 0 || !strings.Contains(out, "finding "+id+" (orphan_charge, payment "+orphan.ID+") closed by alice") {
+		t.Fatalf("close-finding: exit %d: %s\n%s", code, stderr, out)
+	}
+	if code, _, stderr := run(t, nil, closeArgs(id, "--note", "again", "--operator", "alice")...); code != 1 || !strings.Contains(stderr, "already closed") {
+		t.Errorf("closing twice: exit %d: %s", code, stderr)
+	}
+	code, out, _ = run(t, nil, append([]string{"ops", "findings"}, db...)...)
+	if code != 0 || strings.Contains(out, orphan.ID) || !strings.Contains(out, dup.ID) {
+		t.Errorf("ops findings after closing one:\n%s", out)
+	}
+	code, out, _ = run(t, nil, append([]string{"ops", "findings", "--all", "--json"}, db...)...)
+	var all []findingJSON
+	if err := json.Unmarshal([]byte(out), &all); code != 0 || err != nil || len(all) != 2 {
+		t.Fatalf("ops findings --all --json: exit %d, %v:\n%s", code, err, out)
+	}
+	for _, fj := range all {
+		if fj.ID == orphanID && (fj.Open || fj.ClosedBy != "alice" || fj.CloseNote != "test charge by support, refunded re_1" || fj.ClosedAt == nil) {
+			t.Errorf("closed finding: %+v", fj)
+		}
+	}
+}
+
+// TestOpsResolveOverride: a resolution the provider's live view
+// contradicts (declined, while the provider holds the successful charge)
+// is refused with the provider's answer and how to override, changing
+// nothing; with --override-provider it goes through and the reason is
+// recorded beside the provider's answer.
+func TestOpsResolveOverride(t *testing.T) {
+	f := newOpsFixture(t)
+	id := f.escalated(t, true, fakeprovider.LostReply) // charged, reply lost
+	charge := f.fake.ChargesFor(id)[0].ID
+	before := f.inspect(t, id)
+	args := append([]string{"ops", "resolve", id, "--declined", "--evidence", "the customer says no money left the account", "--yes",
+		"--operator", "alice", "--database-url", f.db}, f.stripeArgs()...)
+	code, out, stderr := run(t, stripeEnv, args...)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s\n%s", code, out, stderr)
+	}
+	for _, want := range []string{"ops resolve refused (the provider's live view contradicts the resolution): ", "the provider answered:", charge,
+		"succeeded", "--override-provider \"REASON\"", "nothing changed"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the refusal lacks %q:\n%s", want, stderr)
+		}
+	}
+	after := f.inspect(t, id)
+	if after.Purchase.Version != before.Purchase.Version || after.Purchase.State != statemachine.Uncertain || !after.Purchase.Escalated() ||
+		len(after.Transitions) != len(before.Transitions) || len(after.Actions) != 0 {
+		t.Fatalf("the refused resolution changed the purchase: %+v, %d transitions, actions %+v", after.Purchase, len(after.Transitions), after.Actions)
+	}
+
+	reason := "refunded by hand in the dashboard, ticket OPS-9"
+	code, out, stderr = run(t, stripeEnv, append(args, "--override-provider", reason)...)
+	if code != 0 || !strings.Contains(out, id+" is now declined (overriding the provider: "+reason+")") {
+		t.Fatalf("with --override-provider: exit %d: %s\n%s", code, stderr, out)
+	}
+	c := f.inspect(t, id)
+	if c.Purchase.State != statemachine.Declined || c.Purchase.Escalated() || len(c.Actions) != 1 {
+		t.Fatalf("after the override: %+v, actions %+v", c.Purchase, c.Actions)
+	}
+	a := c.Actions[0]
+	if a.Operator != "alice" || !strings.Contains(a.Did, "override: "+reason) || !strings.Contains(a.Saw, "payment="+charge) ||
+		!strings.Contains(a.Saw, "outcome=succeeded") {
+		t.Errorf("operator action %+v: want the override reason and the provider's answer", a)
+	}
+	if last := c.Transitions[len(c.Transitions)-1]; !strings.Contains(last.Evidence, "overriding the provider") || !strings.Contains(last.Evidence, reason) {
+		t.Errorf("last transition %+v: want the override in its evidence", last)
+	}
+	code, out, _ = run(t, nil, "ops", "show", id, "--database-url", f.db)
+	if code != 0 || !strings.Contains(out, "override: "+reason) || !strings.Contains(out, "provider showed: ") {
+		t.Errorf("ops show does not show the override and the provider's answer:\n%s", out)
 	}
 }

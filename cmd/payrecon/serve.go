@@ -130,13 +130,14 @@ func (e *env) sweeps(svc *reconcile.Service, metrics *prometheus.Metrics) ([]cro
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	st, now := svc.Store(), svc.Config().Now
-	sweeps, err := cron.Sweeps(svc, func(ctx context.Context) error { return metrics.Refresh(ctx, st, now()) }, cron.SweepConfig{
+	st := svc.Store()
+	sweeps, err := cron.Sweeps(svc, func(ctx context.Context) error { return metrics.Refresh(ctx, st) }, cron.SweepConfig{
 		RescueSchedule:          e.settings.str("sweep-rescue"),
 		EscalateSchedule:        e.settings.str("sweep-escalate"),
 		GaugesSchedule:          e.settings.str("sweep-gauges"),
 		UnmatchedSchedule:       e.settings.str("sweep-unmatched"),
 		RetentionSchedule:       e.settings.str("sweep-retention"),
+		AuditSchedule:           e.settings.str("sweep-audit"),
 		InboxRetention:          inbox,
 		IdempotencyKeyRetention: keys,
 	})
@@ -170,7 +171,7 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 	defer cancel()
 	start("http", func() error { defer cancel(); return a.server.Serve(ctx, ln) })
 	if worker {
-		_ = a.metrics.Refresh(ctx, a.svc.Store(), a.svc.Config().Now())
+		_ = a.metrics.Refresh(ctx, a.svc.Store())
 		start("worker", func() error {
 			defer cancel()
 			a.metrics.WorkerRunning(true)

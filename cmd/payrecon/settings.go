@@ -69,6 +69,9 @@ func newSettings() *settings {
 	add("sweep-gauges", "PAYRECON_SWEEP_GAUGES", "@every 15s", "cron schedule: refresh the gauges read from the database")
 	add("sweep-unmatched", "PAYRECON_SWEEP_UNMATCHED", "@every 1m", "cron schedule: apply webhooks stored as unmatched")
 	add("sweep-retention", "PAYRECON_SWEEP_RETENTION", "@hourly", "cron schedule: delete old inbox rows and expired idempotency keys")
+	add("sweep-audit", "PAYRECON_SWEEP_AUDIT", "@hourly", "cron schedule: the audit from the provider's side (lists the provider's payments and matches them to the books)")
+	add("audit-overlap", "PAYRECON_AUDIT_OVERLAP", "1h", "how far before the last audit's end the scheduled audit starts, so that windows overlap")
+	add("audit-settle", "PAYRECON_AUDIT_SETTLE", "5m", "how long before now the scheduled audit's window ends, leaving payments still being created to the next run")
 	add("inbox-retention", "PAYRECON_INBOX_RETENTION", "168h", "how long webhook inbox rows are kept; at least 96h (Stripe's 3-day redelivery plus a replay margin)")
 	add("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", "72h", "how long purchase API idempotency keys are kept")
 	add("log-level", "PAYRECON_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -170,6 +173,8 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	dur(&cfg.KeyReplayMargin, "key-replay-margin")
 	dur(&cfg.PollInterval, "poll-interval")
 	dur(&cfg.ShutdownGrace, "shutdown-grace")
+	dur(&cfg.AuditOverlap, "audit-overlap")
+	dur(&cfg.AuditSettle, "audit-settle")
 	backoff, err := s.durations("backoff")
 	if err != nil {
 		errs = append(errs, err)

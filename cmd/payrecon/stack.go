@@ -121,7 +121,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		return nil, err
 	}
 	sweeps, err := cron.Sweeps(s.svc, func(ctx context.Context) error {
-		return s.metrics.Refresh(ctx, cfg.store, cfg.clock())
+		return s.metrics.Refresh(ctx, cfg.store)
 	}, cron.SweepConfig{})
 	if err != nil {
 		s.closeFake()

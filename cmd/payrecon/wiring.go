@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
@@ -28,12 +29,21 @@ type openedStore struct {
 // An embedded SQLite store is migrated on open (it belongs to this binary
 // alone); a Postgres one must be migrated with `payrecon migrate`, and with
 // requireReady a command refuses to run against a missing or old schema.
+// The store keeps the database's clock (see reconcile.Store.Now).
 func openStore(ctx context.Context, e *env, requireReady bool) (*openedStore, error) {
+	return openStoreAt(ctx, e, requireReady, nil)
+}
+
+// openStoreAt is openStore with the store's clock: now, or the
+// database's clock when now is nil, as every command but the demo uses.
+// The demo passes its simulated clock, so that due times, leases and key
+// retention follow it.
+func openStoreAt(ctx context.Context, e *env, requireReady bool, now func() time.Time) (*openedStore, error) {
 	url := e.settings.str("database-url")
 	var st *openedStore
 	switch {
 	case strings.HasPrefix(url, "postgres://"), strings.HasPrefix(url, "postgresql://"):
-		pg, err := postgres.Open(ctx, postgres.Config{URL: url})
+		pg, err := postgres.Open(ctx, postgres.Config{URL: url, Now: now})
 		if err != nil {
 			return nil, err
 		}
@@ -49,7 +59,7 @@ func openStore(ctx context.Context, e *env, requireReady bool) (*openedStore, er
 		if path == "" {
 			return nil, fmt.Errorf("%w: --database-url %q: want sqlite:PATH", errUsage, url)
 		}
-		lite, err := sqlite.Open(ctx, sqlite.Config{Path: path})
+		lite, err := sqlite.Open(ctx, sqlite.Config{Path: path, Now: now})
 		if err != nil {
 			return nil, err
 		}
