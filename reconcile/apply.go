@@ -134,7 +134,7 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause
 			done  bool
 			runAt time.Time
 		)
-		next, done, runAt = s.decide(l, p, a, ans, v, now)
+		next, done, runAt = s.decide(l, before, p, a, ans, v, now)
 		a.Applied = v.Kind == VerdictApply
 		if v.Kind != VerdictApply {
 			a.Note = joinNote(a.Note, "verdict "+v.String())
@@ -171,13 +171,14 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause
 }
 
 // decide turns the judge's verdict on an answer about p (in the state the
-// worker left it: submitted or reconciling, or final with a doubt) into
-// the purchase's next version and the job's next run.
-func (s *Service) decide(l Lease, p Purchase, a Attempt, ans Answer, v Verdict, now time.Time) (next Purchase, done bool, runAt time.Time) {
+// worker left it, before, when it made the call: submitted or
+// reconciling, or final with a doubt) into the purchase's next version
+// and the job's next run.
+func (s *Service) decide(l Lease, before, p Purchase, a Attempt, ans Answer, v Verdict, now time.Time) (next Purchase, done bool, runAt time.Time) {
 	next = p
 	next.UpdatedAt = now
 	if p.State.Terminal() {
-		return s.decideDoubt(l, p, a, v, now)
+		return s.decideDoubt(l, before, p, a, ans, v, now)
 	}
 	var escalate EscalationReason
 	switch v.Kind {
@@ -242,12 +243,20 @@ func (s *Service) decide(l Lease, p Purchase, a Attempt, ans Answer, v Verdict, 
 
 // decideDoubt weighs the answer to a status query (or search) that
 // confirms or refutes a doubt about p's final state. The state never
-// changes; the doubt is cleared by a definite answer, and a confirmed
-// disagreement escalates. An answer that settles nothing keeps the doubt
+// changes; a confirmed disagreement escalates, and a definite answer that
+// agrees clears the doubt. An answer that settles nothing keeps the doubt
 // and asks again later, until the attempts run out: then a human looks.
-func (s *Service) decideDoubt(l Lease, p Purchase, a Attempt, v Verdict, now time.Time) (next Purchase, done bool, runAt time.Time) {
+// A doubt that grew while the call was out (before is the purchase as the
+// call found it) is kept and asked about again at once: the provider's
+// view may predate the newer answer.
+func (s *Service) decideDoubt(l Lease, before, p Purchase, a Attempt, ans Answer, v Verdict, now time.Time) (next Purchase, done bool, runAt time.Time) {
 	next = p
 	next.UpdatedAt = now
+	if next.ProviderPaymentID == "" && v.Kind == VerdictConfirm {
+		// A search found the payment: the next check asks by its id.
+		next.ProviderPaymentID = ans.PaymentID
+	}
+	answered := true
 	switch {
 	case v.Kind == VerdictEscalate:
 		markEscalated(&next, v.Reason, now)
@@ -256,6 +265,12 @@ func (s *Service) decideDoubt(l Lease, p Purchase, a Attempt, v Verdict, now tim
 	case l.Checks >= s.cfg.MaxAttempts:
 		markEscalated(&next, EscalationStateDisagreement, now)
 	default:
+		answered = false
+	}
+	switch {
+	case p.Doubt != before.Doubt:
+		return next, false, now
+	case !answered:
 		return next, false, now.Add(s.cfg.backoff(l.Checks - 1))
 	}
 	next.Doubt = ""
@@ -286,16 +301,25 @@ func (s *Service) applyLateVerdict(ctx context.Context, tx Tx, p Purchase, ans A
 	return tx.UpdatePurchase(ctx, next, p.State)
 }
 
+// maxDoubt bounds the text of a purchase's doubt: the contradicting
+// answers it names, newest last.
+const maxDoubt = 2000
+
 // doubt records on a final purchase that an answer contradicts it, so
-// that the worker confirms with a status query. The judge found the
-// answer to be about the purchase's own charge, so its payment id is the
-// one to query when the books have none yet. It reports whether p
-// changed.
+// that the worker confirms with a status query. A doubt already open gets
+// the new answer added: the status query in flight may predate it, and
+// the worker clears only the doubt it confirmed (see decideDoubt). The
+// judge found the answer to be about the purchase's own charge, so its
+// payment id is the one to query when the books have none yet. It reports
+// whether p changed.
 func doubt(p *Purchase, ans Answer, why string) bool {
-	if !p.State.Terminal() || p.Doubt != "" {
+	if !p.State.Terminal() {
 		return false
 	}
-	p.Doubt = why
+	p.Doubt = joinNote(p.Doubt, why)
+	if len(p.Doubt) > maxDoubt {
+		p.Doubt = "…" + p.Doubt[len(p.Doubt)-maxDoubt:]
+	}
 	if p.ProviderPaymentID == "" {
 		p.ProviderPaymentID = ans.PaymentID
 	}

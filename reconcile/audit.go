@@ -42,15 +42,23 @@ type AuditReport struct {
 }
 
 // Audit matches every payment the provider created within w to the books,
-// chunk by chunk (see the comment above). If the last run of this audit
-// has the same window and stopped midway, it resumes from its watermark.
-// Returns an error wrapping ErrAuditWindow when w is empty.
+// chunk by chunk (see the comment above): an audit by hand. If the last
+// audit by hand had the same window and stopped midway, it resumes from
+// its watermark. It keeps its own watermark, apart from the periodic
+// audit's (AuditDue), so that a run by hand over any window never moves
+// where the periodic one goes on. Returns an error wrapping ErrAuditWindow
+// when w is empty.
 func (s *Service) Audit(ctx context.Context, w provider.Window) (AuditReport, error) {
+	return s.audit(ctx, s.cfg.ProviderName+"/manual", w)
+}
+
+// audit runs the audit named name over w, resuming its run if it stopped
+// midway over the same window.
+func (s *Service) audit(ctx context.Context, name string, w provider.Window) (AuditReport, error) {
 	w.From, w.Until = w.From.UTC().Truncate(time.Second), w.Until.UTC().Truncate(time.Second)
 	if !w.From.Before(w.Until) {
 		return AuditReport{}, fmt.Errorf("reconcile: audit [%s, %s): %w", w.From, w.Until, ErrAuditWindow)
 	}
-	name := s.cfg.ProviderName
 	var rep AuditReport
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		now, err := tx.Now(ctx)
@@ -74,17 +82,16 @@ func (s *Service) Audit(ctx context.Context, w provider.Window) (AuditReport, er
 	if rep.Resumed {
 		s.cfg.Logger.Info("audit resumes a run that stopped midway", "from", rep.Run.From, "until", rep.Run.Until, "done", rep.Run.Done)
 	}
-	unlinked := map[string]string{} // purchase id → its first money-taking payment seen, for purchases the books link to none
 	for !rep.Run.Complete() {
 		chunk := provider.Window{From: rep.Run.Done, Until: minTime(rep.Run.Done.Add(s.cfg.AuditChunk), rep.Run.Until)}
-		n, found, err := s.auditChunk(ctx, &rep.Run, chunk, unlinked)
+		n, found, err := s.auditChunk(ctx, &rep.Run, chunk)
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: audit [%s, %s): %w", chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
 		}
 		rep.Payments += n
 		rep.New = append(rep.New, found...)
 	}
-	s.cfg.Logger.Info("audit run complete", "from", rep.Run.From, "until", rep.Run.Until,
+	s.cfg.Logger.Info("audit run complete", "audit", name, "from", rep.Run.From, "until", rep.Run.Until,
 		"payments", rep.Payments, "new_findings", len(rep.New))
 	return rep, nil
 }
@@ -92,8 +99,10 @@ func (s *Service) Audit(ctx context.Context, w provider.Window) (AuditReport, er
 // AuditDue runs the periodic audit: from the last run's watermark minus
 // Config.AuditOverlap (or Config.AuditFirstWindow back, the first time) to
 // the store's now minus Config.AuditSettle, so that consecutive windows
-// overlap and a run that stopped midway leaves no gap.
+// overlap and a run that stopped midway leaves no gap. Its watermark is
+// its own: audits by hand (Audit) never move it.
 func (s *Service) AuditDue(ctx context.Context) (AuditReport, error) {
+	name := s.cfg.ProviderName
 	var w provider.Window
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		now, err := tx.Now(ctx)
@@ -102,7 +111,7 @@ func (s *Service) AuditDue(ctx context.Context) (AuditReport, error) {
 		}
 		w.Until = now.Add(-s.cfg.AuditSettle)
 		w.From = w.Until.Add(-s.cfg.AuditFirstWindow)
-		prev, err := tx.GetAuditRun(ctx, s.cfg.ProviderName)
+		prev, err := tx.GetAuditRun(ctx, name)
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
@@ -117,12 +126,12 @@ func (s *Service) AuditDue(ctx context.Context) (AuditReport, error) {
 	if err != nil {
 		return AuditReport{}, fmt.Errorf("reconcile: audit: %w", err)
 	}
-	return s.Audit(ctx, w)
+	return s.audit(ctx, name, w)
 }
 
 // auditChunk lists the payments of one chunk and matches them, storing the
 // findings and advancing the run's watermark in one transaction.
-func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Window, unlinked map[string]string) (int, []Finding, error) {
+func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Window) (int, []Finding, error) {
 	payments, err := s.list(ctx, w)
 	if err != nil {
 		return 0, nil, err
@@ -147,7 +156,7 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 		}
 		var found []Finding
 		for _, pay := range payments {
-			fs, err := s.matchPayment(ctx, tx, pay, unlinked)
+			fs, err := s.matchPayment(ctx, tx, pay, now)
 			if err != nil {
 				return err
 			}
@@ -197,10 +206,11 @@ func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payme
 }
 
 // matchPayment matches one of the provider's payments to the books and
-// returns what does not match. unlinked remembers, for purchases the
-// books link to no payment yet, the first money-taking payment seen in
-// this run, so that a second one is a duplicate.
-func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment, unlinked map[string]string) ([]Finding, error) {
+// returns what does not match. For a purchase the books link to no
+// payment yet, the first money-taking payment the audit sees is recorded
+// (Tx.LinkAuditPayment), so that a second one is a duplicate whichever
+// run, chunk or resumption sees it.
+func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment, now time.Time) ([]Finding, error) {
 	finding := func(kind FindingKind, p *Purchase, format string, args ...any) Finding {
 		f := Finding{
 			PaymentID: pay.ID, Kind: kind, Amount: pay.Amount, Currency: pay.Currency, Status: pay.Status,
@@ -246,13 +256,17 @@ func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment,
 				p.ID, p.State, p.ProviderPaymentID)}, nil
 		case !pay.MoneyTaken():
 			return nil, nil // a declined attempt: nothing taken
-		case unlinked[p.ID] != "" && unlinked[p.ID] != pay.ID:
-			return []Finding{finding(FindingDuplicateCharge, &p, "a second charge for purchase %s (%s), after payment %s",
-				p.ID, p.State, unlinked[p.ID])}, nil
 		case p.State == statemachine.Created:
 			return []Finding{finding(FindingStateDisagreement, &p, "money taken for purchase %s, which the books say was never submitted", p.ID)}, nil
 		}
-		unlinked[p.ID] = pay.ID
+		first, err := tx.LinkAuditPayment(ctx, s.cfg.ProviderName, p.ID, pay.ID, now)
+		if err != nil {
+			return nil, err
+		}
+		if first != pay.ID {
+			return []Finding{finding(FindingDuplicateCharge, &p, "a second charge for purchase %s (%s), after payment %s",
+				p.ID, p.State, first)}, nil
+		}
 	}
 
 	// pay is the purchase's own charge (linked, or the first for a

@@ -299,7 +299,7 @@ func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Eve
 		return EventContradiction, nil, tx.UpdatePurchase(ctx, next, p.State)
 	case VerdictConfirm:
 		if !doubt(&next, ans, fmt.Sprintf("%s: %s", evidence, v.Why)) {
-			return EventConfirming, nil, nil
+			return EventStale, nil, nil
 		}
 		if err := tx.UpdatePurchase(ctx, next, p.State); err != nil {
 			return "", nil, err

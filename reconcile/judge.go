@@ -126,16 +126,18 @@ func (v Verdict) String() string {
 // will apply the verdict.
 //
 // It compares the answer with the books, in this order:
-//   - answers that carry no payment (unknown, retry later, not found)
-//     leave the outcome open; a key mismatch or a rejection escalates;
-//   - the payment must be this purchase's: its metadata must name this
+//   - a key mismatch or a rejection escalates;
+//   - whatever the outcome, a payment the answer names must be this
+//     purchase's: its metadata must name this
 //     purchase exactly, the books must not give its id to another
 //     purchase (foreign_payment), and it must be the purchase's stored
 //     payment if one is stored: another payment that took or may take
 //     money is a second charge (duplicate_charge), as is a search that
 //     found more than one;
 //   - its amount and currency must be the purchase's (amount_mismatch);
-//   - it must agree with the state: nothing exists before submission
+//   - an answer that settles nothing (unknown, retry later, not found)
+//     leaves the outcome open;
+//   - a definite or pending answer must agree with the state: nothing exists before submission
 //     (contradiction); a final state is never overwritten: an answer that
 //     repeats it, or a pending one, is recorded only; one that contradicts
 //     it escalates (state_disagreement) when it is a current read (a
@@ -148,27 +150,32 @@ func Judge(p Purchase, a Answer) Verdict {
 		return escalateVerdict(EscalationIdempotencyMismatch, "the provider holds the key with other parameters")
 	case provider.Rejected:
 		return escalateVerdict(EscalationProviderRejected, "the provider refused the request without acting on it")
-	case provider.Succeeded, provider.Declined, provider.Pending:
-	default: // unknown, retry later, not found: no payment to judge
-		if p.State.Terminal() {
-			return Verdict{Kind: VerdictRecord, Why: fmt.Sprintf("%s answer after the purchase was %s: nothing to apply", a.Outcome, p.State)}
-		}
-		return Verdict{Kind: VerdictApply, Why: fmt.Sprintf("%s: the outcome stays open", a.Outcome)}
 	}
-
+	// Any answer that names a payment, whatever its outcome (an error body
+	// can carry one), must be about this purchase's own charge.
 	if v, ok := judgeIdentity(p, a); ok {
 		return v
 	}
 	if v, ok := judgeAmount(p, a); ok {
 		return v
 	}
-	return judgeState(p, a)
+	switch a.Outcome {
+	case provider.Succeeded, provider.Declined, provider.Pending:
+		return judgeState(p, a)
+	}
+	// Unknown, retry later, not found: nothing settled.
+	if p.State.Terminal() {
+		return Verdict{Kind: VerdictRecord, Why: fmt.Sprintf("%s answer after the purchase was %s: nothing to apply", a.Outcome, p.State)}
+	}
+	return Verdict{Kind: VerdictApply, Why: fmt.Sprintf("%s: the outcome stays open", a.Outcome)}
 }
 
 // judgeIdentity checks that the answer is about this purchase's own
 // charge, and only one.
 func judgeIdentity(p Purchase, a Answer) (Verdict, bool) {
-	mayTakeMoney := a.Outcome == provider.Succeeded || a.Outcome == provider.Pending
+	// Only a definite decline took nothing: an answer in a status the
+	// adapter does not know may be money taken.
+	mayTakeMoney := a.Outcome != provider.Declined
 	switch {
 	case a.PaymentID == "" && a.PurchaseID == "":
 		// No payment named (a key in use answers pending without one):

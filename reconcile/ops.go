@@ -293,6 +293,11 @@ func (s *Service) resolveUnderLease(ctx context.Context, l Lease, r Resolution) 
 		wanted := p
 		wanted.State = r.To
 		v := Judge(wanted, ans)
+		if v.Kind == VerdictRecord && r.To == statemachine.Declined && ans.Outcome == provider.Pending {
+			// Not a contradiction yet, but a pending payment may still
+			// take the money the operator calls declined.
+			v = escalateVerdict(EscalationStateDisagreement, "the provider's payment is still pending: it may yet take the money")
+		}
 		evidence := fmt.Sprintf("operator %s: %s (provider showed: %s)", r.Operator, r.Evidence, saw)
 		if v.Kind == VerdictEscalate || v.Kind == VerdictConfirm {
 			if r.OverrideProvider == "" {

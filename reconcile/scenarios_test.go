@@ -397,3 +397,49 @@ func TestCrashedCallStaysInHistory(t *testing.T) {
 		}
 	})
 }
+
+// Scenario 9: a late approval after a decline, with no webhook. The
+// declined purchase's job is done and nothing looks again; the audit from
+// the provider's side finds it.
+func TestScenarioLateApprovalWithoutWebhooks(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		start := f.clock.Now()
+		p := f.create("max")
+		f.fake.Script(p.ID, fakeprovider.Decline)
+		f.runUntilIdle(f.svc)
+		d := f.wantState(p.ID, statemachine.Declined)
+		if _, err := f.fake.SetStatus(d.Purchase.ProviderPaymentID, fakeprovider.StatusSucceeded); err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(time.Hour)
+		f.runUntilIdle(f.svc)
+		f.wantState(p.ID, statemachine.Declined) // the worker never looks again
+
+		rep, err := f.svc.Audit(context.Background(), provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.New) != 1 || rep.New[0].Kind != reconcile.FindingStateDisagreement || rep.New[0].PurchaseID != p.ID {
+			t.Fatalf("findings %+v, want one state_disagreement for %s", rep.New, p.ID)
+		}
+		f.wantEscalated(p.ID, reconcile.EscalationStateDisagreement)
+		f.wantState(p.ID, statemachine.Declined) // the audit never moves a purchase
+	})
+}
+
+// Scenario 6c: a payment still pending at the provider may yet take the
+// money: calling the purchase declined needs an override.
+func TestScenarioResolveDeclinedWhilePending(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{SettleAfter: 48 * time.Hour}, reconcile.Config{})
+		p := f.create("ned")
+		f.fake.Script(p.ID, fakeprovider.Processing)
+		f.runUntilIdle(f.svc) // uncertain, processing at the provider
+		_, err := f.svc.Resolve(context.Background(), reconcile.Resolution{PurchaseID: p.ID, Operator: "olga", To: statemachine.Declined, Evidence: "customer gave up"})
+		if !errors.Is(err, reconcile.ErrProviderDisagrees) {
+			t.Fatalf("resolve declined over a pending payment: %v, want ErrProviderDisagrees", err)
+		}
+		f.wantState(p.ID, statemachine.Uncertain)
+	})
+}

@@ -232,6 +232,13 @@ type Tx interface {
 	// every kind of FindingKinds is present, with 0 when it has none.
 	CountOpenFindings(ctx context.Context) (map[FindingKind]int, error)
 
+	// LinkAuditPayment records paymentID as the first money-taking payment
+	// the audit saw for purchaseID, a purchase the books link to no
+	// payment, unless one is recorded already, and returns the one
+	// recorded: paymentID, or the earlier one. Like InsertFinding it never
+	// reads before writing.
+	LinkAuditPayment(ctx context.Context, provider, purchaseID, paymentID string, at time.Time) (first string, err error)
+
 	// GetAuditRun returns the named audit run, or ErrNotFound if none
 	// was ever saved.
 	GetAuditRun(ctx context.Context, name string) (AuditRun, error)

@@ -232,7 +232,7 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 		if p.Doubt != "" {
 			return s.confirm(ctx, *l, p)
 		}
-		return true, s.finishJob(ctx, *l)
+		return s.finishJob(ctx, *l, p)
 	case statemachine.Created:
 		if p.EscalationReason.ChargeMayExist() {
 			// A charge for this purchase may exist already: never send a
@@ -259,7 +259,9 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseSubmitResponse,
 				"provider key retention ended before a create was accepted")
 		}
-		if err := s.fence(ctx, *l); err != nil {
+		// The purchase must still be as read: a finding that a charge may
+		// exist, committed since, forbids the resend.
+		if ok, err := s.fenceUnchanged(ctx, *l, p); err != nil || !ok {
 			return false, err
 		}
 		return s.callAndApply(ctx, *l, p, provider.OpCreate, SourceCreate, CauseSubmitResponse)
@@ -293,17 +295,47 @@ func (s *Service) fence(ctx context.Context, l Lease) error {
 	return s.store.InTx(ctx, func(tx Tx) error { return tx.CheckLease(ctx, l) })
 }
 
+// fenceUnchanged is fence for a call that p's state alone justifies: it
+// also reports false, with no error, when the purchase changed since p was
+// read (a webhook's escalation, say), so that the caller reads it again
+// before sending anything.
+func (s *Service) fenceUnchanged(ctx context.Context, l Lease, p Purchase) (bool, error) {
+	var same bool
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		cur, err := tx.GetPurchase(ctx, p.ID)
+		same = err == nil && cur.Version == p.Version
+		return err
+	})
+	return same, err
+}
+
 // leaseCommitMargin is the part of a lease kept free after a provider call
 // for committing its answer.
 func (s *Service) leaseCommitMargin() time.Duration { return s.cfg.LeaseDuration / 10 }
 
-func (s *Service) finishJob(ctx context.Context, l Lease) error {
-	return s.store.InTx(ctx, func(tx Tx) error {
+// finishJob completes the job of p, read final and without a doubt,
+// unless the purchase changed since: a doubt raised meanwhile (a newer
+// contradicting event reopens the job without touching the lease) must
+// not be completed over. It reports whether it completed the job.
+func (s *Service) finishJob(ctx context.Context, l Lease, p Purchase) (bool, error) {
+	var done bool
+	err := s.store.InTx(ctx, func(tx Tx) error {
 		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
+		cur, err := tx.GetPurchase(ctx, p.ID)
+		if err != nil {
+			return err
+		}
+		if done = cur.Version == p.Version; !done {
+			return nil // step again: it changed
+		}
 		return tx.CompleteJob(ctx, l.PurchaseID, s.leaseNow(l))
 	})
+	return done, err
 }
 
 // hold reschedules the job of a purchase kept from the provider at the

@@ -140,6 +140,9 @@ func TestRaceWorkersWithFaults(t *testing.T) {
 			if len(d.Transitions) > 0 && d.Transitions[len(d.Transitions)-1].To != p.State {
 				t.Errorf("purchase %s: audit ends in %s but state is %s", id, d.Transitions[len(d.Transitions)-1].To, p.State)
 			}
+			if p.State == statemachine.Reconciling {
+				t.Errorf("purchase %s left reconciling once every worker stopped\n%s", id, history(d))
+			}
 		}
 		t.Logf("%d purchases: %v, %d escalated; %d creates, %d status, %d searches",
 			n, states, escalated, f.fake.Calls(provider.OpCreate), f.fake.Calls(provider.OpStatus), f.fake.Calls(provider.OpSearch))

@@ -25,6 +25,10 @@
 --     one that closes an open finding (closed_at, closed_by, close_note),
 --     and DELETE and TRUNCATE, whatever SQL path tries.
 --
+--   * audit_links: the first money-taking payment the audit saw for a
+--     purchase the books link to no payment, so that a second one is a
+--     duplicate across chunks, runs and resumptions.
+--
 --   * audit_runs: the resumable watermark of each audit (reconcile.AuditRun).
 --
 --   * transitions gets a foreign key (from_state, to_state) to
@@ -120,6 +124,17 @@ CREATE TRIGGER audit_findings_append_only
     BEFORE DELETE OR TRUNCATE ON audit_findings
     FOR EACH STATEMENT EXECUTE FUNCTION refuse_audit_change();
 
+-- The first payment that took money the audit saw for a purchase the
+-- books linked to no payment yet (its outcome still unknown): a second one
+-- is a duplicate charge, whichever run, chunk or resumption sees it.
+CREATE TABLE audit_links (
+    provider    text    NOT NULL CHECK (provider <> ''),
+    purchase_id text    NOT NULL CHECK (purchase_id <> ''),
+    payment_id  text    NOT NULL CHECK (payment_id <> ''),
+    linked_at   timestamptz NOT NULL,
+    PRIMARY KEY (provider, purchase_id)
+);
+
 CREATE TABLE audit_runs (
     name         text        PRIMARY KEY CHECK (name <> ''),
     window_from  timestamptz NULL,
@@ -156,6 +171,7 @@ DROP TRIGGER allowed_transitions_read_only ON allowed_transitions;
 DROP FUNCTION refuse_table_change();
 ALTER TABLE transitions DROP CONSTRAINT transitions_move_fkey;
 DROP TABLE audit_runs;
+DROP TABLE audit_links;
 DROP TABLE audit_findings;
 DROP FUNCTION audit_findings_guard();
 DROP INDEX purchases_first_attempt_idx;

@@ -29,6 +29,10 @@
 --     what ON CONFLICT DO NOTHING does with it anyway), so the first
 --     finding stays as it was.
 --
+--   * audit_links: the first money-taking payment the audit saw for a
+--     purchase the books link to no payment, so that a second one is a
+--     duplicate across chunks, runs and resumptions.
+--
 --   * audit_runs: the resumable watermark of each audit (reconcile.AuditRun).
 --
 --   * transitions gets a foreign key (from_state, to_state) to
@@ -165,6 +169,17 @@ BEGIN
     );
 END;
 -- +goose StatementEnd
+
+-- The first payment that took money the audit saw for a purchase the
+-- books linked to no payment yet (its outcome still unknown): a second one
+-- is a duplicate charge, whichever run, chunk or resumption sees it.
+CREATE TABLE audit_links (
+    provider    TEXT    NOT NULL CHECK (provider <> ''),
+    purchase_id TEXT    NOT NULL CHECK (purchase_id <> ''),
+    payment_id  TEXT    NOT NULL CHECK (payment_id <> ''),
+    linked_at   INTEGER NOT NULL,
+    PRIMARY KEY (provider, purchase_id)
+) STRICT;
 
 CREATE TABLE audit_runs (
     name         TEXT    NOT NULL PRIMARY KEY CHECK (name <> ''),
@@ -321,6 +336,7 @@ END;
 -- +goose StatementEnd
 
 DROP TABLE audit_runs;
+DROP TABLE audit_links;
 DROP TABLE audit_findings;
 DROP INDEX purchases_first_attempt_idx;
 ALTER TABLE webhook_inbox DROP COLUMN event_created;

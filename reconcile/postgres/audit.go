@@ -210,6 +210,25 @@ ON CONFLICT (name) DO UPDATE SET
 	return nil
 }
 
+// LinkAuditPayment implements reconcile.Tx with INSERT ... ON CONFLICT DO
+// NOTHING on (provider, purchase_id), then reads the row that stands. Empty
+// ids or a zero at are refused with reconcile.ErrInvalid.
+func (t *txn) LinkAuditPayment(ctx context.Context, provider, purchaseID, paymentID string, at time.Time) (string, error) {
+	what := fmt.Sprintf("link audit payment %s of %s/%s", paymentID, provider, purchaseID)
+	if _, err := t.exec(ctx, `INSERT INTO audit_links (provider, purchase_id, payment_id, linked_at)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (provider, purchase_id) DO NOTHING`, provider, purchaseID, paymentID, nullTime(at)); err != nil {
+		return "", wrap(err, "%s", what)
+	}
+	var first string
+	err := t.tx.QueryRow(ctx, `SELECT payment_id FROM audit_links WHERE provider = $1 AND purchase_id = $2`,
+		provider, purchaseID).Scan(&first)
+	if err != nil {
+		return "", wrap(err, "%s", what)
+	}
+	return first, nil
+}
+
 // scanFinding reads one row of findingColumns.
 func scanFinding(row pgx.Row) (reconcile.Finding, error) {
 	var f reconcile.Finding
