@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/demo"
 )
@@ -88,13 +89,24 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
+// demoDrainTimeout bounds the wait for the webhooks of a change made
+// outside payrecon to be delivered, over loopback.
+const demoDrainTimeout = 10 * time.Second
+
 // driveDemo runs every scenario of the tour through the stack, on the
-// simulated clock, and returns the report.
+// simulated clock, makes each scenario's change outside payrecon when it
+// is due, runs the audit from the provider's side once they have all
+// played out, and returns the report.
 func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout time.Duration) (demo.Report, error) {
 	realStart := time.Now()
 	quiet := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	qe := &env{stdout: io.Discard, stderr: e.stderr, settings: e.settings, log: quiet}
-	st, err := openStore(ctx, qe, false)
+	// The store owns the protocol's clock (due times, leases, key
+	// retention): it must run on the simulated clock, as the worker and
+	// the fake do.
+	clock := &simClock{now: time.Now().UTC().Add(-demoClockOffset).Truncate(time.Second)}
+	start := clock.Now()
+	st, err := openStoreAt(ctx, qe, false, clock.Now)
 	if err != nil {
 		return demo.Report{}, err
 	}
@@ -102,9 +114,6 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 	if err := st.migrate(ctx); err != nil {
 		return demo.Report{}, err
 	}
-
-	clock := &simClock{now: time.Now().UTC().Add(-demoClockOffset).Truncate(time.Second)}
-	start := clock.Now()
 	stk, err := startStack(ctx, stackConfig{
 		store: st.Store,
 		clock: clock.Now,
@@ -154,24 +163,57 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 		results[i] = demo.Result{Scenario: sc.Name, PurchaseID: p.ID, Expected: sc.Expect}
 	}
 
+	outside := make([]*fakeprovider.Charge, len(scenarios)) // the changes made outside payrecon, per scenario
+	audited := false
 	// observe gathers what a check looks at: the case, and what the fake
 	// provider knows of it.
-	observe := func(c reconcile.Case) demo.Observed {
-		return demo.Observed{Case: c, Charges: stk.fake.MoneyTaken(c.Purchase.ID), Deliveries: stk.fakeSrv.Deliveries()}
+	observe := func(i int, c reconcile.Case) demo.Observed {
+		return demo.Observed{
+			Case: c, Charges: stk.fake.MoneyTaken(c.Purchase.ID), Deliveries: stk.fakeSrv.Deliveries(),
+			Outside: outside[i], Audited: audited,
+		}
 	}
 
-	tick := func(i int, c reconcile.Case) {
+	say := func(i int, line string) {
 		if seen[i] == nil {
 			seen[i] = map[string]bool{}
 		}
-		for _, line := range demo.Timeline(c, start) {
-			if seen[i][line] {
-				continue
-			}
-			seen[i][line] = true
-			fmt.Fprintf(out, "%-*s  %s\n", width, scenarios[i].Name, line)
-			results[i].Timeline = append(results[i].Timeline, line)
+		if seen[i][line] {
+			return
 		}
+		seen[i][line] = true
+		fmt.Fprintf(out, "%-*s  %s\n", width, scenarios[i].Name, line)
+		results[i].Timeline = append(results[i].Timeline, line)
+	}
+	tick := func(i int, c reconcile.Case) {
+		for _, line := range demo.Timeline(c, start) {
+			say(i, line)
+		}
+	}
+	// change makes scenario i's change outside payrecon if it is due. A
+	// change announced by webhook is delivered before the clock moves on,
+	// so that its verdict lands before the purchase's next check. It
+	// returns the case as it stands after the change.
+	change := func(i int, c reconcile.Case) (reconcile.Case, error) {
+		o := scenarios[i].Outside
+		if o == nil || outside[i] != nil || !o.Due(c.Purchase) {
+			return c, nil
+		}
+		ch, err := o.Do(stk.fakeSrv, c.Purchase)
+		if err != nil {
+			return c, err
+		}
+		outside[i] = &ch
+		say(i, o.Line(ch, start))
+		if !o.Webhooks {
+			return c, nil
+		}
+		dctx, cancel := context.WithTimeout(ctx, demoDrainTimeout)
+		defer cancel()
+		if err := stk.fakeSrv.Drain(dctx); err != nil {
+			return c, fmt.Errorf("deliver the webhooks of %s: %w", o, err)
+		}
+		return stk.svc.Case(ctx, results[i].PurchaseID)
 	}
 	finished := func() (int, error) {
 		n := 0
@@ -181,7 +223,11 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 				return 0, err
 			}
 			tick(i, c)
-			if len(scenarios[i].Check(observe(c))) == 0 {
+			if c, err = change(i, c); err != nil {
+				return 0, fmt.Errorf("scenario %q: %w", scenarios[i].Name, err)
+			}
+			tick(i, c)
+			if len(scenarios[i].Check(observe(i, c))) == 0 {
 				n++
 			}
 		}
@@ -215,11 +261,35 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 		case <-time.After(25 * time.Millisecond): // let the worker and the webhooks run
 		}
 	}
+
+	// The audit from the provider's side, over every payment the
+	// scenarios made: the real one, listing the fake's payments over HTTP
+	// through the Stripe adapter. It stores its findings and escalates the
+	// purchases they concern; the clock stands still meanwhile. An
+	// interrupted demo skips it, and the scenarios that need it fail.
+	var audit *demo.Audit
+	if ctx.Err() == nil {
+		window := provider.Window{From: start, Until: clock.Now().Add(time.Second)}
+		fmt.Fprintf(out, "\nThe audit from the provider's side lists the payments created from +%s to +%s and matches them to the books:\n",
+			demo.ClockOffset(window.From.Sub(start)), demo.ClockOffset(window.Until.Sub(start)))
+		rep, err := stk.svc.Audit(ctx, window)
+		if err != nil {
+			stk.stop()
+			return demo.Report{}, fmt.Errorf("run the audit from the provider's side: %w", err)
+		}
+		findings, err := stk.svc.Findings(ctx, true)
+		if err != nil {
+			stk.stop()
+			return demo.Report{}, err
+		}
+		audit = demo.NewAudit(rep, findings, results, start)
+	}
+	audited = true // from now on, a finding a scenario wants must be there
 	if err := stk.stop(); err != nil {
 		return demo.Report{}, err
 	}
 
-	report := demo.Report{OK: true, Database: url, Simulated: demo.ClockOffset(clock.Now().Sub(start))}
+	report := demo.Report{OK: true, Database: url, Audit: audit, Simulated: demo.ClockOffset(clock.Now().Sub(start))}
 	for i, sc := range scenarios {
 		c, err := stk.svc.Case(context.WithoutCancel(ctx), results[i].PurchaseID)
 		if err != nil {
@@ -229,7 +299,7 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 		r := &results[i]
 		r.FinalState = string(c.Purchase.State)
 		r.Escalation = string(c.Purchase.EscalationReason)
-		o := observe(c)
+		o := observe(i, c)
 		r.Charges = o.Charges
 		r.Creates = stk.fake.CreateCalls(c.Purchase.ProviderKey)
 		r.Problems = sc.Check(o)

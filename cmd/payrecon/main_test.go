@@ -18,7 +18,9 @@ import (
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/cron"
 	"github.com/payrecon/payrecon/reconcile/demo"
+	"github.com/payrecon/payrecon/reconcile/prometheus"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -36,7 +38,9 @@ func run(t *testing.T, env map[string]string, args ...string) (int, string, stri
 }
 
 // TestDemoEndToEnd runs `payrecon demo --json` and checks its report: every
-// scenario ends as expected, with the charges the seed lesson demands.
+// scenario ends as expected, with the charges the seed lesson demands, and
+// the audit from the provider's side finds exactly the disagreements the
+// scenarios made, with the money they put at risk.
 func TestDemoEndToEnd(t *testing.T) {
 	// A generous wall-time limit: a slow machine fails only on behaviour.
 	code, stdout, stderr := run(t, nil, "demo", "--json", "--timeout", "5m")
@@ -64,7 +68,10 @@ func TestDemoEndToEnd(t *testing.T) {
 		"stale processing after success":         {"succeeded", "", 1},
 		"search not-found lag":                   {"succeeded", "", 1},
 		"key retention expired, outcome unknown": {"uncertain", "key_retention_expired", 0},
-		"success after a decline":                {"declined", "contradiction", 1},
+		"success after a decline":                {"declined", "state_disagreement", 1},
+		"second charge outside payrecon":         {"succeeded", "duplicate_charge", 2},
+		"late approval, no webhook":              {"declined", "state_disagreement", 1},
+		"webhook with a wrong amount":            {"uncertain", "amount_mismatch", 1},
 	}
 	for _, r := range report.Results {
 		w, ok := want[r.Scenario]
@@ -78,8 +85,49 @@ func TestDemoEndToEnd(t *testing.T) {
 		if len(r.Timeline) < 2 {
 			t.Errorf("%s: timeline has %d lines", r.Scenario, len(r.Timeline))
 		}
+		// The clock stands still until the wrong amount's webhook is
+		// judged: its purchase never gets a replay.
+		if r.Scenario == "webhook with a wrong amount" && r.Creates != 1 {
+			t.Errorf("%s: %d create calls, want 1", r.Scenario, r.Creates)
+		}
 	}
-	for _, line := range []string{"Summary (", "All scenarios ended as expected"} {
+
+	// The audit found each disagreement once, and nothing about the other
+	// purchases.
+	a := report.Audit
+	if a == nil {
+		t.Fatal("the report has no audit")
+	}
+	wantFindings := map[string]string{
+		"success after a decline":        "state_disagreement",
+		"second charge outside payrecon": "duplicate_charge",
+		"late approval, no webhook":      "state_disagreement",
+		"webhook with a wrong amount":    "amount_mismatch",
+	}
+	var atRisk int64
+	for _, f := range a.Findings {
+		if wantFindings[f.Scenario] != f.Kind {
+			t.Errorf("unexpected finding %+v", f)
+		}
+		delete(wantFindings, f.Scenario)
+		if f.Kind == "amount_mismatch" && f.Amount != demo.WrongAmount {
+			t.Errorf("amount_mismatch puts %d %s at risk, want the wrong amount %d", f.Amount, f.Currency, demo.WrongAmount)
+		}
+		if f.Amount <= 0 || f.Currency != "usd" || f.PaymentID == "" {
+			t.Errorf("finding without its money at risk: %+v", f)
+		}
+		atRisk += f.Amount
+	}
+	for scenario, kind := range wantFindings {
+		t.Errorf("no %s finding for %q", kind, scenario)
+	}
+	if len(a.AtRisk) != 1 || a.AtRisk[0] != (demo.Money{Amount: atRisk, Currency: "usd"}) {
+		t.Errorf("money at risk %+v, want %d usd", a.AtRisk, atRisk)
+	}
+	if a.Payments < len(report.Results) {
+		t.Errorf("the audit listed %d payments, fewer than the scenarios", a.Payments)
+	}
+	for _, line := range []string{"Summary (", "Audit from the provider's side", "Money at risk: ", "All scenarios ended as expected"} {
 		if !strings.Contains(stderr, line) {
 			t.Errorf("the human report lacks %q", line)
 		}
@@ -96,7 +144,9 @@ func TestEndToEndWebhookFaults(t *testing.T) {
 		n = 100
 	}
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "e2e.db")})
+	// The store, the worker and the fake share the simulated clock.
+	clock := &simClock{now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "e2e.db"), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +154,6 @@ func TestEndToEndWebhookFaults(t *testing.T) {
 	if err := st.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	clock := &simClock{now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	stk, err := startStack(ctx, stackConfig{
 		store: st,
@@ -331,6 +380,9 @@ func TestBadSettingsAreNamed(t *testing.T) {
 		{[]string{"worker", "--database-url", db, "--lease-duration", "soon"}, "--lease-duration"},
 		{[]string{"worker", "--database-url", db, "--fake-faults", "lost_reply=2"}, "lost_reply=2"},
 		{[]string{"worker", "--database-url", db, "--inbox-retention", "24h"}, "redelivery window"},
+		{[]string{"worker", "--database-url", db, "--sweep-audit", "every hour"}, `sweep "audit"`},
+		{[]string{"worker", "--database-url", db, "--audit-overlap", "soon"}, "--audit-overlap"},
+		{[]string{"worker", "--database-url", db, "--audit-settle", "0s"}, "--audit-settle"},
 		{[]string{"worker", "--database-url", "mysql://x"}, "want postgres://"},
 		{[]string{"worker", "--database-url", "postgres://nobody@127.0.0.1:1/none"}, "cannot reach database"},
 		{[]string{"purchase", "create", "--database-url", db, "--amount", "3.50", "--currency", "usd", "--customer", "c"}, "whole number"},
@@ -351,7 +403,8 @@ func TestHelpListsSettings(t *testing.T) {
 	}
 	for _, want := range []string{"--database-url", "PAYRECON_DATABASE_URL", "--lease-duration", "--backoff", "--max-attempts",
 		"--max-uncertain-age", "--key-retention", "--provider", "--fake-faults", "--worker-id", "--addr", "127.0.0.1:8080", "STRIPE_SECRET_KEY",
-		"--webhooks", "PAYRECON_WEBHOOKS"} {
+		"--webhooks", "PAYRECON_WEBHOOKS", "--sweep-audit", "PAYRECON_SWEEP_AUDIT", "--audit-overlap", "PAYRECON_AUDIT_OVERLAP",
+		"--audit-settle", "PAYRECON_AUDIT_SETTLE", "audit --since T"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("help lacks %s", want)
 		}
@@ -371,6 +424,62 @@ func TestHelpListsSettings(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("help has no --addr line:\n%s", out)
+	}
+}
+
+// TestAuditSettings: the audit sweep's schedule and the audit's overlap
+// and settle time come from their flags, else the environment, else the
+// defaults, and reach the sweeps and the service.
+func TestAuditSettings(t *testing.T) {
+	unsetenv(t, "PAYRECON_SWEEP_AUDIT", "PAYRECON_AUDIT_OVERLAP", "PAYRECON_AUDIT_SETTLE")
+	tests := []struct {
+		name     string
+		env      map[string]string
+		args     []string
+		schedule string
+		overlap  time.Duration
+		settle   time.Duration
+	}{
+		{"defaults", nil, nil, "@hourly", time.Hour, 5 * time.Minute},
+		{"flags", nil, []string{"--sweep-audit", "*/10 * * * *", "--audit-overlap", "2h", "--audit-settle", "10m"}, "*/10 * * * *", 2 * time.Hour, 10 * time.Minute},
+		{"environment", map[string]string{"PAYRECON_SWEEP_AUDIT": "@every 2h", "PAYRECON_AUDIT_OVERLAP": "90m", "PAYRECON_AUDIT_SETTLE": "1m"},
+			nil, "@every 2h", 90 * time.Minute, time.Minute},
+		{"a flag wins over the environment", map[string]string{"PAYRECON_SWEEP_AUDIT": "@every 2h"},
+			[]string{"--sweep-audit", "@daily"}, "@daily", time.Hour, 5 * time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			ctx := context.Background()
+			e := &env{stdout: io.Discard, stderr: io.Discard, settings: newSettings()}
+			args := append([]string{"--database-url", "sqlite:" + filepath.Join(t.TempDir(), "s.db")}, tt.args...)
+			if _, err := e.parse("worker", args, nil); err != nil {
+				t.Fatal(err)
+			}
+			svc, cleanup, err := newService(ctx, e)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cleanup()
+			if got := svc.Config(); got.AuditOverlap != tt.overlap || got.AuditSettle != tt.settle {
+				t.Errorf("audit overlap %s, settle %s; want %s, %s", got.AuditOverlap, got.AuditSettle, tt.overlap, tt.settle)
+			}
+			sweeps, err := e.sweeps(svc, prometheus.New())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var schedule string
+			for _, sw := range sweeps {
+				if sw.Name == cron.SweepAudit {
+					schedule = sw.Schedule
+				}
+			}
+			if schedule != tt.schedule {
+				t.Errorf("audit sweep schedule %q, want %q", schedule, tt.schedule)
+			}
+		})
 	}
 }
 

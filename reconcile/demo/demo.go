@@ -1,16 +1,22 @@
 // Package demo is `payrecon demo`'s tour: the scenarios it plays, one
-// purchase for each failure of the seed lesson, the checks that each
-// purchase ended as the lesson demands, the timeline it prints for each,
-// and the report and summary it ends with.
+// purchase for each failure of the seed lesson and for each disagreement
+// with the provider that only the judge or the audit from the provider's
+// side can catch, the checks that each purchase ended as the lesson
+// demands, the timeline it prints for each, and the report and summary it
+// ends with, money at risk included.
 //
 // The package does no I/O of its own: cmd/payrecon runs the in-process
 // stack (the fake Stripe server, the worker, the webhook endpoint), moves
-// the simulated clock, and hands this package what it observed.
+// the simulated clock, makes the scenarios' changes outside payrecon
+// through Outside.Do, runs the audit, and hands this package what it
+// observed.
 package demo
 
 import (
+	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -30,7 +36,118 @@ type Scenario struct {
 	Charges    int // charges with money taken at the provider
 	// Webhook, if set, is an event outcome that must be seen for it.
 	Webhook reconcile.EventOutcome
-	Expect  string // the expected outcome, in words
+	// Outside, if set, is what the provider does for the purchase outside
+	// payrecon once it reaches Outside.When.
+	Outside *Outside
+	// Finding is the kind of audit finding the demo's audit must store
+	// about the purchase (about the payment Outside made or moved, if
+	// any), or "" for a purchase the audit must find nothing wrong with.
+	Finding reconcile.FindingKind
+	// AuditOnly: payrecon cannot see the scenario's trouble on its own
+	// (no webhook, no check left to run): the purchase must stay off the
+	// operator list until the audit stores its finding, and then carry
+	// Escalation.
+	AuditOnly bool
+	Expect    string // the expected outcome, in words
+}
+
+// OutsideKind names a change the provider makes outside payrecon.
+type OutsideKind string
+
+// The changes a scenario can make outside payrecon.
+const (
+	// OutsideCharge: a new charge for the purchase (its id in the
+	// metadata), succeeded at once, made outside payrecon: from the
+	// provider's dashboard or another system, without idempotency key.
+	OutsideCharge OutsideKind = "charge"
+	// OutsideApproval: the provider approves the purchase's own declined
+	// payment late (a bank's late approval): requires_payment_method →
+	// succeeded.
+	OutsideApproval OutsideKind = "approval"
+)
+
+// Outside is a change the provider makes for a scenario's purchase
+// outside payrecon, due once the purchase reaches When.
+type Outside struct {
+	Kind OutsideKind
+	When statemachine.State
+	// Amount is an outside charge's amount in minor units, 0 for the
+	// purchase's own; its currency is always the purchase's.
+	Amount int64
+	// Webhooks: the provider announces the change by webhook. Without,
+	// payrecon hears nothing of it (a dashboard charge for an account whose
+	// webhook endpoint was never configured).
+	Webhooks bool
+}
+
+// Provider is what Outside.Do needs of the fake Stripe server
+// (*fakeprovider.Server).
+type Provider interface {
+	ChargeOutside(c fakeprovider.OutsideCharge, webhooks bool) fakeprovider.Charge
+	SetStatus(paymentID, status string, webhooks bool) (fakeprovider.Charge, error)
+}
+
+// ErrNotDue: Outside.Do was called for a purchase the change is not due
+// for.
+var ErrNotDue = errors.New("not due")
+
+// Due reports whether the change is due for p: p is in state When, and,
+// for an approval, knows its own payment, the one to approve.
+func (o Outside) Due(p reconcile.Purchase) bool {
+	return p.State == o.When && (o.Kind != OutsideApproval || p.ProviderPaymentID != "")
+}
+
+// Do makes the change at prov for p and returns the charge it made or
+// moved. Returns an error wrapping ErrNotDue if it is not due for p, and
+// the provider's error if it refuses the change.
+func (o Outside) Do(prov Provider, p reconcile.Purchase) (fakeprovider.Charge, error) {
+	if !o.Due(p) {
+		return fakeprovider.Charge{}, fmt.Errorf("demo: %s outside payrecon for purchase %s (%s): %w", o.Kind, p.ID, p.State, ErrNotDue)
+	}
+	switch o.Kind {
+	case OutsideCharge:
+		amount := o.Amount
+		if amount == 0 {
+			amount = p.Amount
+		}
+		return prov.ChargeOutside(fakeprovider.OutsideCharge{
+			PurchaseID: p.ID, Customer: p.Customer, Amount: amount, Currency: p.Currency, Status: fakeprovider.StatusSucceeded,
+		}, o.Webhooks), nil
+	case OutsideApproval:
+		ch, err := prov.SetStatus(p.ProviderPaymentID, fakeprovider.StatusSucceeded, o.Webhooks)
+		if err != nil {
+			return fakeprovider.Charge{}, fmt.Errorf("demo: approve payment %s of purchase %s: %w", p.ProviderPaymentID, p.ID, err)
+		}
+		return ch, nil
+	default:
+		return fakeprovider.Charge{}, fmt.Errorf("demo: unknown change outside payrecon %q", o.Kind)
+	}
+}
+
+// String says what the change is, in words.
+func (o Outside) String() string {
+	s := "a late approval of the declined payment"
+	if o.Kind == OutsideCharge {
+		s = "a charge made outside payrecon"
+	}
+	if o.Webhooks {
+		return s + ", announced by webhook"
+	}
+	return s + ", no webhook"
+}
+
+// Line renders the change Do made, ch, as a timeline line stamped with its
+// offset from start, in Timeline's format.
+func (o Outside) Line(ch fakeprovider.Charge, start time.Time) string {
+	at, what := ch.CreatedAt, fmt.Sprintf("a charge %s of %s", ch.ID, Money{Currency: ch.Currency, Amount: ch.Amount})
+	if o.Kind == OutsideApproval {
+		at, what = ch.MovedAt, fmt.Sprintf("the provider approves %s late", ch.ID)
+	}
+	hook := "no webhook"
+	if o.Webhooks {
+		hook = "announced by webhook"
+	}
+	return "+" + ClockOffset(at.Sub(start)) + "  outside payrecon: " + what + " (" + ch.Status + "), " + hook
 }
 
 // Scenarios returns the failures of the seed lesson, one purchase each,
@@ -63,11 +180,34 @@ func Scenarios() []Scenario {
 			Faults: []fakeprovider.Fault{fakeprovider.Timeout, fakeprovider.Timeout, fakeprovider.Timeout, fakeprovider.Timeout},
 			Want:   statemachine.Uncertain, Escalation: reconcile.EscalationKeyRetentionExpired,
 			Expect: "uncertain on the operator list, no charge, never a new key"},
+		// The success event contradicts the decline but is no current read:
+		// the judge confirms it with a status query, which escalates.
 		{Name: "success after a decline", Faults: []fakeprovider.Fault{fakeprovider.DeclineThenSucceed},
-			Want: statemachine.Declined, Escalation: reconcile.EscalationContradiction, Charges: 1,
-			Webhook: reconcile.EventContradiction, Expect: "declined, contradiction escalated, 1 charge"},
+			Want: statemachine.Declined, Escalation: reconcile.EscalationStateDisagreement, Charges: 1,
+			Webhook: reconcile.EventConfirming, Finding: reconcile.FindingStateDisagreement,
+			Expect: "declined, the status query confirms the late success: state_disagreement, 1 charge"},
+		{Name: "second charge outside payrecon",
+			Outside: &Outside{Kind: OutsideCharge, When: statemachine.Succeeded},
+			Want:    statemachine.Succeeded, Escalation: reconcile.EscalationDuplicateCharge, Charges: 2,
+			Finding: reconcile.FindingDuplicateCharge, AuditOnly: true,
+			Expect: "succeeded; the audit finds the second charge: duplicate_charge, 2 charges"},
+		{Name: "late approval, no webhook", Faults: []fakeprovider.Fault{fakeprovider.Decline},
+			Outside: &Outside{Kind: OutsideApproval, When: statemachine.Declined},
+			Want:    statemachine.Declined, Escalation: reconcile.EscalationStateDisagreement, Charges: 1,
+			Finding: reconcile.FindingStateDisagreement, AuditOnly: true,
+			Expect: "declined; the audit finds the approval: state_disagreement, 1 charge"},
+		{Name: "webhook with a wrong amount", Faults: []fakeprovider.Fault{fakeprovider.Timeout},
+			Outside: &Outside{Kind: OutsideCharge, When: statemachine.Uncertain, Amount: WrongAmount, Webhooks: true},
+			Want:    statemachine.Uncertain, Escalation: reconcile.EscalationAmountMismatch, Charges: 1,
+			Webhook: reconcile.EventContradiction, Finding: reconcile.FindingAmountMismatch,
+			Expect: "uncertain, the charge not applied: amount_mismatch, 1 charge"},
 	}
 }
+
+// WrongAmount is the amount of the charge the "webhook with a wrong
+// amount" scenario makes outside payrecon: no purchase of the demo costs
+// it.
+const WrongAmount = 9900
 
 // Observed is what a check looks at: the purchase's case as the store
 // holds it, and the facts only the provider knows.
@@ -80,12 +220,22 @@ type Observed struct {
 	// purchase (fakeprovider.Server.Deliveries); Check picks the
 	// purchase's own by its provider payment id.
 	Deliveries []fakeprovider.Delivery
+	// Outside is the charge the scenario's Outside change made or moved,
+	// nil until it is made.
+	Outside *fakeprovider.Charge
+	// Audited: the demo's audit from the provider's side has run. The
+	// finding a scenario wants is demanded only then; findings it does
+	// not want are problems at any time (Case.Findings holds them).
+	Audited bool
 }
 
 // Check returns what is wrong with the scenario's purchase as observed,
 // or nothing when it ended as expected: the state, the escalation, the
-// charges and the webhook outcome the scenario wants, and never a create
-// with a key other than the purchase's own.
+// charges and the webhook outcome the scenario wants, its change outside
+// payrecon made, the audit finding it wants (once audited) and no other,
+// and never a create with a key other than the purchase's own. An
+// AuditOnly scenario must be off the operator list until its finding is
+// stored.
 func (sc Scenario) Check(o Observed) []string {
 	var problems []string
 	c := o.Case
@@ -93,8 +243,13 @@ func (sc Scenario) Check(o Observed) []string {
 	if p.State != sc.Want {
 		problems = append(problems, fmt.Sprintf("state %s, want %s", p.State, sc.Want))
 	}
-	if p.EscalationReason != sc.Escalation {
-		problems = append(problems, fmt.Sprintf("escalation %q, want %q", p.EscalationReason, sc.Escalation))
+	found := slices.ContainsFunc(c.Findings, func(f reconcile.Finding) bool { return sc.wants(f, o) })
+	wantEscalation := sc.Escalation
+	if sc.AuditOnly && !found {
+		wantEscalation = "" // nothing but the audit can tell
+	}
+	if p.EscalationReason != wantEscalation {
+		problems = append(problems, fmt.Sprintf("escalation %q, want %q", p.EscalationReason, wantEscalation))
 	}
 	if o.Charges != sc.Charges {
 		problems = append(problems, fmt.Sprintf("%d charges at the provider, want %d", o.Charges, sc.Charges))
@@ -117,6 +272,21 @@ func (sc Scenario) Check(o Observed) []string {
 			problems = append(problems, fmt.Sprintf("no webhook with outcome %s", sc.Webhook))
 		}
 	}
+	if sc.Outside != nil && o.Outside == nil {
+		problems = append(problems, "not made yet: "+sc.Outside.String())
+	}
+	if o.Audited && sc.Finding != "" && !found {
+		about := ""
+		if o.Outside != nil {
+			about = " about payment " + o.Outside.ID
+		}
+		problems = append(problems, fmt.Sprintf("no audit finding %s%s", sc.Finding, about))
+	}
+	for _, f := range c.Findings {
+		if !sc.wants(f, o) {
+			problems = append(problems, fmt.Sprintf("unexpected audit finding %s about payment %s", f.Kind, f.PaymentID))
+		}
+	}
 	// Never a second key: every create carried the purchase's own key.
 	for _, a := range c.Attempts {
 		if a.Op == "create" && a.Key != reconcile.ProviderKeyFor(p.ID) {
@@ -124,6 +294,12 @@ func (sc Scenario) Check(o Observed) []string {
 		}
 	}
 	return problems
+}
+
+// wants reports whether f is the finding the scenario wants: its kind,
+// about the payment its Outside change made or moved, if any.
+func (sc Scenario) wants(f reconcile.Finding, o Observed) bool {
+	return sc.Finding != "" && f.Kind == sc.Finding && (o.Outside == nil || f.PaymentID == o.Outside.ID)
 }
 
 // countTo counts the case's moves to state s.

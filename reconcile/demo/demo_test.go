@@ -1,6 +1,7 @@
 package demo_test
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -47,6 +48,15 @@ func settled(state statemachine.State) demo.Observed {
 	}}
 }
 
+// outsideCharge is the charge "second charge outside payrecon" makes
+// after settled's charge pi_1.
+var outsideCharge = fakeprovider.Charge{ID: "pi_2", PurchaseID: "pur_1", Amount: 1300, Currency: "usd", Status: "succeeded", Outside: true}
+
+// audited returns a finding of kind about payment, as the audit stores it.
+func audited(kind reconcile.FindingKind, payment string) reconcile.Finding {
+	return reconcile.Finding{Kind: kind, PaymentID: payment, PurchaseID: "pur_1", Amount: 1300, Currency: "usd"}
+}
+
 func TestCheck(t *testing.T) {
 	tests := []struct {
 		name     string
@@ -75,12 +85,135 @@ func TestCheck(t *testing.T) {
 			},
 		},
 		{
-			name: "contradiction as expected", scenario: "success after a decline",
+			name: "late success confirmed as expected", scenario: "success after a decline",
 			observe: func(o *demo.Observed) {
 				*o = settled(statemachine.Declined)
-				o.Case.Purchase.EscalationReason = reconcile.EscalationContradiction
-				o.Case.Events = append(o.Case.Events, reconcile.InboxEvent{Outcome: reconcile.EventContradiction})
+				o.Case.Purchase.EscalationReason = reconcile.EscalationStateDisagreement
+				o.Case.Events = append(o.Case.Events, reconcile.InboxEvent{Outcome: reconcile.EventConfirming})
+				o.Case.Findings = []reconcile.Finding{audited(reconcile.FindingStateDisagreement, "pi_1")}
+				o.Audited = true
 			},
+		},
+		{
+			name: "late success confirmed, audit not run yet", scenario: "success after a decline",
+			observe: func(o *demo.Observed) {
+				*o = settled(statemachine.Declined)
+				o.Case.Purchase.EscalationReason = reconcile.EscalationStateDisagreement
+				o.Case.Events = append(o.Case.Events, reconcile.InboxEvent{Outcome: reconcile.EventConfirming})
+			},
+		},
+		{
+			name: "late success the audit missed", scenario: "success after a decline",
+			observe: func(o *demo.Observed) {
+				*o = settled(statemachine.Declined)
+				o.Case.Purchase.EscalationReason = reconcile.EscalationStateDisagreement
+				o.Case.Events = append(o.Case.Events, reconcile.InboxEvent{Outcome: reconcile.EventConfirming})
+				o.Audited = true
+			},
+			want: []string{"no audit finding state_disagreement"},
+		},
+		{
+			name: "second charge made, before the audit", scenario: "second charge outside payrecon",
+			observe: func(o *demo.Observed) {
+				o.Charges, o.Outside = 2, &outsideCharge
+			},
+		},
+		{
+			name: "second charge found by the audit", scenario: "second charge outside payrecon",
+			observe: func(o *demo.Observed) {
+				o.Charges, o.Outside, o.Audited = 2, &outsideCharge, true
+				o.Case.Findings = []reconcile.Finding{audited(reconcile.FindingDuplicateCharge, "pi_2")}
+				o.Case.Purchase.EscalationReason = reconcile.EscalationDuplicateCharge
+			},
+		},
+		{
+			// The hourly audit sweep runs in the demo too.
+			name: "second charge found by the hourly sweep before the demo's audit", scenario: "second charge outside payrecon",
+			observe: func(o *demo.Observed) {
+				o.Charges, o.Outside = 2, &outsideCharge
+				o.Case.Findings = []reconcile.Finding{audited(reconcile.FindingDuplicateCharge, "pi_2")}
+				o.Case.Purchase.EscalationReason = reconcile.EscalationDuplicateCharge
+			},
+		},
+		{
+			name: "second charge not made yet", scenario: "second charge outside payrecon",
+			want: []string{"1 charges at the provider, want 2", "not made yet: a charge made outside payrecon, no webhook"},
+		},
+		{
+			name: "second charge escalated without a finding", scenario: "second charge outside payrecon",
+			observe: func(o *demo.Observed) {
+				o.Charges, o.Outside = 2, &outsideCharge
+				o.Case.Purchase.EscalationReason = reconcile.EscalationDuplicateCharge
+			},
+			want: []string{`escalation "duplicate_charge", want ""`},
+		},
+		{
+			name: "second charge the audit missed", scenario: "second charge outside payrecon",
+			observe: func(o *demo.Observed) {
+				o.Charges, o.Outside, o.Audited = 2, &outsideCharge, true
+			},
+			want: []string{"no audit finding duplicate_charge about payment pi_2"},
+		},
+		{
+			name: "duplicate found about the purchase's own payment", scenario: "second charge outside payrecon",
+			observe: func(o *demo.Observed) {
+				o.Charges, o.Outside, o.Audited = 2, &outsideCharge, true
+				o.Case.Findings = []reconcile.Finding{audited(reconcile.FindingDuplicateCharge, "pi_1")}
+				o.Case.Purchase.EscalationReason = reconcile.EscalationDuplicateCharge
+			},
+			want: []string{
+				`escalation "duplicate_charge", want ""`,
+				"no audit finding duplicate_charge about payment pi_2",
+				"unexpected audit finding duplicate_charge about payment pi_1",
+			},
+		},
+		{
+			name: "late approval found by the audit", scenario: "late approval, no webhook",
+			observe: func(o *demo.Observed) {
+				*o = settled(statemachine.Declined)
+				approved := fakeprovider.Charge{ID: "pi_1", PurchaseID: "pur_1", Status: "succeeded"}
+				o.Outside, o.Audited = &approved, true
+				o.Case.Findings = []reconcile.Finding{audited(reconcile.FindingStateDisagreement, "pi_1")}
+				o.Case.Purchase.EscalationReason = reconcile.EscalationStateDisagreement
+			},
+		},
+		{
+			name: "late approval applied instead of escalated", scenario: "late approval, no webhook",
+			observe: func(o *demo.Observed) {
+				approved := fakeprovider.Charge{ID: "pi_1", PurchaseID: "pur_1", Status: "succeeded"}
+				o.Outside, o.Audited = &approved, true
+			},
+			want: []string{"state succeeded, want declined", "no audit finding state_disagreement about payment pi_1"},
+		},
+		{
+			name: "wrong amount judged as expected", scenario: "webhook with a wrong amount",
+			observe: func(o *demo.Observed) {
+				*o = settled(statemachine.Uncertain)
+				wrong := fakeprovider.Charge{ID: "pi_2", PurchaseID: "pur_1", Amount: demo.WrongAmount, Currency: "usd", Status: "succeeded", Outside: true}
+				o.Outside, o.Audited = &wrong, true
+				o.Case.Events = append(o.Case.Events, reconcile.InboxEvent{Outcome: reconcile.EventContradiction})
+				o.Case.Findings = []reconcile.Finding{audited(reconcile.FindingAmountMismatch, "pi_2")}
+				o.Case.Purchase.EscalationReason = reconcile.EscalationAmountMismatch
+			},
+		},
+		{
+			name: "wrong amount applied", scenario: "webhook with a wrong amount",
+			observe: func(o *demo.Observed) {
+				wrong := fakeprovider.Charge{ID: "pi_2", PurchaseID: "pur_1", Amount: demo.WrongAmount, Currency: "usd", Status: "succeeded", Outside: true}
+				o.Outside = &wrong
+			},
+			want: []string{
+				"state succeeded, want uncertain",
+				`escalation "", want "amount_mismatch"`,
+				"no webhook with outcome contradiction",
+			},
+		},
+		{
+			name: "a finding about a clean purchase", scenario: "clean success",
+			observe: func(o *demo.Observed) {
+				o.Case.Findings = []reconcile.Finding{audited(reconcile.FindingStateDisagreement, "pi_1")}
+			},
+			want: []string{"unexpected audit finding state_disagreement about payment pi_1"},
 		},
 		{
 			name: "key retention expired as expected", scenario: "key retention expired, outcome unknown",
@@ -171,9 +304,26 @@ func TestCheck(t *testing.T) {
 			},
 			want: []string{
 				"state succeeded, want declined",
-				`escalation "", want "contradiction"`,
+				`escalation "", want "state_disagreement"`,
 				"3 charges at the provider, want 1",
+				"no webhook with outcome confirming",
+				"a create was sent with another key: payrecon-other",
+			},
+		},
+		{
+			name: "every problem of the new checks, in order", scenario: "webhook with a wrong amount",
+			observe: func(o *demo.Observed) {
+				o.Audited = true
+				o.Case.Findings = []reconcile.Finding{audited(reconcile.FindingOrphanCharge, "pi_9")}
+				o.Case.Attempts[0].Key = "payrecon-other"
+			},
+			want: []string{
+				"state succeeded, want uncertain",
+				`escalation "", want "amount_mismatch"`,
 				"no webhook with outcome contradiction",
+				"not made yet: a charge made outside payrecon, announced by webhook",
+				"no audit finding amount_mismatch",
+				"unexpected audit finding orphan_charge about payment pi_9",
 				"a create was sent with another key: payrecon-other",
 			},
 		},
@@ -202,9 +352,137 @@ func TestScenarios(t *testing.T) {
 			t.Errorf("two scenarios called %q", sc.Name)
 		}
 		names[sc.Name] = true
+		// A finding escalates its purchase; only a change payrecon does not
+		// hear of is for the audit alone to find.
+		if sc.Finding != "" && sc.Escalation == "" {
+			t.Errorf("%s: audit finding %s but no escalation", sc.Name, sc.Finding)
+		}
+		if sc.AuditOnly && (sc.Finding == "" || sc.Outside == nil || sc.Outside.Webhooks) {
+			t.Errorf("%s: audit only, but no finding, or no change outside payrecon, or one announced by webhook", sc.Name)
+		}
+		if sc.Outside != nil && sc.Outside.Webhooks && sc.Webhook == "" {
+			t.Errorf("%s: a change announced by webhook, but no webhook outcome to check", sc.Name)
+		}
 	}
-	if len(names) != 10 {
-		t.Errorf("%d scenarios, want the 10 of the seed lesson", len(names))
+	if len(names) != 13 {
+		t.Errorf("%d scenarios, want the 10 of the seed lesson and the 3 the judge and the audit catch", len(names))
+	}
+}
+
+// stubProvider records the changes Outside.Do asks for.
+type stubProvider struct {
+	charges  []fakeprovider.OutsideCharge
+	statuses []string // "paymentID status"
+	webhooks []bool
+	err      error // SetStatus's
+}
+
+func (p *stubProvider) ChargeOutside(c fakeprovider.OutsideCharge, webhooks bool) fakeprovider.Charge {
+	p.charges, p.webhooks = append(p.charges, c), append(p.webhooks, webhooks)
+	return fakeprovider.Charge{ID: "pi_out", PurchaseID: c.PurchaseID, Amount: c.Amount, Currency: c.Currency, Status: c.Status, Outside: true}
+}
+
+func (p *stubProvider) SetStatus(paymentID, status string, webhooks bool) (fakeprovider.Charge, error) {
+	if p.err != nil {
+		return fakeprovider.Charge{}, p.err
+	}
+	p.statuses, p.webhooks = append(p.statuses, paymentID+" "+status), append(p.webhooks, webhooks)
+	return fakeprovider.Charge{ID: paymentID, Status: status}, nil
+}
+
+// The demo hands Outside.Do the fake Stripe server itself.
+var _ demo.Provider = (*fakeprovider.Server)(nil)
+
+func TestOutsideDo(t *testing.T) {
+	purchase := func(state statemachine.State, payment string) reconcile.Purchase {
+		return reconcile.Purchase{ID: "pur_1", Customer: "c", Amount: 1300, Currency: "usd", State: state, ProviderPaymentID: payment}
+	}
+	charge := demo.Outside{Kind: demo.OutsideCharge, When: statemachine.Succeeded}
+	approval := demo.Outside{Kind: demo.OutsideApproval, When: statemachine.Declined}
+	tests := []struct {
+		name         string
+		outside      demo.Outside
+		purchase     reconcile.Purchase
+		setStatusErr error
+		wantCharges  []fakeprovider.OutsideCharge
+		wantStatuses []string
+		wantWebhooks []bool
+		wantErr      error
+	}{
+		{
+			name: "a second charge of the purchase's amount", outside: charge, purchase: purchase(statemachine.Succeeded, "pi_1"),
+			wantCharges:  []fakeprovider.OutsideCharge{{PurchaseID: "pur_1", Customer: "c", Amount: 1300, Currency: "usd", Status: "succeeded"}},
+			wantWebhooks: []bool{false},
+		},
+		{
+			name:     "a charge of another amount, announced",
+			outside:  demo.Outside{Kind: demo.OutsideCharge, When: statemachine.Uncertain, Amount: demo.WrongAmount, Webhooks: true},
+			purchase: purchase(statemachine.Uncertain, ""),
+			wantCharges: []fakeprovider.OutsideCharge{
+				{PurchaseID: "pur_1", Customer: "c", Amount: demo.WrongAmount, Currency: "usd", Status: "succeeded"},
+			},
+			wantWebhooks: []bool{true},
+		},
+		{
+			name: "a late approval of the purchase's own payment", outside: approval, purchase: purchase(statemachine.Declined, "pi_1"),
+			wantStatuses: []string{"pi_1 succeeded"}, wantWebhooks: []bool{false},
+		},
+		{name: "not due in another state", outside: charge, purchase: purchase(statemachine.Submitted, ""), wantErr: demo.ErrNotDue},
+		{name: "an approval not due without a payment", outside: approval, purchase: purchase(statemachine.Declined, ""), wantErr: demo.ErrNotDue},
+		{
+			name: "the provider refuses", outside: approval, purchase: purchase(statemachine.Declined, "pi_1"),
+			setStatusErr: fakeprovider.ErrNoSuchPayment, wantErr: fakeprovider.ErrNoSuchPayment,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			prov := &stubProvider{err: tt.setStatusErr}
+			if due := tt.outside.Due(tt.purchase); due != !errors.Is(tt.wantErr, demo.ErrNotDue) {
+				t.Errorf("Due = %v", due)
+			}
+			_, err := tt.outside.Do(prov, tt.purchase)
+			if !errors.Is(err, tt.wantErr) || (err == nil) != (tt.wantErr == nil) {
+				t.Fatalf("Do: error %v, want %v", err, tt.wantErr)
+			}
+			if !slices.Equal(prov.charges, tt.wantCharges) || !slices.Equal(prov.statuses, tt.wantStatuses) || !slices.Equal(prov.webhooks, tt.wantWebhooks) {
+				t.Errorf("Do asked for charges %+v, statuses %q, webhooks %v; want %+v, %q, %v",
+					prov.charges, prov.statuses, prov.webhooks, tt.wantCharges, tt.wantStatuses, tt.wantWebhooks)
+			}
+		})
+	}
+}
+
+func TestOutsideLine(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name    string
+		outside demo.Outside
+		charge  fakeprovider.Charge
+		want    string
+	}{
+		{
+			name: "a charge, no webhook", outside: demo.Outside{Kind: demo.OutsideCharge},
+			charge: fakeprovider.Charge{ID: "pi_2", Amount: 1300, Currency: "usd", Status: "succeeded", CreatedAt: start.Add(90 * time.Second)},
+			want:   "+00:01:30  outside payrecon: a charge pi_2 of 13.00 USD (succeeded), no webhook",
+		},
+		{
+			name: "a charge, announced", outside: demo.Outside{Kind: demo.OutsideCharge, Webhooks: true},
+			charge: fakeprovider.Charge{ID: "pi_2", Amount: 500, Currency: "jpy", Status: "succeeded", CreatedAt: start},
+			want:   "+00:00:00  outside payrecon: a charge pi_2 of 500 JPY (succeeded), announced by webhook",
+		},
+		{
+			// An approval happens when the charge moves, not when it was made.
+			name: "an approval", outside: demo.Outside{Kind: demo.OutsideApproval},
+			charge: fakeprovider.Charge{ID: "pi_1", Status: "succeeded", CreatedAt: start, MovedAt: start.Add(time.Hour)},
+			want:   "+01:00:00  outside payrecon: the provider approves pi_1 late (succeeded), no webhook",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.outside.Line(tt.charge, start); got != tt.want {
+				t.Errorf("Line = %q, want %q", got, tt.want)
+			}
+		})
 	}
 }
 
@@ -230,6 +508,11 @@ func TestTimeline(t *testing.T) {
 		// At the time of the escalation: before it.
 		{Type: "payment_intent.succeeded", Outcome: reconcile.EventContradiction, ReceivedAt: at(3 * time.Hour)},
 	}
+	c.Findings = []reconcile.Finding{
+		// At the time of the escalation it caused: after the events, before it.
+		{Kind: reconcile.FindingStateDisagreement, PaymentID: "pi_1", Amount: 1250, Currency: "eur", FoundAt: at(3 * time.Hour)},
+		{Kind: reconcile.FindingDuplicateCharge, PaymentID: "pi_2", Amount: 300, Currency: "eur", FoundAt: at(2 * time.Hour)},
+	}
 	want := []string{
 		"+00:00:00  created     → submitted    (submit)",
 		"+00:00:00  provider create → declined [requires_payment_method]",
@@ -237,7 +520,9 @@ func TestTimeline(t *testing.T) {
 		"+00:00:02  submitted   → declined     (submit_response)",
 		"+01:00:00  provider status → succeeded (not applied)",
 		"+01:00:00  provider search → not_found",
+		"+02:00:00  audit    duplicate_charge: payment pi_2, 3.00 EUR at risk",
 		"+03:00:00  webhook  payment_intent.succeeded → contradiction",
+		"+03:00:00  audit    state_disagreement: payment pi_1, 12.50 EUR at risk",
 		"+03:00:00  escalated to the operators: contradiction",
 	}
 	if got := demo.Timeline(c, start); !slices.Equal(got, want) {

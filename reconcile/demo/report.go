@@ -3,8 +3,13 @@ package demo
 import (
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
+
+	"github.com/payrecon/payrecon/reconcile"
 )
 
 // Result is one row of the report: one scenario's purchase.
@@ -24,15 +29,135 @@ type Result struct {
 
 // Report is the outcome of a demo run, what `payrecon demo --json` writes.
 type Report struct {
-	OK        bool     `json:"ok"`
-	Database  string   `json:"database"`
-	Results   []Result `json:"results"`
-	RealTime  string   `json:"real_time"`
-	Simulated string   `json:"simulated_time"`
+	OK       bool     `json:"ok"`
+	Database string   `json:"database"`
+	Results  []Result `json:"results"`
+	// Audit is the demo's audit from the provider's side; nil when none
+	// ran.
+	Audit     *Audit `json:"audit,omitempty"`
+	RealTime  string `json:"real_time"`
+	Simulated string `json:"simulated_time"`
 }
 
-// PrintSummary writes the report as a table, one row per scenario, and a
-// closing verdict.
+// Audit is the audit from the provider's side that the demo runs once its
+// scenarios have played out, and the money at risk it shows.
+type Audit struct {
+	// From and Until bound the window of provider creation times, as
+	// offsets from the demo's start ("+00:00:00").
+	From  string `json:"from"`
+	Until string `json:"until"`
+	// Payments is how many payments the provider listed in the window.
+	Payments int `json:"payments_listed"`
+	// New counts the Findings this run stored; the others were stored
+	// earlier by the hourly audit sweep, which runs in the demo too.
+	New int `json:"new_findings"`
+	// Findings are the findings about the demo's purchases, oldest first.
+	Findings []AuditFinding `json:"findings"`
+	// AtRisk is the money at risk per currency (see MoneyAtRisk).
+	AtRisk []Money `json:"money_at_risk"`
+}
+
+// AuditFinding is one finding of the audit as the report shows it, with
+// the money it puts at risk.
+type AuditFinding struct {
+	Kind       string `json:"kind"`
+	PaymentID  string `json:"payment_id"`
+	PurchaseID string `json:"purchase_id,omitempty"` // "" for an orphan charge
+	Scenario   string `json:"scenario,omitempty"`    // the purchase's scenario, if it has one
+	// Amount (minor units) and Currency are the provider's payment's: the
+	// money at risk.
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	// Found is when the finding was stored, as an offset from the demo's
+	// start.
+	Found string `json:"found"`
+}
+
+// Money is an amount in a currency's minor units.
+type Money struct {
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"` // lower case, as Stripe writes it
+}
+
+// zeroDecimal lists the supported currencies whose minor unit is the
+// major one.
+var zeroDecimal = map[string]bool{"jpy": true, "krw": true}
+
+// String formats m for people: "13.00 USD", or "1300 JPY" for a
+// zero-decimal currency.
+func (m Money) String() string {
+	cur := strings.ToUpper(m.Currency)
+	if zeroDecimal[strings.ToLower(m.Currency)] {
+		return fmt.Sprintf("%d %s", m.Amount, cur)
+	}
+	sign, n := "", m.Amount
+	if n < 0 {
+		sign, n = "-", -n
+	}
+	return fmt.Sprintf("%s%d.%02d %s", sign, n/100, n%100, cur)
+}
+
+// NewAudit summarises the demo's audit run rep for the report. findings
+// are the store's findings, oldest first (reconcile.Service.Findings); it
+// keeps those about the results' purchases, and the orphan charges found
+// since start, when the demo began: a store the demo shares with earlier
+// runs keeps their findings too. Offsets are from start.
+func NewAudit(rep reconcile.AuditReport, findings []reconcile.Finding, results []Result, start time.Time) *Audit {
+	scenarioOf := make(map[string]string, len(results))
+	for _, r := range results {
+		scenarioOf[r.PurchaseID] = r.Scenario
+	}
+	type key struct {
+		payment string
+		kind    reconcile.FindingKind
+	}
+	isNew := make(map[key]bool, len(rep.New))
+	for _, f := range rep.New {
+		isNew[key{f.PaymentID, f.Kind}] = true
+	}
+	a := &Audit{
+		From: "+" + ClockOffset(rep.Run.From.Sub(start)), Until: "+" + ClockOffset(rep.Run.Until.Sub(start)),
+		Payments: rep.Payments, Findings: []AuditFinding{},
+	}
+	for _, f := range findings {
+		scenario, ours := scenarioOf[f.PurchaseID]
+		if !ours && (f.PurchaseID != "" || f.FoundAt.Before(start)) {
+			continue
+		}
+		if isNew[key{f.PaymentID, f.Kind}] {
+			a.New++
+		}
+		a.Findings = append(a.Findings, AuditFinding{
+			Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID, Scenario: scenario,
+			Amount: f.Amount, Currency: strings.ToLower(f.Currency), Found: "+" + ClockOffset(f.FoundAt.Sub(start)),
+		})
+	}
+	a.AtRisk = MoneyAtRisk(a.Findings)
+	return a
+}
+
+// MoneyAtRisk sums the findings' amounts per currency, currencies in
+// alphabetical order. A payment counts once however many findings it has
+// (a wrong amount and a wrong currency): its money is at risk once.
+func MoneyAtRisk(fs []AuditFinding) []Money {
+	sum := map[string]int64{}
+	counted := map[string]bool{}
+	for _, f := range fs {
+		if counted[f.PaymentID] {
+			continue
+		}
+		counted[f.PaymentID] = true
+		sum[strings.ToLower(f.Currency)] += f.Amount
+	}
+	out := make([]Money, 0, len(sum))
+	for _, c := range slices.Sorted(maps.Keys(sum)) {
+		out = append(out, Money{Amount: sum[c], Currency: c})
+	}
+	return out
+}
+
+// PrintSummary writes the report as a table, one row per scenario, the
+// audit's findings with the money at risk, and a closing verdict.
 func (r Report) PrintSummary(out io.Writer) {
 	fmt.Fprintf(out, "\nSummary (%s simulated in %s):\n", r.Simulated, r.RealTime)
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
@@ -49,9 +174,48 @@ func (r Report) PrintSummary(out io.Writer) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", res.PurchaseID, res.Scenario, state, res.Charges, res.Creates, res.Expected, verdict)
 	}
 	w.Flush()
+	if r.Audit != nil {
+		r.Audit.print(out)
+	}
 	if r.OK {
-		fmt.Fprintln(out, "\nAll scenarios ended as expected: no purchase was charged twice, none called failed while its outcome was unknown.")
+		fmt.Fprintln(out, "\nAll scenarios ended as expected: payrecon never charged a purchase twice, never called one failed while its outcome was unknown, "+
+			"and put every disagreement with the provider on the operator list.")
 	} else {
 		fmt.Fprintln(out, "\nSome scenarios did not end as expected (FAIL above).")
 	}
+}
+
+// print writes the audit's section of the summary: the run, one row per
+// finding, and the money at risk.
+func (a *Audit) print(out io.Writer) {
+	fmt.Fprintf(out, "\nAudit from the provider's side (payments created %s to %s): %d payments listed, %d findings",
+		a.From, a.Until, a.Payments, len(a.Findings))
+	if earlier := len(a.Findings) - a.New; earlier > 0 {
+		fmt.Fprintf(out, " (%d stored by this run, %d earlier by the hourly audit sweep)", a.New, earlier)
+	}
+	if len(a.Findings) == 0 {
+		fmt.Fprintln(out, ": every payment matches the books.")
+		return
+	}
+	fmt.Fprintln(out, ":")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "FINDING\tPAYMENT\tPURCHASE\tSCENARIO\tAT RISK\tFOUND")
+	for _, f := range a.Findings {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Kind, f.PaymentID, dash(f.PurchaseID), dash(f.Scenario),
+			Money{Amount: f.Amount, Currency: f.Currency}, f.Found)
+	}
+	w.Flush()
+	total := make([]string, len(a.AtRisk))
+	for i, m := range a.AtRisk {
+		total[i] = m.String()
+	}
+	fmt.Fprintf(out, "Money at risk: %s. The audit moved no money and no purchase: each finding waits on the operator list.\n",
+		strings.Join(total, ", "))
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

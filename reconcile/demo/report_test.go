@@ -2,9 +2,12 @@ package demo_test
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/demo"
 )
 
@@ -18,6 +21,15 @@ func report() demo.Report {
 				Charges: 2, Creates: 1, Expected: "declined, contradiction escalated, 1 charge",
 				Problems: []string{"2 charges at the provider, want 1", "no webhook with outcome contradiction"},
 				Timeline: []string{"+00:00:00  a", "+00:00:15  b"}, SimDuration: "02:37:15"},
+		},
+		Audit: &demo.Audit{
+			From: "+00:00:00", Until: "+02:37:16", Payments: 3, New: 1,
+			Findings: []demo.AuditFinding{
+				{Kind: "state_disagreement", PaymentID: "pi_7", PurchaseID: "pur_22", Scenario: "success after a decline",
+					Amount: 1200, Currency: "usd", Found: "+01:00:00"},
+				{Kind: "orphan_charge", PaymentID: "pi_9", Amount: 500, Currency: "eur", Found: "+02:37:15"},
+			},
+			AtRisk: []demo.Money{{Amount: 500, Currency: "eur"}, {Amount: 1200, Currency: "usd"}},
 		},
 	}
 }
@@ -35,9 +47,21 @@ func TestReportJSON(t *testing.T) {
 		`"charges_at_provider":2,"create_calls":1,"expected":"declined, contradiction escalated, 1 charge","ok":false,` +
 		`"problems":["2 charges at the provider, want 1","no webhook with outcome contradiction"],` +
 		`"timeline":["+00:00:00  a","+00:00:15  b"],"simulated_time":"02:37:15"}],` +
+		`"audit":{"from":"+00:00:00","until":"+02:37:16","payments_listed":3,"new_findings":1,"findings":[` +
+		`{"kind":"state_disagreement","payment_id":"pi_7","purchase_id":"pur_22","scenario":"success after a decline",` +
+		`"amount":1200,"currency":"usd","found":"+01:00:00"},` +
+		`{"kind":"orphan_charge","payment_id":"pi_9","amount":500,"currency":"eur","found":"+02:37:15"}],` +
+		`"money_at_risk":[{"amount":500,"currency":"eur"},{"amount":1200,"currency":"usd"}]},` +
 		`"real_time":"4.1s","simulated_time":"02:37:15"}`
 	if string(got) != want {
 		t.Errorf("JSON:\n%s\nwant\n%s", got, want)
+	}
+
+	// A report without an audit has no audit key.
+	r := report()
+	r.Audit = nil
+	if got, err := json.Marshal(r); err != nil || strings.Contains(string(got), `"audit"`) {
+		t.Errorf("JSON without an audit: %s, %v", got, err)
 	}
 }
 
@@ -51,6 +75,12 @@ PURCHASE  SCENARIO                 FINAL STATE                          CHARGES 
 pur_1     clean success            succeeded                            1        1        succeeded, 1 charge                          OK
 pur_22    success after a decline  declined (escalated: contradiction)  2        1        declined, contradiction escalated, 1 charge  FAIL: 2 charges at the provider, want 1; no webhook with outcome contradiction
 
+Audit from the provider's side (payments created +00:00:00 to +02:37:16): 3 payments listed, 2 findings (1 stored by this run, 1 earlier by the hourly audit sweep):
+FINDING             PAYMENT  PURCHASE  SCENARIO                 AT RISK    FOUND
+state_disagreement  pi_7     pur_22    success after a decline  12.00 USD  +01:00:00
+orphan_charge       pi_9     -         -                        5.00 EUR   +02:37:15
+Money at risk: 5.00 EUR, 12.00 USD. The audit moved no money and no purchase: each finding waits on the operator list.
+
 Some scenarios did not end as expected (FAIL above).
 `
 	if b.String() != want {
@@ -59,9 +89,119 @@ Some scenarios did not end as expected (FAIL above).
 
 	b.Reset()
 	r.OK, r.Results = true, r.Results[:1]
+	r.Audit = &demo.Audit{From: "+00:00:00", Until: "+00:10:00", Payments: 1, Findings: []demo.AuditFinding{}, AtRisk: []demo.Money{}}
 	r.PrintSummary(&b)
-	if got := b.String(); !strings.HasSuffix(got, "\nAll scenarios ended as expected: no purchase was charged twice, none called failed while its outcome was unknown.\n") ||
-		strings.Contains(got, "FAIL") {
-		t.Errorf("summary of a passing run:\n%s", got)
+	got := b.String()
+	for _, line := range []string{
+		"\nAudit from the provider's side (payments created +00:00:00 to +00:10:00): 1 payments listed, 0 findings: every payment matches the books.\n",
+		"\nAll scenarios ended as expected: payrecon never charged a purchase twice, never called one failed while its outcome was unknown, " +
+			"and put every disagreement with the provider on the operator list.\n",
+	} {
+		if !strings.Contains(got, line) {
+			t.Errorf("summary of a passing run lacks %q:\n%s", line, got)
+		}
+	}
+	if strings.Contains(got, "FAIL") || strings.Contains(got, "Money at risk") {
+		t.Errorf("summary of a passing run with no finding:\n%s", got)
+	}
+
+	// Without an audit, no audit section.
+	b.Reset()
+	r.Audit = nil
+	r.PrintSummary(&b)
+	if strings.Contains(b.String(), "Audit") {
+		t.Errorf("summary without an audit:\n%s", b.String())
+	}
+}
+
+func TestMoneyString(t *testing.T) {
+	tests := []struct {
+		m    demo.Money
+		want string
+	}{
+		{demo.Money{Amount: 1300, Currency: "usd"}, "13.00 USD"},
+		{demo.Money{Amount: 5, Currency: "eur"}, "0.05 EUR"},
+		{demo.Money{Amount: 0, Currency: "gbp"}, "0.00 GBP"},
+		{demo.Money{Amount: -1250, Currency: "eur"}, "-12.50 EUR"},
+		{demo.Money{Amount: 1300, Currency: "jpy"}, "1300 JPY"},
+		{demo.Money{Amount: 1300, Currency: "KRW"}, "1300 KRW"},
+	}
+	for _, tt := range tests {
+		if got := tt.m.String(); got != tt.want {
+			t.Errorf("%+v.String() = %q, want %q", tt.m, got, tt.want)
+		}
+	}
+}
+
+func TestMoneyAtRisk(t *testing.T) {
+	f := func(payment string, amount int64, currency string) demo.AuditFinding {
+		return demo.AuditFinding{Kind: "duplicate_charge", PaymentID: payment, Amount: amount, Currency: currency}
+	}
+	tests := []struct {
+		name     string
+		findings []demo.AuditFinding
+		want     []demo.Money
+	}{
+		{name: "none", want: []demo.Money{}},
+		{name: "one", findings: []demo.AuditFinding{f("pi_1", 1300, "usd")}, want: []demo.Money{{Amount: 1300, Currency: "usd"}}},
+		{
+			name:     "summed per currency, currencies in order",
+			findings: []demo.AuditFinding{f("pi_1", 1300, "usd"), f("pi_2", 500, "eur"), f("pi_3", 9900, "usd"), f("pi_4", 100, "EUR")},
+			want:     []demo.Money{{Amount: 600, Currency: "eur"}, {Amount: 11200, Currency: "usd"}},
+		},
+		{
+			// A wrong amount and a wrong currency: one payment, at risk once.
+			name:     "a payment with two findings counts once",
+			findings: []demo.AuditFinding{f("pi_1", 9900, "usd"), {Kind: "currency_mismatch", PaymentID: "pi_1", Amount: 9900, Currency: "usd"}},
+			want:     []demo.Money{{Amount: 9900, Currency: "usd"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := demo.MoneyAtRisk(tt.findings); !slices.Equal(got, tt.want) {
+				t.Errorf("MoneyAtRisk = %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewAudit(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	results := []demo.Result{{Scenario: "second charge outside payrecon", PurchaseID: "pur_1"}, {Scenario: "clean success", PurchaseID: "pur_2"}}
+	findings := []reconcile.Finding{
+		// An earlier demo's, in a shared store: left out.
+		{Kind: reconcile.FindingDuplicateCharge, PaymentID: "pi_old", PurchaseID: "pur_old", Amount: 700, Currency: "usd", FoundAt: at(-time.Hour)},
+		{Kind: reconcile.FindingOrphanCharge, PaymentID: "pi_oldorphan", Amount: 100, Currency: "usd", FoundAt: at(-time.Hour)},
+		// By the hourly sweep, before the demo's audit.
+		{Kind: reconcile.FindingDuplicateCharge, PaymentID: "pi_2", PurchaseID: "pur_1", Amount: 1300, Currency: "usd", FoundAt: at(time.Hour)},
+		// By the demo's audit.
+		{Kind: reconcile.FindingOrphanCharge, PaymentID: "pi_9", Amount: 500, Currency: "EUR", FoundAt: at(2 * time.Hour)},
+	}
+	rep := reconcile.AuditReport{
+		Run:      reconcile.AuditRun{From: start, Until: at(2*time.Hour + time.Second)},
+		Payments: 4,
+		New:      []reconcile.Finding{{Kind: reconcile.FindingOrphanCharge, PaymentID: "pi_9"}},
+	}
+	got := demo.NewAudit(rep, findings, results, start)
+	want := &demo.Audit{
+		From: "+00:00:00", Until: "+02:00:01", Payments: 4, New: 1,
+		Findings: []demo.AuditFinding{
+			{Kind: "duplicate_charge", PaymentID: "pi_2", PurchaseID: "pur_1", Scenario: "second charge outside payrecon",
+				Amount: 1300, Currency: "usd", Found: "+01:00:00"},
+			{Kind: "orphan_charge", PaymentID: "pi_9", Amount: 500, Currency: "eur", Found: "+02:00:00"},
+		},
+		AtRisk: []demo.Money{{Amount: 500, Currency: "eur"}, {Amount: 1300, Currency: "usd"}},
+	}
+	gotJSON, _ := json.Marshal(got)
+	wantJSON, _ := json.Marshal(want)
+	if string(gotJSON) != string(wantJSON) {
+		t.Errorf("NewAudit:\n%s\nwant\n%s", gotJSON, wantJSON)
+	}
+
+	// No findings: empty lists, not null, in the JSON report.
+	empty := demo.NewAudit(reconcile.AuditReport{Run: rep.Run}, nil, results, start)
+	if b, _ := json.Marshal(empty); !strings.Contains(string(b), `"findings":[]`) || !strings.Contains(string(b), `"money_at_risk":[]`) {
+		t.Errorf("NewAudit with no findings: %s", b)
 	}
 }

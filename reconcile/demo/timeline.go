@@ -10,19 +10,28 @@ import (
 
 // Timeline renders a case as time-ordered lines, each stamped with its
 // offset from start: transitions with their cause, provider calls, webhook
-// outcomes, and the escalation. Entries at the same time keep that order,
-// and within a kind, the case's.
+// outcomes, the audit's findings with the money they put at risk, and the
+// escalation. Entries at the same time keep that order, and within a
+// kind, the case's.
 func Timeline(c reconcile.Case, start time.Time) []string {
+	// The kinds of entries, in their order at equal times.
+	const (
+		transition = iota
+		attempt
+		event
+		finding
+		escalation
+	)
 	type entry struct {
 		at   time.Time
-		seq  int
+		kind int
 		text string
 	}
 	var es []entry
-	for i, t := range c.Transitions {
-		es = append(es, entry{t.At, i, fmt.Sprintf("%-11s → %-11s  (%s)", t.From, t.To, t.Cause)})
+	for _, t := range c.Transitions {
+		es = append(es, entry{t.At, transition, fmt.Sprintf("%-11s → %-11s  (%s)", t.From, t.To, t.Cause)})
 	}
-	for i, a := range c.Attempts {
+	for _, a := range c.Attempts {
 		text := fmt.Sprintf("provider %-6s → %s", a.Op, a.Outcome)
 		if a.Status != "" {
 			text += " [" + a.Status + "]"
@@ -30,19 +39,24 @@ func Timeline(c reconcile.Case, start time.Time) []string {
 		if !a.Applied {
 			text += " (not applied)"
 		}
-		es = append(es, entry{a.At, 1000 + i, text})
+		es = append(es, entry{a.At, attempt, text})
 	}
-	for i, ev := range c.Events {
-		es = append(es, entry{ev.ReceivedAt, 2000 + i, fmt.Sprintf("webhook  %s → %s", ev.Type, ev.Outcome)})
+	for _, ev := range c.Events {
+		es = append(es, entry{ev.ReceivedAt, event, fmt.Sprintf("webhook  %s → %s", ev.Type, ev.Outcome)})
+	}
+	for _, f := range c.Findings {
+		es = append(es, entry{f.FoundAt, finding, fmt.Sprintf("audit    %s: payment %s, %s at risk",
+			f.Kind, f.PaymentID, Money{Amount: f.Amount, Currency: f.Currency})})
 	}
 	if c.Purchase.Escalated() {
-		es = append(es, entry{c.Purchase.EscalatedAt, 3000, "escalated to the operators: " + string(c.Purchase.EscalationReason)})
+		es = append(es, entry{c.Purchase.EscalatedAt, escalation, "escalated to the operators: " + string(c.Purchase.EscalationReason)})
 	}
+	// Stable: entries of one kind at one time keep the case's order.
 	slices.SortStableFunc(es, func(a, b entry) int {
 		if c := a.at.Compare(b.at); c != 0 {
 			return c
 		}
-		return a.seq - b.seq
+		return a.kind - b.kind
 	})
 	lines := make([]string, len(es))
 	for i, en := range es {
