@@ -14,8 +14,8 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/providertest"
 	"github.com/payrecon/payrecon/provider"
-	"github.com/payrecon/payrecon/provider/providertest"
 )
 
 // clock is a fake clock, safe for concurrent use.

@@ -8,7 +8,7 @@ import (
 )
 
 // Store is the persistence payrecon's protocol needs. reconcile/postgres
-// and reconcile/sqlite implement it; reconcile/storetest is the suite both
+// and reconcile/sqlite implement it; internal/storetest is the suite both
 // must pass unchanged.
 //
 // Implementations must be safe for concurrent use, translate driver errors

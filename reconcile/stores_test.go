@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/pgtest"
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
 

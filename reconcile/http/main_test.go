@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/pgtest"
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 )
 
 // TestMain starts one throwaway PostgreSQL cluster for the package's

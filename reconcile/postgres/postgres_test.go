@@ -15,10 +15,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/storetest"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
-	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
-	"github.com/payrecon/payrecon/reconcile/storetest"
 	"github.com/payrecon/payrecon/statemachine"
 )
 

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/pgtest"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
-	"github.com/payrecon/payrecon/reconcile/postgres/pgtest"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
 	"github.com/payrecon/payrecon/statemachine"
 )

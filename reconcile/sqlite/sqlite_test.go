@@ -18,10 +18,10 @@ import (
 	driver "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/payrecon/payrecon/internal/storetest"
 	"github.com/payrecon/payrecon/migrations"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
-	"github.com/payrecon/payrecon/reconcile/storetest"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
