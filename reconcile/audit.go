@@ -25,9 +25,6 @@ import (
 // findings are unique per (provider, payment, kind), so a chunk matched
 // twice stores nothing twice.
 
-// ErrAuditWindow: the audit's window is empty or inverted.
-var ErrAuditWindow = errors.New("audit window is empty")
-
 // AuditReport says what one audit run did.
 type AuditReport struct {
 	Run AuditRun

@@ -84,10 +84,6 @@ type InboxEvent struct {
 	ProcessedAt time.Time
 }
 
-// ErrEventConflict is returned by ApplyEvent for an event id already seen
-// with a different payload.
-var ErrEventConflict = errors.New("event id reused with a different payload")
-
 // maxWriteRaces bounds how often a writer re-reads and tries again after
 // losing a conditional write to another writer.
 const maxWriteRaces = 5

@@ -7,15 +7,6 @@ import (
 	"time"
 )
 
-// Errors of CreatePurchaseOnce.
-var (
-	// ErrKeyMismatch: the client reused an idempotency key with a
-	// different request. Never answered with the other request's response.
-	ErrKeyMismatch = errors.New("idempotency key reused with a different request")
-	// ErrKeyInFlight: the first request with this key has not finished.
-	ErrKeyInFlight = errors.New("a request with this idempotency key is still in flight")
-)
-
 // ReferenceConflictError reports a reference the customer already used.
 // It wraps ErrDuplicate.
 type ReferenceConflictError struct {

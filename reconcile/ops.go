@@ -11,20 +11,6 @@ import (
 	"github.com/payrecon/payrecon/statemachine"
 )
 
-// Errors of the operator actions.
-var (
-	// ErrAlreadyFinal: the purchase is terminal; the action does not apply.
-	ErrAlreadyFinal = errors.New("purchase is already final")
-	// ErrStale: the purchase changed since the operator looked at it.
-	ErrStale = errors.New("purchase changed since it was shown")
-	// ErrBusy: a worker holds the purchase's job right now.
-	ErrBusy = errors.New("a worker is checking this purchase right now")
-	// ErrProviderDisagrees: the provider's live answer contradicts the
-	// resolution an operator asked for. An explicit override with a reason
-	// is needed to resolve against it.
-	ErrProviderDisagrees = errors.New("the provider's live view contradicts the resolution")
-)
-
 // Case is an escalated purchase with everything an operator needs to
 // decide: its attempts, transitions, webhooks and earlier operator actions.
 type Case struct {

@@ -10,34 +10,10 @@ package reconcile
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"time"
 
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"
-)
-
-// Errors returned by the Store and by Service. Adapters translate their
-// driver's errors into these, wrapped with context.
-var (
-	// ErrNotFound: no row matched the id.
-	ErrNotFound = errors.New("not found")
-	// ErrConflict: a conditional write lost, because the row is no longer
-	// in the state or at the version the writer read. Re-read and decide
-	// again.
-	ErrConflict = errors.New("conflict: state or version changed")
-	// ErrLeaseLost: the writer's lease expired or was taken over (its
-	// fencing token is stale). It must not write anything.
-	ErrLeaseLost = errors.New("lease lost")
-	// ErrDuplicate: a row with the same unique key exists.
-	ErrDuplicate = errors.New("duplicate")
-	// ErrForbiddenTransition: the database refused a move that is not in
-	// the transition table.
-	ErrForbiddenTransition = errors.New("forbidden transition")
-	// ErrInvalid: the input is invalid. The message says which field.
-	ErrInvalid = errors.New("invalid input")
-	// ErrNotMigrated: the schema is missing or older than this binary.
-	ErrNotMigrated = errors.New("database schema is not migrated (run `payrecon migrate`)")
 )
 
 // Cause says why a transition happened.
