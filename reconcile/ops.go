@@ -287,7 +287,8 @@ func (s *Service) resolveUnderLease(ctx context.Context, l Lease, r Resolution) 
 		evidence := fmt.Sprintf("operator %s: %s (provider showed: %s)", r.Operator, r.Evidence, saw)
 		if v.Kind == VerdictEscalate || v.Kind == VerdictConfirm {
 			if r.OverrideProvider == "" {
-				return fmt.Errorf("%w: %s; resolve with an override and its reason to go against it", ErrProviderDisagrees, v.Why)
+				// The judge's reason is the detail; the hint is context.
+				return fmt.Errorf("%w; resolve with an override and its reason to go against it", E(KindProviderDisagrees, v.Why, nil))
 			}
 			evidence += fmt.Sprintf("; overriding the provider (%s): %s", v.Why, r.OverrideProvider)
 		}
@@ -335,11 +336,11 @@ func (s *Service) resolveUnderLease(ctx context.Context, l Lease, r Resolution) 
 func resolvePath(p Purchase, r Resolution) ([]statemachine.State, error) {
 	switch {
 	case r.Version != 0 && p.Version != r.Version:
-		return nil, fmt.Errorf("%w: shown version %d, now %d in state %s", ErrStale, r.Version, p.Version, p.State)
+		return nil, E(KindStale, fmt.Sprintf("shown version %d, now %d in state %s", r.Version, p.Version, p.State), nil)
 	case p.State.Terminal():
-		return nil, fmt.Errorf("%w: %s is %s; an operator cannot change a final state", ErrAlreadyFinal, p.ID, p.State)
+		return nil, errAlreadyFinal(p.ID, p.State)
 	case p.State == statemachine.Submitted && !p.Escalated():
-		return nil, fmt.Errorf("%w: %s is submitted and not escalated: the worker is establishing its outcome; recheck it instead", ErrInvalid, p.ID)
+		return nil, E(KindInvalid, p.ID+" is submitted and not escalated: the worker is establishing its outcome; recheck it instead", nil)
 	}
 	path := []statemachine.State{r.To}
 	switch {
@@ -354,11 +355,17 @@ func resolvePath(p Purchase, r Resolution) ([]statemachine.State, error) {
 	from := p.State
 	for _, to := range path {
 		if err := statemachine.Transition(from, to); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrForbiddenTransition, err)
+			return nil, E(KindForbiddenTransition, "", err)
 		}
 		from = to
 	}
 	return path, nil
+}
+
+// errAlreadyFinal refuses an operator action on a final purchase, saying
+// its state.
+func errAlreadyFinal(id string, state statemachine.State) error {
+	return E(KindAlreadyFinal, fmt.Sprintf("%s is %s; an operator cannot change a final state", id, state), nil)
 }
 
 // takeJob leases the purchase's job for an operator action, under an owner
@@ -383,7 +390,7 @@ func (s *Service) takeJob(ctx context.Context, id, role string) (Lease, func(), 
 		case rerr != nil:
 			return Lease{}, nil, rerr
 		case p.State.Terminal():
-			return Lease{}, nil, fmt.Errorf("%w: %s is %s; an operator cannot change a final state", ErrAlreadyFinal, id, p.State)
+			return Lease{}, nil, errAlreadyFinal(id, p.State)
 		default:
 			return Lease{}, nil, ErrBusy
 		}
@@ -431,7 +438,7 @@ func (s *Service) Note(ctx context.Context, id, operator, text string, close boo
 		did := "note"
 		if close {
 			if !p.State.Terminal() {
-				return fmt.Errorf("%w: %s is %s; resolve it instead of closing it with a note", ErrInvalid, id, p.State)
+				return E(KindInvalid, fmt.Sprintf("%s is %s; resolve it instead of closing it with a note", id, p.State), nil)
 			}
 			if p.Escalated() {
 				next := p
@@ -466,7 +473,7 @@ func (s *Service) Recheck(ctx context.Context, id, operator string) (Purchase, e
 		return Purchase{}, err
 	}
 	if p.State.Terminal() {
-		return p, fmt.Errorf("reconcile: recheck %s: %w: it is %s", id, ErrAlreadyFinal, p.State)
+		return p, fmt.Errorf("reconcile: recheck %s: %w", id, E(KindAlreadyFinal, "it is "+string(p.State), nil))
 	}
 	l, _, err := s.takeJob(ctx, id, "recheck")
 	if err != nil {

@@ -443,9 +443,9 @@ func providerDisagrees(ctx context.Context, svc *reconcile.Service, id, operator
 			}
 		}
 	}
-	why := err.Error()
-	if _, after, ok := strings.Cut(why, reconcile.ErrProviderDisagrees.Error()+": "); ok {
-		why, _, _ = strings.Cut(after, "; resolve with an override")
+	why := reconcile.DetailOf(err)
+	if why == "" {
+		why = err.Error()
 	}
 	return fmt.Errorf("ops resolve refused (%w): %s\n"+
 		"  the provider answered: %s\n"+

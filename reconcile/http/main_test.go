@@ -4,11 +4,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 )
 
@@ -16,25 +16,10 @@ import (
 // tests; each test gets its own database.
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-// testClock is a manual clock. Safe for concurrent use.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
+// testClock is the manual clock of the package's fixtures.
+type testClock = testclock.Clock
 
-func newTestClock() *testClock { return &testClock{now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)} }
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+func newTestClock() *testClock { return testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)) }
 
 // newStore returns a migrated store over a fresh database.
 func newStore(t testing.TB) reconcile.Store { return pgtest.NewStore(t) }

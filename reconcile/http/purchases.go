@@ -174,22 +174,22 @@ func (a *PurchaseAPI) create(w http.ResponseWriter, r *http.Request, c APIClient
 		return http.StatusCreated, body, err
 	})
 	var refErr *reconcile.ReferenceConflictError
-	switch {
-	case errors.Is(err, reconcile.ErrInvalid):
+	switch k := reconcile.KindOf(err); {
+	case k == reconcile.KindInvalid:
 		writeValidation(w, err)
-	case errors.As(err, &refErr):
-		writeJSON(w, http.StatusConflict, map[string]any{"error": map[string]string{
-			"code": "reference_in_use", "message": refErr.Error(), "existing_purchase_id": refErr.ExistingPurchaseID,
+	case k == reconcile.KindDuplicate && errors.As(err, &refErr):
+		writeJSON(w, statusOf(k), map[string]any{"error": map[string]string{
+			"code": codeOf(k), "message": refErr.Error(), "existing_purchase_id": refErr.ExistingPurchaseID,
 		}})
-	case errors.Is(err, reconcile.ErrKeyMismatch):
-		writeError(w, http.StatusUnprocessableEntity, "idempotency_key_mismatch",
+	case k == reconcile.KindKeyMismatch:
+		writeKindError(w, k,
 			"Idempotency-Key "+quote(key)+" was used with a different request: "+mismatch(req, saved.Body)+
 				"; use a new key for a new purchase")
-	case errors.Is(err, reconcile.ErrKeyInFlight):
+	case k == reconcile.KindKeyInFlight:
 		w.Header().Set("Retry-After", "1")
-		writeError(w, http.StatusConflict, "idempotency_key_in_use", "a request with this Idempotency-Key is still in flight; retry later")
+		writeKindError(w, k, "a request with this Idempotency-Key is still in flight; retry later")
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, "internal", "the purchase was not created; retry with the same Idempotency-Key")
+		writeKindError(w, reconcile.KindInternal, "the purchase was not created; retry with the same Idempotency-Key")
 	default:
 		if saved.Replayed {
 			w.Header().Set("Idempotent-Replayed", "true")
@@ -276,49 +276,25 @@ func mismatch(req purchaseRequest, saved []byte) string {
 
 func quote(s string) string { return fmt.Sprintf("%q", s) }
 
+// writeFieldError writes a 400 naming one invalid field.
 func writeFieldError(w http.ResponseWriter, field, message string) {
-	writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
-		"code": "invalid_request", "message": field + ": " + message,
-		"fields": []map[string]string{{"field": field, "message": message}},
-	}})
+	writeValidation(w, &reconcile.FieldError{Field: field, Message: message})
 }
 
 // writeValidation writes a 400 listing every invalid field.
 func writeValidation(w http.ResponseWriter, err error) {
 	var fields []map[string]string
 	var msgs []string
-	for _, e := range flatten(err) {
-		var fe *reconcile.FieldError
-		if errors.As(e, &fe) {
-			fields = append(fields, map[string]string{"field": fe.Field, "message": fe.Message})
-			msgs = append(msgs, fe.Error())
-		}
+	for _, fe := range fieldErrors(err) {
+		fields = append(fields, map[string]string{"field": fe.Field, "message": fe.Message})
+		msgs = append(msgs, fe.Error())
 	}
 	if len(fields) == 0 {
 		msgs = []string{err.Error()}
 	}
-	writeJSON(w, http.StatusBadRequest, map[string]any{"error": map[string]any{
-		"code": "invalid_request", "message": strings.Join(msgs, "; "), "fields": fields,
+	writeJSON(w, statusOf(reconcile.KindInvalid), map[string]any{"error": map[string]any{
+		"code": codeOf(reconcile.KindInvalid), "message": strings.Join(msgs, "; "), "fields": fields,
 	}})
-}
-
-// flatten unwraps wrapping and joined errors into their leaves.
-func flatten(err error) []error {
-	switch e := err.(type) {
-	case interface{ Unwrap() []error }:
-		var out []error
-		for _, inner := range e.Unwrap() {
-			out = append(out, flatten(inner)...)
-		}
-		return out
-	case interface{ Unwrap() error }:
-		if _, ok := err.(*reconcile.FieldError); ok {
-			return []error{err}
-		}
-		return flatten(e.Unwrap())
-	default:
-		return []error{err}
-	}
 }
 
 // detailJSON is the API's view of a purchase with its history.
@@ -391,9 +367,9 @@ func (a *PurchaseAPI) show(w http.ResponseWriter, r *http.Request, _ APIClient) 
 	d, err := a.svc.Purchase(r.Context(), r.PathValue("id"))
 	switch {
 	case errors.Is(err, reconcile.ErrNotFound):
-		writeError(w, http.StatusNotFound, "not_found", "no purchase with id "+quote(r.PathValue("id")))
+		writeKindError(w, reconcile.KindNotFound, "no purchase with id "+quote(r.PathValue("id")))
 	case err != nil:
-		writeError(w, http.StatusInternalServerError, "internal", "could not read the purchase")
+		writeKindError(w, reconcile.KindInternal, "could not read the purchase")
 	default:
 		writeJSON(w, http.StatusOK, toDetailJSON(d))
 	}

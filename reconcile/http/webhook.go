@@ -62,16 +62,16 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			Payload:     body,
 		})
 		switch {
-		case errors.Is(err, reconcile.ErrEventConflict):
+		case reconcile.KindOf(err) == reconcile.KindEventConflict:
 			s.observeWebhook(ev.Type, reconcile.EventConflict)
 			s.cfg.Logger.Error("webhook conflict: event id reused with another payload", "provider", name, "event", ev.ID)
-			writeError(w, http.StatusConflict, "conflict",
+			writeKindError(w, reconcile.KindEventConflict,
 				"event "+ev.ID+" was already received with a different payload; nothing applied")
 			return
 		case err != nil:
-			// Not committed: the provider must redeliver.
+			// Not committed, whatever the kind: the provider must redeliver.
 			s.cfg.Logger.Error("webhook not applied", "provider", name, "event", ev.ID, "err", err)
-			writeError(w, http.StatusInternalServerError, "internal", "event not recorded; retry")
+			writeKindError(w, reconcile.KindInternal, "event not recorded; retry")
 			return
 		}
 		s.observeWebhook(ev.Type, outcome)

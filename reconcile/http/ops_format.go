@@ -1,0 +1,136 @@
+package http
+
+import (
+	"fmt"
+	"html/template"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// Formatting for people (amounts, ages, times, yes/no values) and the
+// choice between a page and JSON.
+
+// opsBool parses a yes/no form or query value; "" is no.
+func opsBool(v string) (value, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "0", "false", "off", "no":
+		return false, true
+	case "1", "true", "on", "yes":
+		return true, true
+	}
+	return false, false
+}
+
+// acceptsHTML reports whether the client asks for an HTML page.
+func acceptsHTML(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "text/html")
+}
+
+// opsWantsJSON: an explicit Accept decides; otherwise scripts (bearer
+// clients) get JSON and browsers (sessions) pages.
+func opsWantsJSON(r *http.Request, who opsWho) bool {
+	accept := r.Header.Get("Accept")
+	switch {
+	case strings.Contains(accept, "application/json"):
+		return true
+	case strings.Contains(accept, "text/html"):
+		return false
+	}
+	return who.Bearer
+}
+
+// opsZeroDecimal lists the supported currencies without minor units.
+var opsZeroDecimal = map[string]bool{"jpy": true, "krw": true}
+
+// opsAmount formats minor units for people: "12.34 EUR".
+func opsAmount(minor int64, currency string) string {
+	cur := strings.ToUpper(currency)
+	if opsZeroDecimal[currency] {
+		return strconv.FormatInt(minor, 10) + " " + cur
+	}
+	sign := ""
+	if minor < 0 {
+		sign, minor = "-", -minor
+	}
+	return fmt.Sprintf("%s%d.%02d %s", sign, minor/100, minor%100, cur)
+}
+
+// opsAge renders a duration for people: "2d 3h", "4h 12m", "5m 3s".
+func opsAge(d time.Duration) string {
+	if d <= 0 {
+		return "—"
+	}
+	d = d.Round(time.Second)
+	days, d := d/(24*time.Hour), d%(24*time.Hour)
+	h, d := d/time.Hour, d%time.Hour
+	m, s := d/time.Minute, (d%time.Minute)/time.Second
+	switch {
+	case days > 0:
+		return fmt.Sprintf("%dd %dh", days, h)
+	case h > 0:
+		return fmt.Sprintf("%dh %dm", h, m)
+	case m > 0:
+		return fmt.Sprintf("%dm %ds", m, s)
+	}
+	return fmt.Sprintf("%ds", s)
+}
+
+func opsTimePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// opsMoneyAtRisk sums the open findings' amounts per currency, formatted
+// for people ("12.50 EUR"), currencies in alphabetical order.
+func opsMoneyAtRisk(fs []reconcile.Finding) []string {
+	sum := map[string]int64{}
+	for _, f := range fs {
+		if f.Open() {
+			sum[strings.ToLower(f.Currency)] += f.Amount
+		}
+	}
+	curs := make([]string, 0, len(sum))
+	for c := range sum {
+		curs = append(curs, c)
+	}
+	sort.Strings(curs)
+	out := make([]string, 0, len(curs))
+	for _, c := range curs {
+		out = append(out, opsAmount(sum[c], c))
+	}
+	return out
+}
+
+var opsFuncs = template.FuncMap{
+	"fmtTime": func(t time.Time) string {
+		if t.IsZero() {
+			return "—"
+		}
+		return t.UTC().Format("2006-01-02 15:04:05 UTC")
+	},
+	"isoTime": func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+	"orDash": func(s string) string {
+		if s == "" {
+			return "—"
+		}
+		return s
+	},
+	"stateLabel": func(s string) string {
+		switch statemachine.State(s) {
+		case statemachine.Uncertain:
+			return "uncertain: outcome unknown"
+		case statemachine.Reconciling:
+			return "reconciling: checking"
+		}
+		return s
+	},
+	"reasonLabel": func(s string) string { return strings.ReplaceAll(s, "_", " ") },
+}

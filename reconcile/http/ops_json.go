@@ -1,0 +1,179 @@
+package http
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// The JSON views of the operator pages, for scripts (bearer clients) and
+// for Accept: application/json.
+
+type opsCaseJSON struct {
+	PurchaseID        string           `json:"purchase_id"`
+	ProviderPaymentID string           `json:"provider_payment_id,omitempty"`
+	Amount            int64            `json:"amount"`
+	Currency          string           `json:"currency"`
+	AmountDisplay     string           `json:"amount_display"`
+	Customer          string           `json:"customer"`
+	Reference         string           `json:"reference,omitempty"`
+	Description       string           `json:"description,omitempty"`
+	State             string           `json:"state"`
+	Final             bool             `json:"final"`
+	Version           int64            `json:"version"`
+	AgeSeconds        int64            `json:"age_seconds"`
+	Age               string           `json:"age"`
+	Escalated         bool             `json:"escalated"`
+	EscalationReason  string           `json:"escalation_reason,omitempty"`
+	EscalatedAt       *time.Time       `json:"escalated_at"`
+	UncertainSince    *time.Time       `json:"uncertain_since"`
+	CreatedAt         time.Time        `json:"created_at"`
+	UpdatedAt         time.Time        `json:"updated_at"`
+	Attempts          []attemptJSON    `json:"attempts"`
+	Transitions       []transitionJSON `json:"transitions"`
+	Webhooks          []opsWebhookJSON `json:"webhooks"`
+	OperatorActions   []opsActionJSON  `json:"operator_actions"`
+	// Findings are the audit's findings about the purchase, open and
+	// closed.
+	Findings []opsFindingJSON `json:"findings"`
+	// LiveView is the provider's answer now; only on the single case.
+	LiveView *opsLiveViewJSON `json:"live_view,omitempty"`
+}
+
+// opsFindingJSON is one finding of the audit from the provider's side.
+// Amount and currency are the provider's payment's: the money at risk.
+type opsFindingJSON struct {
+	ID            int64      `json:"id"`
+	Provider      string     `json:"provider"`
+	Kind          string     `json:"kind"`
+	PaymentID     string     `json:"payment_id"`
+	PurchaseID    string     `json:"purchase_id,omitempty"`
+	Amount        int64      `json:"amount"`
+	Currency      string     `json:"currency"`
+	AmountDisplay string     `json:"amount_display"`
+	Status        string     `json:"status,omitempty"`
+	Evidence      string     `json:"evidence"`
+	FoundAt       time.Time  `json:"found_at"`
+	Open          bool       `json:"open"`
+	ClosedAt      *time.Time `json:"closed_at"`
+	ClosedBy      string     `json:"closed_by,omitempty"`
+	CloseNote     string     `json:"close_note,omitempty"`
+}
+
+func opsFindingToJSON(f reconcile.Finding) opsFindingJSON {
+	return opsFindingJSON{
+		ID: f.ID, Provider: f.Provider, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
+		Amount: f.Amount, Currency: f.Currency, AmountDisplay: opsAmount(f.Amount, f.Currency), Status: f.Status,
+		Evidence: f.Evidence, FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: opsTimePtr(f.ClosedAt),
+		ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
+	}
+}
+
+func opsFindingsToJSON(fs []reconcile.Finding) []opsFindingJSON {
+	out := make([]opsFindingJSON, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, opsFindingToJSON(f))
+	}
+	return out
+}
+
+type opsWebhookJSON struct {
+	Provider    string     `json:"provider"`
+	EventID     string     `json:"event_id"`
+	Type        string     `json:"type"`
+	PaymentID   string     `json:"payment_id,omitempty"`
+	Result      string     `json:"result,omitempty"`
+	Outcome     string     `json:"outcome"`
+	ReceivedAt  time.Time  `json:"received_at"`
+	ProcessedAt *time.Time `json:"processed_at"`
+}
+
+type opsActionJSON struct {
+	Operator string    `json:"operator"`
+	Action   string    `json:"action"`
+	Saw      string    `json:"saw,omitempty"`
+	Did      string    `json:"did"`
+	Evidence string    `json:"evidence,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+type opsLiveViewJSON struct {
+	Outcome   string `json:"outcome"`
+	Status    string `json:"status,omitempty"`
+	PaymentID string `json:"payment_id,omitempty"`
+	Amount    int64  `json:"amount,omitempty"`
+	Currency  string `json:"currency,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	// Text is the view as the audit records it. A resolution fetches and
+	// records its own live view; this one is for the operator to read.
+	Text  string `json:"text"`
+	Error string `json:"error,omitempty"`
+}
+
+func opsCaseToJSON(c reconcile.Case) opsCaseJSON {
+	p := c.Purchase
+	out := opsCaseJSON{
+		PurchaseID: p.ID, ProviderPaymentID: p.ProviderPaymentID, Amount: p.Amount, Currency: p.Currency,
+		AmountDisplay: opsAmount(p.Amount, p.Currency), Customer: p.Customer, Reference: p.Reference,
+		Description: p.Description, State: string(p.State), Final: p.State.Terminal(), Version: p.Version,
+		AgeSeconds: int64(c.Age / time.Second), Age: opsAge(c.Age), Escalated: p.Escalated(),
+		EscalationReason: string(p.EscalationReason), EscalatedAt: opsTimePtr(p.EscalatedAt),
+		UncertainSince: opsTimePtr(p.UncertainSince), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
+		Attempts: toAttemptsJSON(c.Attempts), Transitions: toTransitionsJSON(c.Transitions),
+		Webhooks: []opsWebhookJSON{}, OperatorActions: []opsActionJSON{}, Findings: opsFindingsToJSON(c.Findings),
+	}
+	for _, e := range c.Events {
+		out.Webhooks = append(out.Webhooks, opsWebhookJSON{
+			Provider: e.Provider, EventID: e.EventID, Type: e.Type, PaymentID: e.ObjectID, Result: string(e.Result),
+			Outcome: string(e.Outcome), ReceivedAt: e.ReceivedAt, ProcessedAt: opsTimePtr(e.ProcessedAt),
+		})
+	}
+	for _, a := range c.Actions {
+		out.OperatorActions = append(out.OperatorActions, opsActionJSON{
+			Operator: a.Operator, Action: a.Action, Saw: a.Saw, Did: a.Did, Evidence: a.Evidence, At: a.At,
+		})
+	}
+	return out
+}
+
+func (o *Ops) listJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
+	cases, err := o.svc.Escalations(r.Context())
+	if err != nil {
+		o.log.Error("ops: list escalations", "err", err)
+		writeKindError(w, reconcile.KindInternal, "could not read the escalated cases; try again")
+		return
+	}
+	findings, err := o.svc.Findings(r.Context(), false)
+	if err != nil {
+		o.log.Error("ops: list findings", "err", err)
+		writeKindError(w, reconcile.KindInternal, "could not read the audit findings; try again")
+		return
+	}
+	out := make([]opsCaseJSON, 0, len(cases))
+	for _, c := range cases {
+		out = append(out, opsCaseToJSON(c))
+	}
+	writeJSON(w, http.StatusOK, map[string]any{
+		"count": len(out), "cases": out,
+		"findings_count": len(findings), "findings": opsFindingsToJSON(findings),
+		"money_at_risk": opsMoneyAtRisk(findings),
+	})
+}
+
+// findingsJSON lists the audit's findings: the open ones, or all of them
+// with ?all=1.
+func (o *Ops) findingsJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
+	all, ok := opsBool(r.URL.Query().Get("all"))
+	if !ok {
+		writeKindError(w, reconcile.KindInvalid, "all: "+quote(r.URL.Query().Get("all"))+" is not a yes/no value")
+		return
+	}
+	findings, err := o.svc.Findings(r.Context(), all)
+	if err != nil {
+		o.log.Error("ops: list findings", "err", err)
+		writeKindError(w, reconcile.KindInternal, "could not read the audit findings; try again")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"count": len(findings), "findings": opsFindingsToJSON(findings)})
+}

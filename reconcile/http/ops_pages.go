@@ -1,0 +1,419 @@
+package http
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// The HTML pages: the operator list, a case with its timeline, an audit
+// finding, the login and error pages.
+
+// opsBase is what every page's layout needs.
+type opsBase struct {
+	Title    string
+	Operator string // signed-in operator; empty for bearer clients
+	CSRF     string // token for the session's forms
+}
+
+func (o *Ops) base(title string, who opsWho) opsBase {
+	b := opsBase{Title: title, Operator: who.Operator}
+	if who.session != "" {
+		b.CSRF = o.csrfToken(who.session)
+	}
+	return b
+}
+
+// render writes a page: headers that forbid framing, caching and any
+// outside resource, then the template executed into a buffer first, so a
+// template error becomes a clean 500.
+func (o *Ops) render(w http.ResponseWriter, status int, page string, data any) {
+	var buf bytes.Buffer
+	if err := o.pages[page].ExecuteTemplate(&buf, "layout", data); err != nil {
+		o.log.Error("ops: render page", "page", page, "err", err)
+		http.Error(w, "internal error rendering the page", http.StatusInternalServerError)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "text/html; charset=utf-8")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "no-referrer")
+	h.Set("Content-Security-Policy",
+		"default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+type opsLoginData struct {
+	opsBase
+	Message string
+	Next    string
+	Name    string
+	Form    string // the login form token
+}
+
+func (o *Ops) renderLogin(w http.ResponseWriter, r *http.Request, status int, msg, next, name string) {
+	nonce := o.loginNonce(w, r)
+	o.render(w, status, "login", opsLoginData{
+		opsBase: opsBase{Title: "Sign in"}, Message: msg, Next: opsNext(next), Name: name, Form: o.loginToken(nonce),
+	})
+}
+
+type opsErrorData struct {
+	opsBase
+	Heading string
+	Message string
+	Back    string
+}
+
+func (o *Ops) renderError(w http.ResponseWriter, r *http.Request, who opsWho, status int, heading, msg string) {
+	back := "/ops"
+	if id := r.PathValue("id"); id != "" {
+		back = "/ops/purchases/" + url.PathEscape(id)
+	} else if fid := r.PathValue("fid"); fid != "" && r.Method != http.MethodGet {
+		back = "/ops/findings/" + url.PathEscape(fid)
+	}
+	o.render(w, status, "error", opsErrorData{opsBase: o.base(heading, who), Heading: heading, Message: msg, Back: back})
+}
+
+// cannotShow answers a page, or its JSON, that cannot be shown because
+// of an error of kind k: a JSON error with jsonMsg for script clients,
+// else the error page; the status is k's.
+func (o *Ops) cannotShow(w http.ResponseWriter, r *http.Request, who opsWho, asJSON bool, k reconcile.Kind, jsonMsg, heading, pageMsg string) {
+	if asJSON {
+		writeKindError(w, k, jsonMsg)
+		return
+	}
+	o.renderError(w, r, who, statusOf(k), heading, pageMsg)
+}
+
+type opsRow struct {
+	ID, PaymentID, Amount, Customer, Reference, Age, Reason, State string
+	EscalatedAt                                                    time.Time
+}
+
+type opsListData struct {
+	opsBase
+	Rows        []opsRow
+	Findings    []opsFindingRow
+	MoneyAtRisk []string
+	Now         time.Time
+}
+
+// opsFindingRow is an audit finding as the pages show it.
+type opsFindingRow struct {
+	ID                                 int64
+	Kind, PaymentID, PurchaseID        string
+	Amount, Status, Evidence, Provider string
+	FoundAt                            time.Time
+	Open                               bool
+	ClosedAt                           time.Time
+	ClosedBy, CloseNote                string
+}
+
+func opsFindingRows(fs []reconcile.Finding) []opsFindingRow {
+	out := make([]opsFindingRow, 0, len(fs))
+	for _, f := range fs {
+		out = append(out, opsFindingRow{
+			ID: f.ID, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
+			Amount: opsAmount(f.Amount, f.Currency), Status: f.Status, Evidence: f.Evidence, Provider: f.Provider,
+			FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: f.ClosedAt, ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
+		})
+	}
+	return out
+}
+
+func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
+	cases, err := o.svc.Escalations(r.Context())
+	if err != nil {
+		o.log.Error("ops: list escalations", "err", err)
+		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the cases", "The escalated cases could not be read from the database. Reload to try again.")
+		return
+	}
+	findings, err := o.svc.Findings(r.Context(), false)
+	if err != nil {
+		o.log.Error("ops: list findings", "err", err)
+		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the findings", "The audit findings could not be read from the database. Reload to try again.")
+		return
+	}
+	data := opsListData{
+		opsBase: o.base("Operator list", who), Now: o.cfg.Now().UTC(),
+		Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings),
+	}
+	for _, c := range cases {
+		p := c.Purchase
+		data.Rows = append(data.Rows, opsRow{
+			ID: p.ID, PaymentID: p.ProviderPaymentID, Amount: opsAmount(p.Amount, p.Currency), Customer: p.Customer,
+			Reference: p.Reference, Age: opsAge(c.Age), Reason: string(p.EscalationReason), State: string(p.State),
+			EscalatedAt: p.EscalatedAt,
+		})
+	}
+	o.render(w, http.StatusOK, "list", data)
+}
+
+// opsEntry is one line of a case's timeline.
+type opsEntry struct {
+	At     time.Time
+	Kind   string // transition, provider, webhook, operator
+	Title  string
+	Detail string
+	Actor  string
+	State  string // for transitions: the target state, for its badge
+}
+
+func opsTimeline(c reconcile.Case) []opsEntry {
+	var out []opsEntry
+	for _, a := range c.Attempts {
+		title := fmt.Sprintf("%s → %s", a.Op, a.Outcome)
+		var d []string
+		if a.Status != "" {
+			d = append(d, "status "+a.Status)
+		}
+		if a.PaymentID != "" {
+			d = append(d, "payment "+a.PaymentID)
+		}
+		if a.Key != "" {
+			d = append(d, "key "+a.Key)
+		}
+		if a.Error != "" {
+			d = append(d, "error: "+a.Error)
+		}
+		if a.Note != "" {
+			d = append(d, a.Note)
+		}
+		switch {
+		case a.Derived:
+			d = append(d, "sent, no answer recorded")
+		case !a.Applied:
+			d = append(d, "answer not applied")
+		}
+		d = append(d, fmt.Sprintf("%.1f ms", float64(a.Latency.Microseconds())/1000))
+		out = append(out, opsEntry{At: a.At, Kind: "provider", Title: title, Detail: strings.Join(d, " · "), Actor: a.Actor})
+	}
+	for _, e := range c.Events {
+		d := "outcome " + string(e.Outcome)
+		if e.ObjectID != "" {
+			d += " · payment " + e.ObjectID
+		}
+		if e.Result != "" {
+			d += " · reports " + string(e.Result)
+		}
+		out = append(out, opsEntry{At: e.ReceivedAt, Kind: "webhook", Title: e.Provider + " " + e.Type + " (" + e.EventID + ")", Detail: d, Actor: e.Provider})
+	}
+	for _, t := range c.Transitions {
+		out = append(out, opsEntry{
+			At: t.At, Kind: "transition", Title: string(t.From) + " → " + string(t.To) + " (" + string(t.Cause) + ")",
+			Detail: t.Evidence, Actor: t.Actor, State: string(t.To),
+		})
+	}
+	for _, a := range c.Actions {
+		d := a.Did
+		if a.Evidence != "" {
+			d += " · " + a.Evidence
+		}
+		if a.Saw != "" {
+			d += " · provider showed: " + a.Saw
+		}
+		out = append(out, opsEntry{At: a.At, Kind: "operator", Title: a.Action + " by " + a.Operator, Detail: d, Actor: a.Operator})
+	}
+	// Entries at the same instant (a coarse or fake clock) keep the
+	// protocol's order: the move that starts a call, the call and any
+	// event, the move its answer makes, then the operator's record.
+	rank := func(e opsEntry) int {
+		switch {
+		case e.Kind == "transition" && (e.State == string(statemachine.Submitted) || e.State == string(statemachine.Reconciling)):
+			return 0
+		case e.Kind == "provider" || e.Kind == "webhook":
+			return 1
+		case e.Kind == "transition":
+			return 2
+		}
+		return 3
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if !out[i].At.Equal(out[j].At) {
+			return out[i].At.Before(out[j].At)
+		}
+		return rank(out[i]) < rank(out[j])
+	})
+	return out
+}
+
+type opsFlash struct {
+	Error bool
+	Text  string
+}
+
+// opsForm keeps what the operator typed when an action is refused.
+type opsForm struct {
+	To, Evidence, Note, Override string
+	Close                        bool
+	// Disagrees is set when the provider refused the resolution: the
+	// override field is then shown open, with the provider's answer.
+	Disagrees bool
+}
+
+type opsCaseData struct {
+	opsBase
+	P          reconcile.Purchase
+	ID         string // path-escaped id, for form actions
+	Amount     string
+	Age        string
+	Final      bool
+	Timeline   []opsEntry
+	Live       *provider.Result
+	LiveText   string
+	LiveErr    string
+	CanResolve bool
+	NoResolve  string // why there is no resolve form
+	CanClose   bool
+	Flash      *opsFlash
+	Form       opsForm
+	Findings   []opsFindingRow
+	OpenFinds  int // how many of Findings are open
+}
+
+func (o *Ops) casePage(w http.ResponseWriter, r *http.Request, who opsWho) {
+	var flash *opsFlash
+	q := r.URL.Query()
+	if msg := q.Get("flash"); msg != "" && hmac.Equal([]byte(q.Get("fs")), []byte(o.flashSig(r.PathValue("id"), msg))) {
+		flash = &opsFlash{Text: msg}
+	}
+	o.showCase(w, r, who, http.StatusOK, flash, opsForm{})
+}
+
+// showCase renders a case, or its JSON for script clients, with the
+// provider's live view fetched now.
+func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, status int, flash *opsFlash, form opsForm) {
+	id := r.PathValue("id")
+	asJSON := opsWantsJSON(r, who)
+	// The case first, then the live view: the version shown is never
+	// newer than what the provider was asked about, so a resolve based on
+	// this page is refused as stale if anything moved in between.
+	c, err := o.svc.Case(r.Context(), id)
+	switch {
+	case errors.Is(err, reconcile.ErrNotFound):
+		o.cannotShow(w, r, who, asJSON, reconcile.KindNotFound, "no purchase with id "+quote(id),
+			"No such purchase", "There is no purchase with id "+quote(id)+".")
+		return
+	case err != nil:
+		o.log.Error("ops: read case", "purchase", id, "err", err)
+		o.cannotShow(w, r, who, asJSON, reconcile.KindInternal, "could not read the purchase",
+			"Could not read the purchase", "The purchase could not be read from the database. Reload to try again.")
+		return
+	}
+	live, lerr := o.svc.LiveView(r.Context(), id)
+	if asJSON {
+		out := opsCaseToJSON(c)
+		lv := &opsLiveViewJSON{}
+		if lerr != nil {
+			o.log.Error("ops: live view", "purchase", id, "err", lerr)
+			lv.Error = "the provider's live view could not be fetched: " + lerr.Error()
+		} else {
+			*lv = opsLiveViewJSON{
+				Outcome: string(live.Outcome), Status: live.Status, PaymentID: live.PaymentID, Amount: live.Amount,
+				Currency: live.Currency, Reason: live.Reason, Text: reconcile.DescribeView(live),
+			}
+		}
+		out.LiveView = lv
+		writeJSON(w, status, out)
+		return
+	}
+	p := c.Purchase
+	data := opsCaseData{
+		opsBase: o.base("Purchase "+p.ID, who), P: p, ID: url.PathEscape(p.ID),
+		Amount: opsAmount(p.Amount, p.Currency), Age: opsAge(c.Age), Final: p.State.Terminal(),
+		Timeline: opsTimeline(c), Flash: flash, Form: form, Findings: opsFindingRows(c.Findings),
+	}
+	for _, f := range c.Findings {
+		if f.Open() {
+			data.OpenFinds++
+		}
+	}
+	if lerr != nil {
+		o.log.Error("ops: live view", "purchase", id, "err", lerr)
+		data.LiveErr = "The provider's live view could not be fetched (" + lerr.Error() + "). Reload the page to ask again."
+	} else {
+		data.Live, data.LiveText = &live, reconcile.DescribeView(live)
+	}
+	switch {
+	case p.State.Terminal():
+		data.NoResolve = "This purchase is final (" + string(p.State) + "): an operator cannot change a final state. " +
+			"If the provider disagrees with it (a contradiction), handle the money outside payrecon, " +
+			"then close the escalation with a note."
+	case p.State == statemachine.Created && !p.EscalationReason.ChargeMayExist():
+		data.NoResolve = "This purchase was never submitted to the provider, so there is no charge to settle. " +
+			"Recheck it to let the worker submit it."
+	case lerr != nil:
+		data.NoResolve = "Resolving needs the provider's live view, which could not be fetched. Reload the page."
+	default:
+		data.CanResolve = true
+	}
+	data.CanClose = p.State.Terminal() && p.Escalated()
+	o.render(w, status, "case", data)
+}
+
+type opsFindingData struct {
+	opsBase
+	F     opsFindingRow
+	Flash *opsFlash
+	Note  string // what the operator typed, when closing was refused
+}
+
+// findingID parses the {fid} of the path; false when it is no finding id.
+func findingID(r *http.Request) (int64, bool) {
+	id, err := strconv.ParseInt(r.PathValue("fid"), 10, 64)
+	return id, err == nil && id > 0
+}
+
+func (o *Ops) findingPage(w http.ResponseWriter, r *http.Request, who opsWho) {
+	var flash *opsFlash
+	q := r.URL.Query()
+	if msg := q.Get("flash"); msg != "" && hmac.Equal([]byte(q.Get("fs")), []byte(o.findingFlashSig(r.PathValue("fid"), msg))) {
+		flash = &opsFlash{Text: msg}
+	}
+	o.showFinding(w, r, who, http.StatusOK, flash, "")
+}
+
+// showFinding renders a finding, or its JSON for script clients.
+func (o *Ops) showFinding(w http.ResponseWriter, r *http.Request, who opsWho, status int, flash *opsFlash, note string) {
+	asJSON := opsWantsJSON(r, who)
+	id, ok := findingID(r)
+	var f reconcile.Finding
+	var err error
+	if ok {
+		f, err = o.svc.Finding(r.Context(), id)
+	}
+	switch {
+	case !ok || errors.Is(err, reconcile.ErrNotFound):
+		msg := "There is no audit finding with id " + quote(r.PathValue("fid")) + "."
+		o.cannotShow(w, r, who, asJSON, reconcile.KindNotFound, msg, "No such finding", msg)
+		return
+	case err != nil:
+		o.log.Error("ops: read finding", "finding", id, "err", err)
+		o.cannotShow(w, r, who, asJSON, reconcile.KindInternal, "could not read the finding",
+			"Could not read the finding", "The finding could not be read from the database. Reload to try again.")
+		return
+	}
+	if asJSON {
+		writeJSON(w, status, opsFindingToJSON(f))
+		return
+	}
+	rows := opsFindingRows([]reconcile.Finding{f})
+	o.render(w, status, "finding", opsFindingData{
+		opsBase: o.base("Audit finding "+strconv.FormatInt(f.ID, 10), who), F: rows[0], Flash: flash, Note: note,
+	})
+}
