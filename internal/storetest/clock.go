@@ -1,10 +1,10 @@
 package storetest
 
 import (
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 )
 
@@ -14,31 +14,10 @@ import (
 // Run), and checks that the store follows it, to the microsecond, and
 // returns it as each Lease's Now.
 
-// clock is a clock the suite sets by hand. It is safe for concurrent
-// use: the store reads it from its own goroutines.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-// Now returns the clock's time. It is the func the suite injects.
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-// Set sets the clock's time.
-func (c *clock) Set(now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = now
-}
-
 // testStore is a store under test with the clock injected into it.
 type testStore struct {
 	reconcile.Store
-	clock *clock
+	clock *testclock.Clock
 }
 
 // openStore adapts Run's newStore: each call makes a fresh store whose
@@ -46,7 +25,7 @@ type testStore struct {
 func openStore(newStore func(*testing.T, func() time.Time) reconcile.Store) func(*testing.T) *testStore {
 	return func(t *testing.T) *testStore {
 		t.Helper()
-		c := &clock{now: base}
+		c := testclock.New(base)
 		return &testStore{Store: newStore(t, c.Now), clock: c}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/statemachine"
@@ -136,7 +137,7 @@ func TestConcurrentInsertsWaitForTheFirst(t *testing.T) {
 // the job row (after CheckLease), ClaimJob reports ErrConflict at once,
 // even though the lease has expired by the store's clock.
 func TestClaimJobDoesNotWaitForABusyJob(t *testing.T) {
-	c := &clock{now: base}
+	c := testclock.New(base)
 	s, _ := newStoreClock(t, c.Now)
 	ctx := t.Context()
 	err := s.InTx(ctx, func(tx reconcile.Tx) error {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	"github.com/payrecon/payrecon/internal/pgtest"
 	"github.com/payrecon/payrecon/internal/storetest"
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/statemachine"
@@ -54,24 +54,6 @@ func newStoreClock(t *testing.T, now func() time.Time) (*postgres.Store, string)
 		t.Fatalf("Migrate: %v", err)
 	}
 	return s, url
-}
-
-// clock is a clock a test sets by hand, to inject into a store.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = now
 }
 
 // rawConn connects to url directly, bypassing the store.
@@ -388,7 +370,7 @@ func TestErrorsNameTheFailure(t *testing.T) {
 // checked its lease is open, the job cannot be claimed, even once the
 // lease has expired; after it commits, it can.
 func TestCheckLeaseHoldsOffClaims(t *testing.T) {
-	c := &clock{now: base}
+	c := testclock.New(base)
 	s, _ := newStoreClock(t, c.Now)
 	ctx := t.Context()
 	err := s.InTx(ctx, func(tx reconcile.Tx) error {

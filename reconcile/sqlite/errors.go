@@ -8,8 +8,31 @@ import (
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
+	"github.com/payrecon/payrecon/internal/sqlstore"
 	"github.com/payrecon/payrecon/reconcile"
 )
+
+// dialect names this store in its errors.
+const dialect sqlstore.Dialect = "sqlite"
+
+// ErrLockTimeout is wrapped by the errors of calls that waited
+// Config.BusyTimeout for the database without getting it: another
+// transaction, in this process or another one, kept the write lock all
+// that time. It wraps reconcile.ErrUnavailable, so that
+// reconcile.KindOf classifies it as reconcile.KindUnavailable: retry
+// later. (It is not reconcile.ErrBusy, which says that a worker holds a
+// purchase's job.)
+var ErrLockTimeout error = lockTimeout{}
+
+// lockTimeout is ErrLockTimeout's type: its own message, and
+// reconcile.ErrUnavailable as its cause.
+type lockTimeout struct{}
+
+func (lockTimeout) Error() string {
+	return "database is busy: another transaction held it for longer than the busy timeout"
+}
+
+func (lockTimeout) Unwrap() error { return reconcile.ErrUnavailable }
 
 // forbiddenMessage starts the message of every RAISE by the schema's
 // state triggers (migrations/sqlite). The append-only triggers' messages
@@ -18,7 +41,11 @@ import (
 const forbiddenMessage = "forbidden transition"
 
 // kindOf returns the error a driver error stands for (one of reconcile's,
-// or ErrBusy), or nil. The driver reports extended result codes.
+// or ErrLockTimeout), or nil. The driver reports extended result codes.
+// It maps the same failures to the same kinds as reconcile/postgres's:
+// the transition guard to ErrForbiddenTransition, a unique key to
+// ErrDuplicate, a refused value to ErrInvalid, and the write lock not
+// granted in time to ErrLockTimeout (reconcile.ErrUnavailable).
 func kindOf(err error) error {
 	var se *sqlite.Error
 	if !errors.As(err, &se) {
@@ -40,7 +67,7 @@ func kindOf(err error) error {
 	}
 	switch se.Code() & 0xff {
 	case sqlite3.SQLITE_BUSY:
-		return ErrBusy
+		return ErrLockTimeout
 	case sqlite3.SQLITE_TOOBIG, sqlite3.SQLITE_MISMATCH:
 		return reconcile.ErrInvalid
 	}
@@ -53,11 +80,7 @@ func kindOf(err error) error {
 // forbidden transition: constraint failed: forbidden transition created
 // -> succeeded (purchase pur_1) (1811)".
 func wrap(err error, format string, args ...any) error {
-	what := fmt.Sprintf(format, args...)
-	if kind := kindOf(err); kind != nil {
-		return fmt.Errorf("sqlite: %s: %w: %w", what, kind, err)
-	}
-	return fmt.Errorf("sqlite: %s: %w", what, err)
+	return dialect.Wrap(err, kindOf(err), fmt.Sprintf(format, args...))
 }
 
 // wrapRef is wrap for inserts whose only foreign key is the purchase (or
@@ -65,7 +88,7 @@ func wrap(err error, format string, args ...any) error {
 // means the purchase does not exist.
 func wrapRef(err error, format string, args ...any) error {
 	if isForeignKey(err) {
-		return fmt.Errorf("sqlite: %s: purchase %w: %w", fmt.Sprintf(format, args...), reconcile.ErrNotFound, err)
+		return dialect.MissingPurchase(err, fmt.Sprintf(format, args...))
 	}
 	return wrap(err, format, args...)
 }

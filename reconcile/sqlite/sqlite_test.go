@@ -19,6 +19,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/payrecon/payrecon/internal/storetest"
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/migrations"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
@@ -61,24 +62,6 @@ func newStoreClock(t testing.TB, now func() time.Time) (*sqlite.Store, string) {
 		t.Fatalf("Migrate: %v", err)
 	}
 	return s, path
-}
-
-// clock is a clock a test sets by hand, to inject into a store.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Set(now time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = now
 }
 
 // fixed returns a clock that always says now.
@@ -629,8 +612,9 @@ func TestInTxHoldsTheWriteLock(t *testing.T) {
 	}
 }
 
-// TestBusyTimeout: a process that cannot get the write lock within its busy
-// timeout gets ErrBusy, naming the file, and its transaction never ran.
+// TestBusyTimeout: a process that cannot get the write lock within its
+// busy timeout gets ErrLockTimeout, naming the file, and its transaction
+// never ran.
 func TestBusyTimeout(t *testing.T) {
 	t.Parallel()
 	holder, path := newStore(t)
@@ -651,20 +635,32 @@ func TestBusyTimeout(t *testing.T) {
 	if herr := <-done; herr != nil {
 		t.Fatalf("the holder's InTx: %v", herr)
 	}
-	if !errors.Is(err, sqlite.ErrBusy) || ran {
-		t.Fatalf("InTx while another process holds the write lock: %v (fn ran: %v), want ErrBusy without running fn", err, ran)
+	if !errors.Is(err, sqlite.ErrLockTimeout) || ran {
+		t.Fatalf("InTx while another process holds the write lock: %v (fn ran: %v), want ErrLockTimeout without running fn", err, ran)
 	}
 	if !strings.Contains(err.Error(), path) {
-		t.Fatalf("ErrBusy error %q does not name the file", err)
+		t.Fatalf("ErrLockTimeout error %q does not name the file", err)
 	}
 	if err := waiter.InTx(t.Context(), func(reconcile.Tx) error { return nil }); err != nil {
 		t.Fatalf("InTx once the lock is free: %v", err)
 	}
 }
 
+// TestLockTimeoutIsUnavailable: a lock timeout is of kind unavailable
+// (retry later), not reconcile.ErrBusy (a worker holds the job).
+func TestLockTimeoutIsUnavailable(t *testing.T) {
+	err := fmt.Errorf("sqlite: transaction: begin: %w", sqlite.ErrLockTimeout)
+	if !errors.Is(err, reconcile.ErrUnavailable) || reconcile.KindOf(err) != reconcile.KindUnavailable {
+		t.Fatalf("%v: kind %q, want %q", err, reconcile.KindOf(err), reconcile.KindUnavailable)
+	}
+	if errors.Is(err, reconcile.ErrBusy) || errors.Is(reconcile.ErrUnavailable, sqlite.ErrLockTimeout) {
+		t.Fatalf("%v: ErrLockTimeout must be neither reconcile.ErrBusy nor every unavailable error", err)
+	}
+}
+
 // TestStoreCallInsideInTx: a Store method called from inside InTx needs
-// the connection the transaction holds. It fails with ErrBusy after the
-// busy timeout instead of waiting forever.
+// the connection the transaction holds. It fails with ErrLockTimeout
+// after the busy timeout instead of waiting forever.
 func TestStoreCallInsideInTx(t *testing.T) {
 	t.Parallel()
 	path := dbPath(t)
@@ -676,8 +672,8 @@ func TestStoreCallInsideInTx(t *testing.T) {
 		_, err := s.ClaimJobs(t.Context(), "w1", 1, time.Minute)
 		return err
 	})
-	if !errors.Is(err, sqlite.ErrBusy) || !strings.Contains(err.Error(), "inside InTx") {
-		t.Fatalf("ClaimJobs inside InTx: %v, want ErrBusy explaining the nesting", err)
+	if !errors.Is(err, sqlite.ErrLockTimeout) || !strings.Contains(err.Error(), "inside InTx") {
+		t.Fatalf("ClaimJobs inside InTx: %v, want ErrLockTimeout explaining the nesting", err)
 	}
 }
 
@@ -778,7 +774,7 @@ func TestConcurrentProcesses(t *testing.T) {
 // lease to take over).
 func TestCheckedLeaseHoldsOffOtherProcesses(t *testing.T) {
 	t.Parallel()
-	c := &clock{now: base}
+	c := testclock.New(base)
 	s, path := newStoreClock(t, c.Now)
 	late := base.Add(time.Minute + time.Second) // the lease has expired by then
 	other := openAt(t, sqlite.Config{Path: path, Now: fixed(late)})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/payrecon/payrecon/internal/sqlstore"
 	"github.com/payrecon/payrecon/reconcile"
 )
 
@@ -32,32 +33,25 @@ const findingColumns = `id, provider, payment_id, kind, purchase_id, amount, cur
 // with reconcile.ErrInvalid.
 func (t *txn) InsertFinding(ctx context.Context, f reconcile.Finding) (bool, error) {
 	what := fmt.Sprintf("insert %s finding of %s/%s", f.Kind, f.Provider, f.PaymentID)
-	if !f.ClosedAt.IsZero() || f.ClosedBy != "" || f.CloseNote != "" {
-		return false, fmt.Errorf("postgres: %s: %w: a new finding is open (ClosedAt, ClosedBy and CloseNote must be empty)",
-			what, reconcile.ErrInvalid)
+	if err := dialect.CheckNewFinding(what, f); err != nil {
+		return false, err
 	}
-	tag, err := t.exec(ctx, `INSERT INTO audit_findings
+	n, err := t.exec(ctx, `INSERT INTO audit_findings
     (provider, payment_id, kind, purchase_id, amount, currency, status, evidence, found_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (provider, payment_id, kind) DO NOTHING`,
-		f.Provider, f.PaymentID, string(f.Kind), nullString(f.PurchaseID), f.Amount, f.Currency, f.Status, f.Evidence,
+		f.Provider, f.PaymentID, string(f.Kind), sqlstore.NullString(f.PurchaseID), f.Amount, f.Currency, f.Status, f.Evidence,
 		nullTime(f.FoundAt))
 	if err != nil {
 		return false, wrap(err, "%s", what)
 	}
-	return tag.RowsAffected() == 1, nil
+	return n == 1, nil
 }
 
 // GetFinding implements reconcile.Tx.
 func (t *txn) GetFinding(ctx context.Context, id int64) (reconcile.Finding, error) {
-	f, err := scanFinding(t.tx.QueryRow(ctx, `SELECT `+findingColumns+` FROM audit_findings WHERE id = $1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return reconcile.Finding{}, fmt.Errorf("postgres: get finding %d: %w", id, reconcile.ErrNotFound)
-	}
-	if err != nil {
-		return reconcile.Finding{}, wrap(err, "get finding %d", id)
-	}
-	return f, nil
+	return queryOne(ctx, t, scanFinding, fmt.Sprintf("get finding %d", id),
+		`SELECT `+findingColumns+` FROM audit_findings WHERE id = $1`, id)
 }
 
 // ListFindings implements reconcile.Tx: oldest FoundAt first, then by id.
@@ -69,21 +63,11 @@ func (t *txn) ListFindings(ctx context.Context, purchaseID string, includeClosed
 	if purchaseID != "" {
 		what += " of " + purchaseID
 	}
-	if limit < 0 {
-		return nil, fmt.Errorf("postgres: %s: %w: limit %d", what, reconcile.ErrInvalid, limit)
+	if err := dialect.CheckCap(what, limit); err != nil {
+		return nil, err
 	}
 	query, args := listFindingsSQL(purchaseID, includeClosed, limit)
-	rows, err := t.tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, wrap(err, "%s", what)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (reconcile.Finding, error) {
-		return scanFinding(row)
-	})
-	if err != nil {
-		return nil, wrap(err, "%s", what)
-	}
-	return out, nil
+	return queryAll(ctx, t, scanFinding, what, query, args...)
 }
 
 // listFindingsSQL returns ListFindings' query and its arguments. The
@@ -119,20 +103,15 @@ func listFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, 
 // and then gets reconcile.ErrConflict.
 func (t *txn) CloseFinding(ctx context.Context, id int64, operator, note string, now time.Time) error {
 	what := fmt.Sprintf("close finding %d", id)
-	switch {
-	case operator == "":
-		return fmt.Errorf("postgres: %s: %w: empty operator", what, reconcile.ErrInvalid)
-	case note == "":
-		return fmt.Errorf("postgres: %s: %w: empty note", what, reconcile.ErrInvalid)
-	case now.IsZero():
-		return fmt.Errorf("postgres: %s: %w: zero time", what, reconcile.ErrInvalid)
+	if err := dialect.CheckCloseFinding(what, operator, note, now); err != nil {
+		return err
 	}
-	tag, err := t.exec(ctx, `UPDATE audit_findings SET closed_at = $2, closed_by = $3, close_note = $4
+	n, err := t.exec(ctx, `UPDATE audit_findings SET closed_at = $2, closed_by = $3, close_note = $4
 WHERE id = $1 AND closed_at IS NULL`, id, now, operator, note)
 	if err != nil {
 		return wrap(err, "%s by %q", what, operator)
 	}
-	if tag.RowsAffected() == 1 {
+	if n == 1 {
 		return nil
 	}
 	// Say why not; this is the failure path only.
@@ -141,73 +120,22 @@ WHERE id = $1 AND closed_at IS NULL`, id, now, operator, note)
 	err = t.tx.QueryRow(ctx, `SELECT closed_at, closed_by FROM audit_findings WHERE id = $1`, id).Scan(&closedAt, &closedBy)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		return fmt.Errorf("postgres: %s: %w", what, reconcile.ErrNotFound)
+		return dialect.NotFound(what)
 	case err != nil:
 		return wrap(err, "%s", what)
 	}
-	return fmt.Errorf("postgres: %s by %q: %w: closed by %q at %s", what, operator, reconcile.ErrConflict,
-		closedBy, derefTime(closedAt).Format(time.RFC3339Nano))
+	return dialect.Conflict(fmt.Sprintf("%s by %q", what, operator), sqlstore.ClosedDetail(closedBy, derefTime(closedAt)))
 }
 
 // CountOpenFindings implements reconcile.Tx. Every kind of
 // reconcile.FindingKinds is in the map, with 0 when none is open.
 func (t *txn) CountOpenFindings(ctx context.Context) (map[reconcile.FindingKind]int, error) {
-	rows, err := t.tx.Query(ctx, `SELECT kind, count(*) FROM audit_findings WHERE closed_at IS NULL GROUP BY kind`)
-	if err != nil {
-		return nil, wrap(err, "count open findings")
-	}
-	counts := make(map[reconcile.FindingKind]int, len(reconcile.FindingKinds))
-	for _, k := range reconcile.FindingKinds {
-		counts[k] = 0
-	}
-	var kind string
-	var n int
-	_, err = pgx.ForEachRow(rows, []any{&kind, &n}, func() error {
-		counts[reconcile.FindingKind(kind)] = n
-		return nil
-	})
-	if err != nil {
-		return nil, wrap(err, "count open findings")
+	counts := sqlstore.FindingCounts()
+	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count open findings",
+		`SELECT kind, count(*) FROM audit_findings WHERE closed_at IS NULL GROUP BY kind`); err != nil {
+		return nil, err
 	}
 	return counts, nil
-}
-
-const auditRunColumns = `name, window_from, window_until, done_until, started_at, updated_at, findings`
-
-// GetAuditRun implements reconcile.Tx.
-func (t *txn) GetAuditRun(ctx context.Context, name string) (reconcile.AuditRun, error) {
-	var r reconcile.AuditRun
-	var from, until, done, started, updated *time.Time
-	err := t.tx.QueryRow(ctx, `SELECT `+auditRunColumns+` FROM audit_runs WHERE name = $1`, name).
-		Scan(&r.Name, &from, &until, &done, &started, &updated, &r.Findings)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return reconcile.AuditRun{}, fmt.Errorf("postgres: get audit run %q: %w", name, reconcile.ErrNotFound)
-	}
-	if err != nil {
-		return reconcile.AuditRun{}, wrap(err, "get audit run %q", name)
-	}
-	r.From, r.Until, r.Done = derefTime(from), derefTime(until), derefTime(done)
-	r.StartedAt, r.UpdatedAt = derefTime(started), derefTime(updated)
-	return r, nil
-}
-
-// SaveAuditRun implements reconcile.Tx with one upsert on the name. An
-// empty Name or a negative Findings is refused with reconcile.ErrInvalid.
-func (t *txn) SaveAuditRun(ctx context.Context, r reconcile.AuditRun) error {
-	_, err := t.exec(ctx, `INSERT INTO audit_runs (`+auditRunColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (name) DO UPDATE SET
-    window_from = EXCLUDED.window_from,
-    window_until = EXCLUDED.window_until,
-    done_until = EXCLUDED.done_until,
-    started_at = EXCLUDED.started_at,
-    updated_at = EXCLUDED.updated_at,
-    findings = EXCLUDED.findings`,
-		r.Name, nullTime(r.From), nullTime(r.Until), nullTime(r.Done), nullTime(r.StartedAt), nullTime(r.UpdatedAt), r.Findings)
-	if err != nil {
-		return wrap(err, "save audit run %q", r.Name)
-	}
-	return nil
 }
 
 // LinkAuditPayment implements reconcile.Tx with INSERT ... ON CONFLICT DO
@@ -229,8 +157,35 @@ ON CONFLICT (provider, purchase_id) DO NOTHING`, provider, purchaseID, paymentID
 	return first, nil
 }
 
+const auditRunColumns = `name, window_from, window_until, done_until, started_at, updated_at, findings`
+
+// GetAuditRun implements reconcile.Tx.
+func (t *txn) GetAuditRun(ctx context.Context, name string) (reconcile.AuditRun, error) {
+	return queryOne(ctx, t, scanAuditRun, fmt.Sprintf("get audit run %q", name),
+		`SELECT `+auditRunColumns+` FROM audit_runs WHERE name = $1`, name)
+}
+
+// SaveAuditRun implements reconcile.Tx with one upsert on the name. An
+// empty Name or a negative Findings is refused with reconcile.ErrInvalid.
+func (t *txn) SaveAuditRun(ctx context.Context, r reconcile.AuditRun) error {
+	_, err := t.exec(ctx, `INSERT INTO audit_runs (`+auditRunColumns+`)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (name) DO UPDATE SET
+    window_from = EXCLUDED.window_from,
+    window_until = EXCLUDED.window_until,
+    done_until = EXCLUDED.done_until,
+    started_at = EXCLUDED.started_at,
+    updated_at = EXCLUDED.updated_at,
+    findings = EXCLUDED.findings`,
+		r.Name, nullTime(r.From), nullTime(r.Until), nullTime(r.Done), nullTime(r.StartedAt), nullTime(r.UpdatedAt), r.Findings)
+	if err != nil {
+		return wrap(err, "save audit run %q", r.Name)
+	}
+	return nil
+}
+
 // scanFinding reads one row of findingColumns.
-func scanFinding(row pgx.Row) (reconcile.Finding, error) {
+func scanFinding(row sqlstore.Row) (reconcile.Finding, error) {
 	var f reconcile.Finding
 	var kind string
 	var purchaseID *string
@@ -241,8 +196,20 @@ func scanFinding(row pgx.Row) (reconcile.Finding, error) {
 		return reconcile.Finding{}, err
 	}
 	f.Kind = reconcile.FindingKind(kind)
-	f.PurchaseID = derefString(purchaseID)
+	f.PurchaseID = sqlstore.DerefString(purchaseID)
 	f.FoundAt = f.FoundAt.UTC()
 	f.ClosedAt = derefTime(closed)
 	return f, nil
+}
+
+// scanAuditRun reads one row of auditRunColumns.
+func scanAuditRun(row sqlstore.Row) (reconcile.AuditRun, error) {
+	var r reconcile.AuditRun
+	var from, until, done, started, updated *time.Time
+	if err := row.Scan(&r.Name, &from, &until, &done, &started, &updated, &r.Findings); err != nil {
+		return reconcile.AuditRun{}, err
+	}
+	r.From, r.Until, r.Done = derefTime(from), derefTime(until), derefTime(done)
+	r.StartedAt, r.UpdatedAt = derefTime(started), derefTime(updated)
+	return r, nil
 }

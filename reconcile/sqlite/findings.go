@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/sqlstore"
 	"github.com/payrecon/payrecon/reconcile"
 )
 
@@ -32,15 +33,14 @@ const findingColumns = `id, provider, payment_id, kind, purchase_id, amount, cur
 // set) is refused with reconcile.ErrInvalid.
 func (t *txn) InsertFinding(ctx context.Context, f reconcile.Finding) (bool, error) {
 	what := fmt.Sprintf("insert %s finding of %s/%s", f.Kind, f.Provider, f.PaymentID)
-	if !f.ClosedAt.IsZero() || f.ClosedBy != "" || f.CloseNote != "" {
-		return false, fmt.Errorf("sqlite: %s: %w: a new finding is open (ClosedAt, ClosedBy and CloseNote must be empty)",
-			what, reconcile.ErrInvalid)
+	if err := dialect.CheckNewFinding(what, f); err != nil {
+		return false, err
 	}
 	n, err := t.exec(ctx, `INSERT INTO audit_findings
     (provider, payment_id, kind, purchase_id, amount, currency, status, evidence, found_at)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
 ON CONFLICT (provider, payment_id, kind) DO NOTHING`,
-		f.Provider, f.PaymentID, string(f.Kind), nullString(f.PurchaseID), f.Amount, f.Currency, f.Status, f.Evidence,
+		f.Provider, f.PaymentID, string(f.Kind), sqlstore.NullString(f.PurchaseID), f.Amount, f.Currency, f.Status, f.Evidence,
 		micros(f.FoundAt))
 	if err != nil {
 		return false, wrap(err, "%s", what)
@@ -50,14 +50,8 @@ ON CONFLICT (provider, payment_id, kind) DO NOTHING`,
 
 // GetFinding implements reconcile.Tx.
 func (t *txn) GetFinding(ctx context.Context, id int64) (reconcile.Finding, error) {
-	f, err := scanFinding(t.tx.QueryRowContext(ctx, `SELECT `+findingColumns+` FROM audit_findings WHERE id = ?1`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return reconcile.Finding{}, fmt.Errorf("sqlite: get finding %d: %w", id, reconcile.ErrNotFound)
-	}
-	if err != nil {
-		return reconcile.Finding{}, wrap(err, "get finding %d", id)
-	}
-	return f, nil
+	return queryOne(ctx, t, scanFinding, fmt.Sprintf("get finding %d", id),
+		`SELECT `+findingColumns+` FROM audit_findings WHERE id = ?1`, id)
 }
 
 // ListFindings implements reconcile.Tx: oldest FoundAt first, then by id.
@@ -69,16 +63,11 @@ func (t *txn) ListFindings(ctx context.Context, purchaseID string, includeClosed
 	if purchaseID != "" {
 		what += " of " + purchaseID
 	}
-	if limit < 0 {
-		return nil, fmt.Errorf("sqlite: %s: %w: limit %d", what, reconcile.ErrInvalid, limit)
+	if err := dialect.CheckCap(what, limit); err != nil {
+		return nil, err
 	}
 	query, args := listFindingsSQL(purchaseID, includeClosed, limit)
-	rows, err := t.tx.QueryContext(ctx, query, args...)
-	out, err := collect(rows, err, func(rows *sql.Rows) (reconcile.Finding, error) { return scanFinding(rows) })
-	if err != nil {
-		return nil, wrap(err, "%s", what)
-	}
-	return out, nil
+	return queryAll(ctx, t, scanFinding, what, query, args...)
 }
 
 // listFindingsSQL returns ListFindings' query and its arguments. The
@@ -113,13 +102,8 @@ func listFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, 
 // otherwise).
 func (t *txn) CloseFinding(ctx context.Context, id int64, operator, note string, now time.Time) error {
 	what := fmt.Sprintf("close finding %d", id)
-	switch {
-	case operator == "":
-		return fmt.Errorf("sqlite: %s: %w: empty operator", what, reconcile.ErrInvalid)
-	case note == "":
-		return fmt.Errorf("sqlite: %s: %w: empty note", what, reconcile.ErrInvalid)
-	case now.IsZero():
-		return fmt.Errorf("sqlite: %s: %w: zero time", what, reconcile.ErrInvalid)
+	if err := dialect.CheckCloseFinding(what, operator, note, now); err != nil {
+		return err
 	}
 	n, err := t.exec(ctx, `UPDATE audit_findings SET closed_at = ?2, closed_by = ?3, close_note = ?4
 WHERE id = ?1 AND closed_at IS NULL`, id, now.UnixMicro(), operator, note)
@@ -130,76 +114,27 @@ WHERE id = ?1 AND closed_at IS NULL`, id, now.UnixMicro(), operator, note)
 		return nil
 	}
 	// Say why not; this is the failure path only.
-	var closedAt sql.NullInt64
+	var closedAt *int64
 	var closedBy string
 	err = t.tx.QueryRowContext(ctx, `SELECT closed_at, closed_by FROM audit_findings WHERE id = ?1`, id).Scan(&closedAt, &closedBy)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return fmt.Errorf("sqlite: %s: %w", what, reconcile.ErrNotFound)
+		return dialect.NotFound(what)
 	case err != nil:
 		return wrap(err, "%s", what)
 	}
-	return fmt.Errorf("sqlite: %s by %q: %w: closed by %q at %s", what, operator, reconcile.ErrConflict,
-		closedBy, fromNullMicros(closedAt).Format(time.RFC3339Nano))
+	return dialect.Conflict(fmt.Sprintf("%s by %q", what, operator), sqlstore.ClosedDetail(closedBy, fromNullMicros(closedAt)))
 }
 
 // CountOpenFindings implements reconcile.Tx. Every kind of
 // reconcile.FindingKinds is in the map, with 0 when none is open.
 func (t *txn) CountOpenFindings(ctx context.Context) (map[reconcile.FindingKind]int, error) {
-	counts := make(map[reconcile.FindingKind]int, len(reconcile.FindingKinds))
-	for _, k := range reconcile.FindingKinds {
-		counts[k] = 0
-	}
-	rows, err := t.tx.QueryContext(ctx, `SELECT kind, count(*) FROM audit_findings WHERE closed_at IS NULL GROUP BY kind`)
-	_, err = collect(rows, err, func(rows *sql.Rows) (struct{}, error) {
-		var kind string
-		var n int
-		err := rows.Scan(&kind, &n)
-		counts[reconcile.FindingKind(kind)] = n
-		return struct{}{}, err
-	})
-	if err != nil {
-		return nil, wrap(err, "count open findings")
+	counts := sqlstore.FindingCounts()
+	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count open findings",
+		`SELECT kind, count(*) FROM audit_findings WHERE closed_at IS NULL GROUP BY kind`); err != nil {
+		return nil, err
 	}
 	return counts, nil
-}
-
-const auditRunColumns = `name, window_from, window_until, done_until, started_at, updated_at, findings`
-
-// GetAuditRun implements reconcile.Tx.
-func (t *txn) GetAuditRun(ctx context.Context, name string) (reconcile.AuditRun, error) {
-	var r reconcile.AuditRun
-	var from, until, done, started, updated sql.NullInt64
-	err := t.tx.QueryRowContext(ctx, `SELECT `+auditRunColumns+` FROM audit_runs WHERE name = ?1`, name).
-		Scan(&r.Name, &from, &until, &done, &started, &updated, &r.Findings)
-	if errors.Is(err, sql.ErrNoRows) {
-		return reconcile.AuditRun{}, fmt.Errorf("sqlite: get audit run %q: %w", name, reconcile.ErrNotFound)
-	}
-	if err != nil {
-		return reconcile.AuditRun{}, wrap(err, "get audit run %q", name)
-	}
-	r.From, r.Until, r.Done = fromNullMicros(from), fromNullMicros(until), fromNullMicros(done)
-	r.StartedAt, r.UpdatedAt = fromNullMicros(started), fromNullMicros(updated)
-	return r, nil
-}
-
-// SaveAuditRun implements reconcile.Tx with one upsert on the name. An
-// empty Name or a negative Findings is refused with reconcile.ErrInvalid.
-func (t *txn) SaveAuditRun(ctx context.Context, r reconcile.AuditRun) error {
-	_, err := t.exec(ctx, `INSERT INTO audit_runs (`+auditRunColumns+`)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
-ON CONFLICT (name) DO UPDATE SET
-    window_from = excluded.window_from,
-    window_until = excluded.window_until,
-    done_until = excluded.done_until,
-    started_at = excluded.started_at,
-    updated_at = excluded.updated_at,
-    findings = excluded.findings`,
-		r.Name, micros(r.From), micros(r.Until), micros(r.Done), micros(r.StartedAt), micros(r.UpdatedAt), r.Findings)
-	if err != nil {
-		return wrap(err, "save audit run %q", r.Name)
-	}
-	return nil
 }
 
 // LinkAuditPayment implements reconcile.Tx with INSERT ... ON CONFLICT DO
@@ -221,21 +156,60 @@ ON CONFLICT (provider, purchase_id) DO NOTHING`, provider, purchaseID, paymentID
 	return first, nil
 }
 
+const auditRunColumns = `name, window_from, window_until, done_until, started_at, updated_at, findings`
+
+// GetAuditRun implements reconcile.Tx.
+func (t *txn) GetAuditRun(ctx context.Context, name string) (reconcile.AuditRun, error) {
+	return queryOne(ctx, t, scanAuditRun, fmt.Sprintf("get audit run %q", name),
+		`SELECT `+auditRunColumns+` FROM audit_runs WHERE name = ?1`, name)
+}
+
+// SaveAuditRun implements reconcile.Tx with one upsert on the name. An
+// empty Name or a negative Findings is refused with reconcile.ErrInvalid.
+func (t *txn) SaveAuditRun(ctx context.Context, r reconcile.AuditRun) error {
+	_, err := t.exec(ctx, `INSERT INTO audit_runs (`+auditRunColumns+`)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+ON CONFLICT (name) DO UPDATE SET
+    window_from = excluded.window_from,
+    window_until = excluded.window_until,
+    done_until = excluded.done_until,
+    started_at = excluded.started_at,
+    updated_at = excluded.updated_at,
+    findings = excluded.findings`,
+		r.Name, micros(r.From), micros(r.Until), micros(r.Done), micros(r.StartedAt), micros(r.UpdatedAt), r.Findings)
+	if err != nil {
+		return wrap(err, "save audit run %q", r.Name)
+	}
+	return nil
+}
+
 // scanFinding reads one row of findingColumns.
-func scanFinding(row rowScanner) (reconcile.Finding, error) {
+func scanFinding(row sqlstore.Row) (reconcile.Finding, error) {
 	var f reconcile.Finding
 	var kind string
-	var purchaseID sql.NullString
+	var purchaseID *string
 	var found int64
-	var closed sql.NullInt64
+	var closed *int64
 	err := row.Scan(&f.ID, &f.Provider, &f.PaymentID, &kind, &purchaseID, &f.Amount, &f.Currency, &f.Status, &f.Evidence,
 		&found, &closed, &f.ClosedBy, &f.CloseNote)
 	if err != nil {
 		return reconcile.Finding{}, err
 	}
 	f.Kind = reconcile.FindingKind(kind)
-	f.PurchaseID = purchaseID.String
+	f.PurchaseID = sqlstore.DerefString(purchaseID)
 	f.FoundAt = fromMicros(found)
 	f.ClosedAt = fromNullMicros(closed)
 	return f, nil
+}
+
+// scanAuditRun reads one row of auditRunColumns.
+func scanAuditRun(row sqlstore.Row) (reconcile.AuditRun, error) {
+	var r reconcile.AuditRun
+	var from, until, done, started, updated *int64
+	if err := row.Scan(&r.Name, &from, &until, &done, &started, &updated, &r.Findings); err != nil {
+		return reconcile.AuditRun{}, err
+	}
+	r.From, r.Until, r.Done = fromNullMicros(from), fromNullMicros(until), fromNullMicros(done)
+	r.StartedAt, r.UpdatedAt = fromNullMicros(started), fromNullMicros(updated)
+	return r, nil
 }

@@ -6,11 +6,10 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/statemachine"
 )
 
-// The tests of the audit from the provider's side: its findings, its
-// runs, and the purchases it lists.
+// The tests of the audit from the provider's side: its findings, the
+// payments it links and its runs.
 
 // newFinding returns an open finding of kind about a stripe payment.
 func newFinding(paymentID string, kind reconcile.FindingKind, purchaseID string, found time.Time) reconcile.Finding {
@@ -387,40 +386,4 @@ func testAuditRuns(t *testing.T, s *testStore) {
 	equal(t, "another audit's run", got, other)
 	got, _ = get("stripe")
 	equal(t, "stripe's run after saving adyen's", got, want)
-}
-
-func testListSubmittedBetween(t *testing.T, s *testStore) {
-	list := func(from, until time.Time, state statemachine.State) []reconcile.Purchase {
-		t.Helper()
-		var out []reconcile.Purchase
-		inTx(t, s, func(tx reconcile.Tx) error {
-			var err error
-			out, err = tx.ListSubmittedBetween(t.Context(), from, until, state)
-			return err
-		})
-		return out
-	}
-	// set moves a purchase to state and sets its first attempt.
-	set := func(id string, state statemachine.State, first time.Duration) reconcile.Purchase {
-		t.Helper()
-		p := createIn(t, s, id, state)
-		p.FirstAttemptAt = at(first)
-		return update(t, s, p, state)
-	}
-	from, until := at(time.Hour), at(2*time.Hour)
-	if got := list(from, until, statemachine.Succeeded); len(got) != 0 {
-		t.Fatalf("ListSubmittedBetween on an empty store: %+v", got)
-	}
-	late := set("pur_late", statemachine.Succeeded, 90*time.Minute)
-	set("pur_until", statemachine.Succeeded, 2*time.Hour) // at the end: outside [from, until)
-	atFrom := set("pur_from", statemachine.Succeeded, time.Hour)
-	set("pur_before", statemachine.Succeeded, time.Hour-time.Microsecond)
-	set("pur_declined", statemachine.Declined, 80*time.Minute)
-	set("pur_created", statemachine.Created, 80*time.Minute)
-	mid := set("pur_mid", statemachine.Succeeded, 80*time.Minute)
-	insertPurchase(t, s, newPurchase("pur_never")) // never submitted
-	walkTo(t, s, "pur_never", statemachine.Succeeded)
-
-	equal(t, "succeeded, first submitted in [1h, 2h), oldest first", list(from, until, statemachine.Succeeded), []reconcile.Purchase{atFrom, mid, late})
-	equal(t, "declined in [1h, 2h)", len(list(from, until, statemachine.Declined)), 1)
 }

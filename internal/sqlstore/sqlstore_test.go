@@ -1,0 +1,144 @@
+package sqlstore_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/internal/sqlstore"
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+const d sqlstore.Dialect = "sqlite"
+
+var at = time.Date(2026, 1, 1, 12, 0, 0, 5000, time.FixedZone("UTC+1", 3600))
+
+// TestErrorShapes: every error a store makes says its dialect and what
+// failed, has the kind a caller classifies it by, and keeps a person's
+// detail readable with reconcile.DetailOf.
+func TestErrorShapes(t *testing.T) {
+	driver := errors.New("constraint failed")
+	for _, tc := range []struct {
+		err    error
+		text   string
+		kind   reconcile.Kind
+		detail string
+	}{
+		{d.Wrap(driver, reconcile.ErrDuplicate, "insert purchase pur_1"),
+			"sqlite: insert purchase pur_1: duplicate: constraint failed", reconcile.KindDuplicate, ""},
+		{d.Wrap(driver, nil, "insert purchase pur_1"),
+			"sqlite: insert purchase pur_1: constraint failed", reconcile.KindInternal, ""},
+		{d.MissingPurchase(driver, "insert job of pur_1"),
+			"sqlite: insert job of pur_1: purchase not found: constraint failed", reconcile.KindNotFound, ""},
+		{d.NotFound("get purchase pur_1"), "sqlite: get purchase pur_1: not found", reconcile.KindNotFound, ""},
+		{d.Conflict("update purchase pur_1", sqlstore.ConflictDetail(statemachine.Uncertain, 3, statemachine.Submitted, 2)),
+			"sqlite: update purchase pur_1: conflict: state or version changed: it is uncertain at version 3, the write expected submitted at version 2",
+			reconcile.KindConflict, "it is uncertain at version 3, the write expected submitted at version 2"},
+		{d.LeaseLost(reconcile.Lease{PurchaseID: "pur_1", Owner: "w1", Token: 4}, sqlstore.NoSuchJob),
+			`sqlite: check lease of job pur_1 (owner "w1", token 4): lease lost: no such job`, reconcile.KindLeaseLost, "no such job"},
+		{d.CheckLimit("list unmatched events", 0),
+			"sqlite: list unmatched events: invalid input: limit 0", reconcile.KindInvalid, "limit 0"},
+	} {
+		if got := tc.err.Error(); got != tc.text {
+			t.Errorf("error text:\n got  %s\n want %s", got, tc.text)
+		}
+		if got := reconcile.KindOf(tc.err); got != tc.kind {
+			t.Errorf("%v: kind %q, want %q", tc.err, got, tc.kind)
+		}
+		if got := reconcile.DetailOf(tc.err); got != tc.detail {
+			t.Errorf("%v: detail %q, want %q", tc.err, got, tc.detail)
+		}
+	}
+	if err := d.Wrap(driver, reconcile.ErrDuplicate, "x"); !errors.Is(err, driver) || !errors.Is(err, reconcile.ErrDuplicate) {
+		t.Errorf("Wrap loses the driver's error or the kind: %v", err)
+	}
+}
+
+func TestChecks(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string // "" for no error
+	}{
+		{"limit ok", d.CheckLimit("x", 1), ""},
+		{"cap 0 is no cap", d.CheckCap("x", 0), ""},
+		{"negative cap", d.CheckCap("x", -1), "sqlite: x: invalid input: limit -1"},
+		{"claim ok", d.CheckClaim("claim jobs", "w1", 1, time.Second), ""},
+		{"claim without owner", d.CheckClaim("claim jobs", "", 1, time.Second), "sqlite: claim jobs: invalid input: empty owner"},
+		{"claim without limit", d.CheckClaim("claim jobs", "w1", 0, time.Second), "sqlite: claim jobs: invalid input: limit 0"},
+		{"claim without lease", d.CheckClaim("claim jobs", "w1", 1, 0), "sqlite: claim jobs: invalid input: lease duration 0s"},
+		{"lock without name", d.CheckSweepLock("", "w1", time.Second), "sqlite: acquire sweep lock: invalid input: empty name"},
+		{"lock without owner", d.CheckSweepLock("audit", "", time.Second), "sqlite: acquire sweep lock audit: invalid input: empty owner"},
+		{"lock without ttl", d.CheckSweepLock("audit", "w1", -time.Second), "sqlite: acquire sweep lock audit: invalid input: ttl -1s"},
+		{"new finding closed", d.CheckNewFinding("insert", reconcile.Finding{ClosedBy: "ann"}),
+			"sqlite: insert: invalid input: a new finding is open (ClosedAt, ClosedBy and CloseNote must be empty)"},
+		{"close without operator", d.CheckCloseFinding("close finding 1", "", "n", at), "sqlite: close finding 1: invalid input: empty operator"},
+		{"close without note", d.CheckCloseFinding("close finding 1", "ann", "", at), "sqlite: close finding 1: invalid input: empty note"},
+		{"close without time", d.CheckCloseFinding("close finding 1", "ann", "n", time.Time{}), "sqlite: close finding 1: invalid input: zero time"},
+	} {
+		switch {
+		case tc.want == "" && tc.err != nil:
+			t.Errorf("%s: %v, want nil", tc.name, tc.err)
+		case tc.want != "" && (tc.err == nil || tc.err.Error() != tc.want || !errors.Is(tc.err, reconcile.ErrInvalid)):
+			t.Errorf("%s: %v, want %q (ErrInvalid)", tc.name, tc.err, tc.want)
+		}
+	}
+}
+
+func TestExplanations(t *testing.T) {
+	l := reconcile.Lease{PurchaseID: "pur_1", Owner: "w1", Token: 4}
+	if got := sqlstore.LeaseLostDetail(reconcile.Job{LeaseOwner: "w2", LeaseToken: 5}, l); got != `taken over: now held by "w2" with token 5` {
+		t.Errorf("taken over: %q", got)
+	}
+	if got := sqlstore.LeaseLostDetail(reconcile.Job{LeaseOwner: "w1", LeaseToken: 4, LeaseExpiresAt: at}, l); got != "expired at 2026-01-01T11:00:00.000005Z" {
+		t.Errorf("expired: %q", got)
+	}
+	if got := sqlstore.ClaimRefusal(reconcile.Job{DoneAt: at}, at); got != "it is done since 2026-01-01T11:00:00.000005Z" {
+		t.Errorf("done: %q", got)
+	}
+	if got := sqlstore.ClaimRefusal(reconcile.Job{LeaseOwner: "w2", LeaseExpiresAt: at.Add(time.Second)}, at); got != `leased by "w2" until 2026-01-01T11:00:01.000005Z` {
+		t.Errorf("leased: %q", got)
+	}
+	if got := sqlstore.ClaimRefusal(reconcile.Job{LeaseOwner: "w2", LeaseExpiresAt: at}, at); got != "" {
+		t.Errorf("expired lease: %q, want none", got)
+	}
+	if got := sqlstore.ClosedDetail("ann", at); got != `closed by "ann" at 2026-01-01T11:00:00.000005Z` {
+		t.Errorf("closed: %q", got)
+	}
+}
+
+func TestValues(t *testing.T) {
+	if sqlstore.NullString("") != nil || sqlstore.NullString("a") != "a" || sqlstore.DerefString(nil) != "" {
+		t.Error("NullString/DerefString")
+	}
+	if sqlstore.NullBytes([]byte{}) != nil || sqlstore.NotNullBytes(nil) == nil || sqlstore.NilIfEmpty([]byte{}) != nil {
+		t.Error("NullBytes/NotNullBytes/NilIfEmpty")
+	}
+	if v, err := sqlstore.MarshalRequest[string](nil); v != nil || err != nil {
+		t.Errorf("MarshalRequest(nil) = %v, %v; want NULL", v, err)
+	}
+	req := &provider.CreateRequest{IdempotencyKey: "payrecon-pur_1", PurchaseID: "pur_1", Amount: 100, Currency: "eur"}
+	raw, err := sqlstore.MarshalRequest[json.RawMessage](req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sqlstore.UnmarshalRequest("pur_1", raw.(json.RawMessage))
+	if err != nil || *got != *req {
+		t.Errorf("round trip: %+v, %v; want %+v", got, err, req)
+	}
+	if got, err := sqlstore.UnmarshalRequest("pur_1", nil); got != nil || err != nil {
+		t.Errorf("UnmarshalRequest(NULL) = %v, %v", got, err)
+	}
+	if _, err := sqlstore.UnmarshalRequest("pur_1", []byte("{")); err == nil {
+		t.Error("UnmarshalRequest of bad JSON: no error")
+	}
+	if counts := sqlstore.StateCounts(); len(counts) != len(statemachine.States) {
+		t.Errorf("StateCounts: %v", counts)
+	}
+	if counts := sqlstore.FindingCounts(); len(counts) != len(reconcile.FindingKinds) {
+		t.Errorf("FindingCounts: %v", counts)
+	}
+}

@@ -1,0 +1,248 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payrecon/payrecon/internal/sqlstore"
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// claimSQL returns the statement that leases the open jobs matching
+// which (a condition on jobs, reading the clock with nowSQL) in one
+// statement. SKIP LOCKED makes concurrent claimers take disjoint rows; it
+// also skips a job whose lease a transaction is checking (CheckLease
+// locks the row), so a lease cannot be taken over between that check and
+// the commit. It returns, with each lease, whether the job was still
+// leased (its lease expired without being released) and the clock's time
+// the claim judged by.
+func claimSQL(which string) string {
+	return `
+WITH cand AS (
+    SELECT purchase_id, lease_owner AS prev_owner
+    FROM jobs
+    WHERE done_at IS NULL
+      AND (` + which + `)
+    ORDER BY run_at, purchase_id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobs AS j
+SET lease_owner = $3,
+    lease_token = j.lease_token + 1,
+    lease_expires_at = ` + nowSQL + ` + $4::interval,
+    checks = j.checks + 1
+FROM cand
+WHERE j.purchase_id = cand.purchase_id
+RETURNING j.purchase_id, j.run_at, j.lease_token, j.lease_expires_at, j.checks, cand.prev_owner IS NOT NULL, ` + nowSQL
+}
+
+// expiredLease matches a job whose lease expired without being released.
+const expiredLease = `lease_owner IS NOT NULL AND lease_expires_at <= ` + nowSQL
+
+var (
+	// claimDueSQL leases jobs that are due or whose lease expired.
+	claimDueSQL = claimSQL(`(lease_owner IS NULL AND run_at <= ` + nowSQL + `) OR (` + expiredLease + `)`)
+	// claimExpiredSQL leases only jobs whose lease expired.
+	claimExpiredSQL = claimSQL(expiredLease)
+	// claimOneSQL leases the job of purchase $5, due or not, unless it is
+	// leased and the lease has not expired.
+	claimOneSQL = claimSQL(`purchase_id = $5 AND (lease_owner IS NULL OR lease_expires_at <= ` + nowSQL + `)`)
+)
+
+// ClaimJobs implements reconcile.Store. It judges due and expired by the
+// store's clock, read by the claiming statement itself, and returns that
+// time as each Lease's Now. owner must not be empty, limit and leaseFor
+// must be positive (reconcile.ErrInvalid otherwise). A job whose previous
+// lease was never released (it expired) comes back with TakenOver set.
+// The leases come in run_at order, oldest first.
+func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	return s.claim(ctx, "claim jobs", claimDueSQL, owner, limit, leaseFor)
+}
+
+// ClaimExpiredJobs implements reconcile.Store: ClaimJobs for the open jobs
+// whose lease expired (lease_expires_at <= the store's now) without being
+// released; a job that is due but not leased is left alone. Every lease
+// comes back with TakenOver set.
+func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	return s.claim(ctx, "claim expired jobs", claimExpiredSQL, owner, limit, leaseFor)
+}
+
+// ClaimJob implements reconcile.Store: it leases purchaseID's job, due or
+// not, unless the job is done or holds an unexpired lease (whoever its
+// owner, this one included), which give reconcile.ErrConflict. A job whose
+// row another transaction has locked (a worker between CheckLease and its
+// commit) is busy too: ErrConflict, at once, without waiting. owner must
+// not be empty and leaseFor must be positive (reconcile.ErrInvalid
+// otherwise).
+func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (reconcile.Lease, error) {
+	what := "claim job of " + purchaseID
+	leases, err := s.claim(ctx, what, claimOneSQL, owner, 1, leaseFor, purchaseID)
+	if err != nil {
+		return reconcile.Lease{}, err
+	}
+	if len(leases) == 1 {
+		return leases[0], nil
+	}
+	// Say why not; this is the failure path only.
+	var owned *string
+	var expires, done *time.Time
+	var now time.Time
+	err = s.pool.QueryRow(ctx, `SELECT lease_owner, lease_expires_at, done_at, `+nowSQL+` FROM jobs WHERE purchase_id = $2`,
+		clockArg(s.now), purchaseID).Scan(&owned, &expires, &done, &now)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return reconcile.Lease{}, dialect.NotFound(what + ": no such job")
+	case err != nil:
+		return reconcile.Lease{}, wrap(err, "%s", what)
+	}
+	j := reconcile.Job{LeaseOwner: sqlstore.DerefString(owned), LeaseExpiresAt: derefTime(expires), DoneAt: derefTime(done)}
+	why := sqlstore.ClaimRefusal(j, now)
+	if why == "" {
+		why = "a transaction holding its lease is in progress"
+	}
+	return reconcile.Lease{}, dialect.Conflict(what+" for "+owner, why)
+}
+
+// claim runs one of the claim statements and returns its leases in run_at
+// order. extra are the statement's parameters after the first four.
+func (s *Store) claim(ctx context.Context, what, query, owner string, limit int, leaseFor time.Duration, extra ...any) ([]reconcile.Lease, error) {
+	if err := dialect.CheckClaim(what, owner, limit, leaseFor); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, query, append([]any{clockArg(s.now), limit, owner, leaseFor}, extra...)...)
+	if err != nil {
+		return nil, wrap(err, "%s for %s", what, owner)
+	}
+	type claimed struct {
+		lease reconcile.Lease
+		runAt time.Time
+	}
+	var got []claimed
+	for rows.Next() {
+		var c claimed
+		if err := rows.Scan(&c.lease.PurchaseID, &c.runAt, &c.lease.Token, &c.lease.ExpiresAt, &c.lease.Checks, &c.lease.TakenOver, &c.lease.Now); err != nil {
+			rows.Close()
+			return nil, wrap(err, "%s for %s", what, owner)
+		}
+		c.lease.Owner = owner
+		c.lease.ExpiresAt = c.lease.ExpiresAt.UTC()
+		c.lease.Now = c.lease.Now.UTC()
+		got = append(got, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "%s for %s", what, owner)
+	}
+	// RETURNING does not keep the CTE's order.
+	slices.SortFunc(got, func(a, b claimed) int {
+		if c := a.runAt.Compare(b.runAt); c != 0 {
+			return c
+		}
+		return strings.Compare(a.lease.PurchaseID, b.lease.PurchaseID)
+	})
+	leases := make([]reconcile.Lease, len(got))
+	for i, c := range got {
+		leases[i] = c.lease
+	}
+	return leases, nil
+}
+
+// ReleaseLeases implements reconcile.Store: every open job leased by
+// owner, expired or not, loses its lease and becomes due at the store's
+// now.
+func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
+	tag, err := s.pool.Exec(ctx, `
+UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL, run_at = `+nowSQL+`
+WHERE lease_owner = $2 AND done_at IS NULL`, clockArg(s.now), owner)
+	if err != nil {
+		return 0, wrap(err, "release leases of %s", owner)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+const jobColumns = `purchase_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at`
+
+// InsertJob implements reconcile.Tx: the job is due at job.RunAt, not
+// leased, never run; the other fields of job are ignored. A second job for
+// the same purchase gives reconcile.ErrDuplicate, an unknown purchase
+// reconcile.ErrNotFound.
+func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
+	_, err := t.exec(ctx, `INSERT INTO jobs (purchase_id, run_at) VALUES ($1, $2)`, job.PurchaseID, nullTime(job.RunAt))
+	if err != nil {
+		return wrapRef(err, "insert job of %s", job.PurchaseID)
+	}
+	return nil
+}
+
+// GetJob implements reconcile.Tx.
+func (t *txn) GetJob(ctx context.Context, purchaseID string) (reconcile.Job, error) {
+	return queryOne(ctx, t, scanJob, "get job of "+purchaseID,
+		`SELECT `+jobColumns+` FROM jobs WHERE purchase_id = $1`, purchaseID)
+}
+
+// CheckLease implements reconcile.Tx. It judges expiry by the store's
+// clock at this statement (not at the transaction's start), and takes the
+// job row's lock (SELECT ... FOR UPDATE) when l is current, which ClaimJobs
+// skips until this transaction ends.
+func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
+	var one int
+	err := t.tx.QueryRow(ctx, `SELECT 1 FROM jobs
+WHERE purchase_id = $2 AND lease_owner = $3 AND lease_token = $4 AND lease_expires_at > `+nowSQL+`
+FOR UPDATE`, clockArg(t.now), l.PurchaseID, l.Owner, l.Token).Scan(&one)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return wrap(err, "check lease of job %s", l.PurchaseID)
+	}
+	// Say what happened to the lease; this is the failure path only.
+	why := sqlstore.NoSuchJob
+	if j, err := t.GetJob(ctx, l.PurchaseID); err == nil {
+		why = sqlstore.LeaseLostDetail(j, l)
+	}
+	return dialect.LeaseLost(l, why)
+}
+
+// RescheduleJob implements reconcile.Tx. A done job stays done.
+func (t *txn) RescheduleJob(ctx context.Context, purchaseID string, runAt time.Time) error {
+	return t.execOne(ctx, "reschedule job of "+purchaseID,
+		`UPDATE jobs SET run_at = $2, lease_owner = NULL, lease_expires_at = NULL WHERE purchase_id = $1`,
+		purchaseID, nullTime(runAt))
+}
+
+// CompleteJob implements reconcile.Tx.
+func (t *txn) CompleteJob(ctx context.Context, purchaseID string, now time.Time) error {
+	return t.execOne(ctx, "complete job of "+purchaseID,
+		`UPDATE jobs SET done_at = $2, lease_owner = NULL, lease_expires_at = NULL WHERE purchase_id = $1`,
+		purchaseID, nullTime(now))
+}
+
+// ReopenJob implements reconcile.Tx: the job is no longer done and is due
+// at runAt. Its lease, if any, is left as it is (owner, token, expiry):
+// a live lease keeps its worker, an expired one is taken over by the next
+// claim.
+func (t *txn) ReopenJob(ctx context.Context, purchaseID string, runAt time.Time) error {
+	return t.execOne(ctx, "reopen job of "+purchaseID,
+		`UPDATE jobs SET done_at = NULL, run_at = $2 WHERE purchase_id = $1`,
+		purchaseID, nullTime(runAt))
+}
+
+// scanJob reads one row of jobColumns.
+func scanJob(row sqlstore.Row) (reconcile.Job, error) {
+	var j reconcile.Job
+	var owner *string
+	var expires, done *time.Time
+	if err := row.Scan(&j.PurchaseID, &j.RunAt, &owner, &j.LeaseToken, &expires, &j.Checks, &done); err != nil {
+		return reconcile.Job{}, err
+	}
+	j.RunAt = j.RunAt.UTC()
+	j.LeaseOwner = sqlstore.DerefString(owner)
+	j.LeaseExpiresAt = derefTime(expires)
+	j.DoneAt = derefTime(done)
+	return j, nil
+}

@@ -1,0 +1,296 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/payrecon/payrecon/internal/sqlstore"
+	"github.com/payrecon/payrecon/migrations"
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// Config configures Open.
+type Config struct {
+	// URL is the database's connection string: a postgres:// URL or a
+	// key=value DSN, as accepted by pgx. Required; there is no default.
+	// The standard PG* environment variables fill in what it leaves out.
+	URL string
+	// MaxConns caps the connection pool. Default 8 (when 0).
+	MaxConns int32
+	// Now is the store's clock. Default nil: the database server's clock
+	// (statement_timestamp()), the one clock every worker and replica
+	// shares. Tests and the demo inject a clock.
+	Now func() time.Time
+}
+
+// DefaultMaxConns is Config.MaxConns when left 0.
+const DefaultMaxConns int32 = 8
+
+// maxTxAttempts bounds how many times InTx runs fn when the database
+// reports a serialization failure or a deadlock.
+const maxTxAttempts = 4
+
+// Store is a reconcile.Store on PostgreSQL. It is safe for concurrent use.
+// Create it with Open and release it with Close.
+type Store struct {
+	pool      *pgxpool.Pool
+	db        *sql.DB          // database/sql view of pool, for goose
+	now       func() time.Time // Config.Now; nil for the server's clock
+	closeOnce sync.Once
+}
+
+var _ reconcile.Store = (*Store)(nil)
+
+// Open connects to the database cfg.URL names and pings it. It fails with
+// an error naming the host and database when the server is unreachable or
+// refuses the connection; it does not check the schema (see Ready and
+// Migrate).
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.URL == "" {
+		return nil, dialect.Invalid("open", "Config.URL is empty")
+	}
+	if cfg.MaxConns < 0 {
+		return nil, dialect.Invalid("open", fmt.Sprintf("Config.MaxConns is %d", cfg.MaxConns))
+	}
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// pgx redacts the password in its parse errors.
+		return nil, fmt.Errorf("postgres: open: %w: %w", reconcile.ErrInvalid, err)
+	}
+	pcfg.MaxConns = DefaultMaxConns
+	if cfg.MaxConns > 0 {
+		pcfg.MaxConns = cfg.MaxConns
+	}
+	where := fmt.Sprintf("%s:%d/%s as %s", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database, pcfg.ConnConfig.User)
+	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: open %s: %w", where, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: open: cannot reach database %s: %w", where, err)
+	}
+	return &Store{pool: pool, db: stdlib.OpenDBFromPool(pool), now: cfg.Now}, nil
+}
+
+// Migrate applies every pending schema migration (see package
+// migrations). It is safe to run on an up-to-date database and from
+// several processes at once.
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := migrations.Up(ctx, s.db, migrations.Postgres); err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	return nil
+}
+
+// Ready returns nil when the database answers and its schema is at least
+// at the version this binary embeds; an error wrapping
+// reconcile.ErrNotMigrated when the schema is missing or older. It never
+// writes.
+func (s *Store) Ready(ctx context.Context) error {
+	if err := s.pool.Ping(ctx); err != nil {
+		return fmt.Errorf("postgres: ready: ping: %w", err)
+	}
+	current, latest, err := migrations.Version(ctx, s.db, migrations.Postgres)
+	if err != nil {
+		return fmt.Errorf("postgres: ready: %w", err)
+	}
+	if current < latest {
+		return fmt.Errorf("postgres: ready: schema is at version %d, this binary needs %d: %w",
+			current, latest, reconcile.ErrNotMigrated)
+	}
+	return nil
+}
+
+// Close releases the store's connections. It is safe to call more than
+// once.
+func (s *Store) Close() error {
+	var err error
+	s.closeOnce.Do(func() {
+		err = s.db.Close()
+		s.pool.Close()
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: close: %w", err)
+	}
+	return nil
+}
+
+// InTx runs fn in a READ COMMITTED transaction, committing if fn returns
+// nil and rolling back otherwise (also when fn panics). When the database
+// reports a serialization failure or a deadlock (SQLSTATE 40001, 40P01),
+// from fn's statements or from the commit, it runs fn again in a new
+// transaction, up to 4 times in all. fn's own error is returned as is.
+func (s *Store) InTx(ctx context.Context, fn func(reconcile.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := s.inTxOnce(ctx, fn)
+		if err == nil || attempt == maxTxAttempts || !retryable(err) || ctx.Err() != nil {
+			return err
+		}
+		// A short, jittered pause lets the transaction we collided with
+		// finish before we run again.
+		pause := time.Duration(attempt) * time.Duration(1+rand.IntN(5)) * time.Millisecond
+		t := time.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Store) inTxOnce(ctx context.Context, fn func(reconcile.Tx) error) error {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	if err != nil {
+		return fmt.Errorf("postgres: begin: %w", err)
+	}
+	// Rollback after Commit is a no-op; on a failed or cancelled
+	// connection it closes the connection, which is all there is left to
+	// do. It also covers a panicking fn.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if err := fn(&txn{tx: tx, now: s.now}); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return wrap(err, "commit")
+	}
+	return nil
+}
+
+// retryable reports whether err is a serialization failure or deadlock,
+// after which the whole transaction may be run again.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
+}
+
+// txn is the reconcile.Tx of one pgx transaction.
+type txn struct {
+	tx  pgx.Tx
+	now func() time.Time // the store's Config.Now; nil for the server's clock
+}
+
+var _ reconcile.Tx = (*txn)(nil)
+
+// exec runs one write under a savepoint, in a single round trip when it
+// succeeds, and returns how many rows it changed. When it fails the
+// transaction is rolled back to the savepoint, so it stays usable
+// (PostgreSQL otherwise aborts the whole transaction on the first error).
+func (t *txn) exec(ctx context.Context, query string, args ...any) (int64, error) {
+	b := &pgx.Batch{}
+	b.Queue("SAVEPOINT payrecon_write")
+	b.Queue(query, args...)
+	b.Queue("RELEASE SAVEPOINT payrecon_write")
+	br := t.tx.SendBatch(ctx, b)
+	var tag pgconn.CommandTag
+	_, err := br.Exec()
+	if err == nil {
+		tag, err = br.Exec()
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		return tag.RowsAffected(), nil
+	}
+	if _, rerr := t.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT payrecon_write; RELEASE SAVEPOINT payrecon_write"); rerr != nil {
+		return 0, errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
+	}
+	return 0, err
+}
+
+// execOne runs a write of one row with exec. No row written is the
+// store's reconcile.ErrNotFound for what, and a failure its error.
+func (t *txn) execOne(ctx context.Context, what, query string, args ...any) error {
+	n, err := t.exec(ctx, query, args...)
+	if err != nil {
+		return wrap(err, "%s", what)
+	}
+	if n == 0 {
+		return dialect.NotFound(what)
+	}
+	return nil
+}
+
+// queryOne reads the one row of query with scan. No row is the store's
+// reconcile.ErrNotFound for what, and a failure its error.
+func queryOne[T any](ctx context.Context, t *txn, scan func(sqlstore.Row) (T, error), what, query string, args ...any) (T, error) {
+	v, err := scan(t.tx.QueryRow(ctx, query, args...))
+	if errors.Is(err, pgx.ErrNoRows) {
+		var zero T
+		return zero, dialect.NotFound(what)
+	}
+	if err != nil {
+		var zero T
+		return zero, wrap(err, "%s", what)
+	}
+	return v, nil
+}
+
+// queryAll reads every row of query with scan. A failure is the store's
+// error for what.
+func queryAll[T any](ctx context.Context, t *txn, scan func(sqlstore.Row) (T, error), what, query string, args ...any) ([]T, error) {
+	rows, err := t.tx.Query(ctx, query, args...)
+	if err != nil {
+		return nil, wrap(err, "%s", what)
+	}
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
+	if err != nil {
+		return nil, wrap(err, "%s", what)
+	}
+	return out, nil
+}
+
+// Now implements reconcile.Store: the injected clock (Config.Now), else
+// the server's statement_timestamp(), to the microsecond, in UTC.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	return storeNow(ctx, s.now, s.pool.QueryRow)
+}
+
+// Now implements reconcile.Tx: the injected clock (Config.Now), else the
+// server's statement_timestamp() of this statement (not the
+// transaction's start), to the microsecond, in UTC.
+func (t *txn) Now(ctx context.Context) (time.Time, error) {
+	return storeNow(ctx, t.now, t.tx.QueryRow)
+}
+
+// storeNow reads the store's clock: now when injected, else the server's
+// with query.
+func storeNow(ctx context.Context, now func() time.Time, query func(context.Context, string, ...any) pgx.Row) (time.Time, error) {
+	if now != nil {
+		return now().Truncate(time.Microsecond).UTC(), nil
+	}
+	var t time.Time
+	if err := query(ctx, `SELECT statement_timestamp()`).Scan(&t); err != nil {
+		return time.Time{}, wrap(err, "read the server's clock")
+	}
+	return t.Truncate(time.Microsecond).UTC(), nil
+}
+
+// nowSQL is the store's clock in SQL. Every statement that reads the
+// clock takes it as its first parameter, from clockArg: the injected
+// clock's time, or NULL for the server's statement_timestamp(), the same
+// instant throughout the statement.
+const nowSQL = `COALESCE($1::timestamptz, statement_timestamp())`
+
+// clockArg is the value of nowSQL's parameter.
+func clockArg(now func() time.Time) any {
+	if now == nil {
+		return nil
+	}
+	return now()
+}

@@ -1,0 +1,122 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/payrecon/payrecon/internal/sqlstore"
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// The webhook inbox (migration 00002).
+//
+// The inserts that decide "first or not" (InsertInboxEvent here,
+// InsertIdempotencyKey, AcquireSweepLock, InsertFinding and
+// LinkAuditPayment alike) are single INSERT ... ON CONFLICT statements:
+// the primary key decides, from the statement's row count, never a read
+// before the write. Writers are serialized, so a concurrent insert of the
+// same key runs after the other transaction ended and sees its outcome
+// (a conflict if it committed, a free key if it rolled back).
+
+const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id, result,
+    purchase_id, outcome, received_at, processed_at, amount, currency, event_created`
+
+// InsertInboxEvent implements reconcile.Tx. A nil or empty payload is
+// stored empty and read back as nil. An empty Provider or EventID, or a
+// zero ReceivedAt, is refused with reconcile.ErrInvalid.
+func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
+	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+ON CONFLICT (provider, event_id) DO NOTHING`,
+		e.Provider, e.EventID, e.Type, e.PayloadHash, sqlstore.NotNullBytes(e.Payload), e.ObjectID, string(e.Result),
+		sqlstore.NullString(e.PurchaseID), string(e.Outcome), micros(e.ReceivedAt), micros(e.ProcessedAt),
+		e.Amount, e.Currency, micros(e.Created))
+	if err != nil {
+		return false, wrap(err, "insert inbox event %s/%s", e.Provider, e.EventID)
+	}
+	return n == 1, nil
+}
+
+// GetInboxEvent implements reconcile.Tx.
+func (t *txn) GetInboxEvent(ctx context.Context, provider, eventID string) (reconcile.InboxEvent, error) {
+	return queryOne(ctx, t, scanInboxEvent, fmt.Sprintf("get inbox event %s/%s", provider, eventID),
+		`SELECT `+inboxColumns+` FROM webhook_inbox WHERE provider = ?1 AND event_id = ?2`, provider, eventID)
+}
+
+// UpdateInboxEvent implements reconcile.Tx. An empty purchaseID clears the
+// event's purchase.
+func (t *txn) UpdateInboxEvent(ctx context.Context, provider, eventID, purchaseID string, outcome reconcile.EventOutcome, processedAt time.Time) error {
+	return t.execOne(ctx, fmt.Sprintf("update inbox event %s/%s", provider, eventID),
+		`UPDATE webhook_inbox SET purchase_id = ?3, outcome = ?4, processed_at = ?5
+WHERE provider = ?1 AND event_id = ?2`,
+		provider, eventID, sqlstore.NullString(purchaseID), string(outcome), micros(processedAt))
+}
+
+// ListInboxEvents implements reconcile.Tx: the events whose purchase is
+// purchaseID (as stored at insert or by UpdateInboxEvent), oldest received
+// first, then by provider and event id.
+func (t *txn) ListInboxEvents(ctx context.Context, purchaseID string) ([]reconcile.InboxEvent, error) {
+	return queryAll(ctx, t, scanInboxEvent, "list inbox events of "+purchaseID, `SELECT `+inboxColumns+` FROM webhook_inbox
+WHERE purchase_id = ?1 ORDER BY received_at, provider, event_id`, purchaseID)
+}
+
+// listUnmatchedEventsSQL lists the unmatched events least recently tried
+// first (SQLite sorts NULL first: never processed). The outcome is a
+// literal, not a parameter, so that the planner can use the partial index
+// webhook_inbox_unmatched_idx (migration 00003), which holds the
+// unmatched events in this order.
+const listUnmatchedEventsSQL = `SELECT ` + inboxColumns + ` FROM webhook_inbox
+WHERE outcome = '` + string(reconcile.EventUnmatched) + `'
+ORDER BY processed_at, received_at, provider, event_id LIMIT ?1`
+
+// ListUnmatchedEvents implements reconcile.Tx: least recently tried
+// first, that is never processed (processed_at NULL) first, then by
+// processed_at, received_at, provider and event id. limit must be positive
+// (reconcile.ErrInvalid otherwise).
+func (t *txn) ListUnmatchedEvents(ctx context.Context, limit int) ([]reconcile.InboxEvent, error) {
+	const what = "list unmatched events"
+	if err := dialect.CheckLimit(what, limit); err != nil {
+		return nil, err
+	}
+	return queryAll(ctx, t, scanInboxEvent, what, listUnmatchedEventsSQL, limit)
+}
+
+// DeleteInboxEventsBefore implements reconcile.Tx: one batch of at most
+// limit events received strictly before the given time, oldest first.
+// limit must be positive (reconcile.ErrInvalid otherwise).
+func (t *txn) DeleteInboxEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
+	if err := dialect.CheckLimit("delete inbox events", limit); err != nil {
+		return 0, err
+	}
+	n, err := t.exec(ctx, `DELETE FROM webhook_inbox WHERE rowid IN (
+    SELECT rowid FROM webhook_inbox WHERE received_at < ?1 ORDER BY received_at, provider, event_id LIMIT ?2)`,
+		before.UnixMicro(), limit)
+	if err != nil {
+		return 0, wrap(err, "delete inbox events received before %s", sqlstore.Stamp(before))
+	}
+	return int(n), nil
+}
+
+// scanInboxEvent reads one row of inboxColumns.
+func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
+	var e reconcile.InboxEvent
+	var purchaseID *string
+	var result, outcome string
+	var received int64
+	var processed, created *int64
+	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
+		&purchaseID, &outcome, &received, &processed, &e.Amount, &e.Currency, &created)
+	if err != nil {
+		return reconcile.InboxEvent{}, err
+	}
+	e.Payload = sqlstore.NilIfEmpty(e.Payload)
+	e.PurchaseID = sqlstore.DerefString(purchaseID)
+	e.Result = provider.Outcome(result)
+	e.Outcome = reconcile.EventOutcome(outcome)
+	e.ReceivedAt = fromMicros(received)
+	e.ProcessedAt = fromNullMicros(processed)
+	e.Created = fromNullMicros(created)
+	return e, nil
+}

@@ -1,0 +1,217 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/payrecon/payrecon/internal/sqlstore"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+const purchaseColumns = `id, customer, reference, amount, currency, description, payment_method,
+    state, version, provider_key, provider_request, params_hash, provider_payment_id,
+    first_attempt_at, uncertain_since, escalated_at, escalation_reason, settled_at, doubt,
+    created_at, updated_at`
+
+// InsertPurchase implements reconcile.Tx. The database refuses a purchase
+// whose state is not created (reconcile.ErrForbiddenTransition) and one
+// with a non-positive amount or a zero CreatedAt or UpdatedAt
+// (reconcile.ErrInvalid).
+func (t *txn) InsertPurchase(ctx context.Context, p reconcile.Purchase) error {
+	req, err := sqlstore.MarshalRequest[string](p.ProviderRequest)
+	if err != nil {
+		return wrap(err, "insert purchase %s", p.ID)
+	}
+	_, err = t.exec(ctx, `INSERT INTO purchases (`+purchaseColumns+`)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21)`,
+		p.ID, p.Customer, sqlstore.NullString(p.Reference), p.Amount, p.Currency, p.Description, p.PaymentMethod,
+		string(p.State), p.Version, sqlstore.NullString(p.ProviderKey), req, sqlstore.NullString(p.ParamsHash),
+		sqlstore.NullString(p.ProviderPaymentID),
+		micros(p.FirstAttemptAt), micros(p.UncertainSince), micros(p.EscalatedAt),
+		sqlstore.NullString(string(p.EscalationReason)),
+		micros(p.SettledAt), p.Doubt, micros(p.CreatedAt), micros(p.UpdatedAt))
+	if err != nil {
+		return wrap(err, "insert purchase %s", p.ID)
+	}
+	return nil
+}
+
+// GetPurchase implements reconcile.Tx.
+func (t *txn) GetPurchase(ctx context.Context, id string) (reconcile.Purchase, error) {
+	return queryOne(ctx, t, scanPurchase, "get purchase "+id,
+		`SELECT `+purchaseColumns+` FROM purchases WHERE id = ?1`, id)
+}
+
+// FindPurchaseByPaymentID implements reconcile.Tx.
+func (t *txn) FindPurchaseByPaymentID(ctx context.Context, paymentID string) (reconcile.Purchase, error) {
+	if paymentID == "" {
+		return reconcile.Purchase{}, dialect.NotFound("find purchase by payment id: empty id")
+	}
+	return queryOne(ctx, t, scanPurchase, "find purchase by payment id "+paymentID,
+		`SELECT `+purchaseColumns+` FROM purchases WHERE provider_payment_id = ?1`, paymentID)
+}
+
+// FindPurchaseByReference implements reconcile.Tx. An empty reference
+// finds nothing: purchases without one have none to match.
+func (t *txn) FindPurchaseByReference(ctx context.Context, customer, reference string) (reconcile.Purchase, error) {
+	what := "find purchase of " + customer + " by reference"
+	if reference == "" {
+		return reconcile.Purchase{}, dialect.NotFound(what + ": empty reference")
+	}
+	return queryOne(ctx, t, scanPurchase, fmt.Sprintf("%s %q", what, reference),
+		`SELECT `+purchaseColumns+` FROM purchases WHERE customer = ?1 AND reference = ?2`, customer, reference)
+}
+
+// UpdatePurchase implements reconcile.Tx. It writes the state, the
+// provider fields (key, request, params hash, payment id, first attempt),
+// UncertainSince, the escalation, SettledAt, Doubt and UpdatedAt; the
+// other fields are fixed at insert and left alone. A conflict's
+// reconcile.DetailOf says what the row is now.
+func (t *txn) UpdatePurchase(ctx context.Context, p reconcile.Purchase, from statemachine.State) error {
+	req, err := sqlstore.MarshalRequest[string](p.ProviderRequest)
+	if err != nil {
+		return wrap(err, "update purchase %s", p.ID)
+	}
+	n, err := t.exec(ctx, `UPDATE purchases SET
+    state = ?3,
+    version = version + 1,
+    provider_key = ?5,
+    provider_request = ?6,
+    params_hash = ?7,
+    provider_payment_id = ?8,
+    first_attempt_at = ?9,
+    uncertain_since = ?10,
+    escalated_at = ?11,
+    escalation_reason = ?12,
+    settled_at = ?13,
+    doubt = ?14,
+    updated_at = ?15
+WHERE id = ?1 AND state = ?2 AND version = ?4`,
+		p.ID, string(from), string(p.State), p.Version,
+		sqlstore.NullString(p.ProviderKey), req, sqlstore.NullString(p.ParamsHash), sqlstore.NullString(p.ProviderPaymentID),
+		micros(p.FirstAttemptAt), micros(p.UncertainSince), micros(p.EscalatedAt),
+		sqlstore.NullString(string(p.EscalationReason)),
+		micros(p.SettledAt), p.Doubt, micros(p.UpdatedAt))
+	if err != nil {
+		return wrap(err, "update purchase %s (%s -> %s)", p.ID, from, p.State)
+	}
+	if n == 1 {
+		return nil
+	}
+	var state string
+	var version int64
+	err = t.tx.QueryRowContext(ctx, `SELECT state, version FROM purchases WHERE id = ?1`, p.ID).Scan(&state, &version)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return dialect.NotFound("update purchase " + p.ID)
+	case err != nil:
+		return wrap(err, "update purchase %s", p.ID)
+	}
+	return dialect.Conflict("update purchase "+p.ID, sqlstore.ConflictDetail(statemachine.State(state), version, from, p.Version))
+}
+
+// ListEscalated implements reconcile.Tx: every purchase with an
+// escalation time, whatever its state (a contradiction can escalate a
+// declined purchase), oldest escalation first.
+func (t *txn) ListEscalated(ctx context.Context) ([]reconcile.Purchase, error) {
+	return queryAll(ctx, t, scanPurchase, "list escalated purchases",
+		`SELECT `+purchaseColumns+` FROM purchases WHERE escalated_at IS NOT NULL ORDER BY escalated_at, id`)
+}
+
+// CountByState implements reconcile.Tx. Every known state is in the map,
+// with 0 when no purchase is in it.
+func (t *txn) CountByState(ctx context.Context) (map[statemachine.State]int, error) {
+	counts := sqlstore.StateCounts()
+	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count purchases by state",
+		`SELECT state, count(*) FROM purchases GROUP BY state`); err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
+// CountEscalated implements reconcile.Tx: the purchases ListEscalated
+// returns.
+func (t *txn) CountEscalated(ctx context.Context) (int, error) {
+	var n int
+	if err := t.tx.QueryRowContext(ctx, `SELECT count(*) FROM purchases WHERE escalated_at IS NOT NULL`).Scan(&n); err != nil {
+		return 0, wrap(err, "count escalated purchases")
+	}
+	return n, nil
+}
+
+// OldestUncertainSince implements reconcile.Tx. Purchases in uncertain or
+// reconciling without an UncertainSince do not count.
+func (t *txn) OldestUncertainSince(ctx context.Context) (time.Time, error) {
+	var oldest *int64
+	err := t.tx.QueryRowContext(ctx, `SELECT min(uncertain_since) FROM purchases
+WHERE state IN ('uncertain', 'reconciling')`).Scan(&oldest)
+	if err != nil {
+		return time.Time{}, wrap(err, "oldest uncertain purchase")
+	}
+	return fromNullMicros(oldest), nil
+}
+
+// ListOverdueUncertain implements reconcile.Tx: purchases in uncertain,
+// not escalated, whose UncertainSince is strictly before uncertainBefore,
+// oldest UncertainSince first (then by id). limit must be positive
+// (reconcile.ErrInvalid otherwise).
+func (t *txn) ListOverdueUncertain(ctx context.Context, uncertainBefore time.Time, limit int) ([]reconcile.Purchase, error) {
+	const what = "list overdue uncertain purchases"
+	if err := dialect.CheckLimit(what, limit); err != nil {
+		return nil, err
+	}
+	return queryAll(ctx, t, scanPurchase, what, `SELECT `+purchaseColumns+` FROM purchases
+WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < ?1
+ORDER BY uncertain_since, id
+LIMIT ?2`, uncertainBefore.UnixMicro(), limit)
+}
+
+// ListSubmittedBetween implements reconcile.Tx: the purchases in state
+// whose FirstAttemptAt is at or after from and strictly before until,
+// oldest FirstAttemptAt first (then by id), read from the index
+// purchases_first_attempt_idx (migration 00004).
+func (t *txn) ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State) ([]reconcile.Purchase, error) {
+	what := fmt.Sprintf("list %s purchases submitted in [%s, %s)", state, sqlstore.Stamp(from), sqlstore.Stamp(until))
+	return queryAll(ctx, t, scanPurchase, what, `SELECT `+purchaseColumns+` FROM purchases
+WHERE state = ?1 AND first_attempt_at >= ?2 AND first_attempt_at < ?3
+ORDER BY first_attempt_at, id`, string(state), from.UnixMicro(), until.UnixMicro())
+}
+
+// scanPurchase reads one row of purchaseColumns.
+func scanPurchase(row sqlstore.Row) (reconcile.Purchase, error) {
+	var p reconcile.Purchase
+	var (
+		reference, providerKey, paramsHash, paymentID, reason *string
+		state                                                 string
+		req                                                   []byte
+		firstAttempt, uncertain, escalated, settled           *int64
+		created, updated                                      int64
+	)
+	err := row.Scan(&p.ID, &p.Customer, &reference, &p.Amount, &p.Currency, &p.Description, &p.PaymentMethod,
+		&state, &p.Version, &providerKey, &req, &paramsHash, &paymentID,
+		&firstAttempt, &uncertain, &escalated, &reason, &settled, &p.Doubt, &created, &updated)
+	if err != nil {
+		return reconcile.Purchase{}, err
+	}
+	p.State = statemachine.State(state)
+	p.Reference = sqlstore.DerefString(reference)
+	p.ProviderKey = sqlstore.DerefString(providerKey)
+	p.ParamsHash = sqlstore.DerefString(paramsHash)
+	p.ProviderPaymentID = sqlstore.DerefString(paymentID)
+	p.EscalationReason = reconcile.EscalationReason(sqlstore.DerefString(reason))
+	p.FirstAttemptAt = fromNullMicros(firstAttempt)
+	p.UncertainSince = fromNullMicros(uncertain)
+	p.EscalatedAt = fromNullMicros(escalated)
+	p.SettledAt = fromNullMicros(settled)
+	p.CreatedAt = fromMicros(created)
+	p.UpdatedAt = fromMicros(updated)
+	p.ProviderRequest, err = sqlstore.UnmarshalRequest(p.ID, req)
+	if err != nil {
+		return reconcile.Purchase{}, err
+	}
+	return p, nil
+}
