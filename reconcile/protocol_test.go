@@ -11,38 +11,22 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
-// clock is a manual clock shared by the service and the fake provider.
-// Safe for concurrent use.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newClock() *clock { return &clock{now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)} }
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+// newClock returns the manual clock shared by the store, the service and
+// the fake provider.
+func newClock() *testclock.Clock { return testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)) }
 
 // fixture is what a protocol test needs.
 type fixture struct {
 	t     *testing.T
 	store reconcile.Store
 	fake  *fakeprovider.Fake
-	clock *clock
+	clock *testclock.Clock
 	svc   *reconcile.Service
 	// skew is how far the workers' own clocks are off the store's.
 	skew time.Duration

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/cron"
 	"github.com/payrecon/payrecon/reconcile/demo"
@@ -145,7 +146,7 @@ func TestEndToEndWebhookFaults(t *testing.T) {
 	}
 	ctx := context.Background()
 	// The store, the worker and the fake share the simulated clock.
-	clock := &simClock{now: time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)}
+	clock := testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "e2e.db"), Now: clock.Now})
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
@@ -62,8 +63,8 @@ func scrape(t *testing.T, m *prometheus.Metrics, sample string) string {
 // TestOldestUncertainAge: a purchase forced into a long uncertainty shows
 // its exact age on /metrics; once settled, the gauge goes back to 0.
 func TestOldestUncertainAge(t *testing.T) {
-	now := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
-	clock := func() time.Time { return now }
+	clk := testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+	clock := clk.Now
 	st := newStore(t, clock)
 	fake := fakeprovider.New(fakeprovider.Config{Now: clock})
 	m := prometheus.New()
@@ -87,7 +88,7 @@ func TestOldestUncertainAge(t *testing.T) {
 		t.Fatalf("age right after the timeout: %s, want 0", got)
 	}
 
-	now = now.Add(2*time.Hour + 30*time.Second) // nobody ran the worker
+	clk.Advance(2*time.Hour + 30*time.Second) // nobody ran the worker
 	if err := m.Refresh(ctx, st); err != nil {
 		t.Fatal(err)
 	}
