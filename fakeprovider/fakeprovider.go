@@ -113,19 +113,28 @@ var (
 // statuses are the PaymentIntent statuses a charge may have.
 var statuses = []string{StatusSucceeded, StatusProcessing, StatusRequiresAction, StatusRequiresPaymentMethod, StatusCanceled}
 
+// Defaults of Config.
+const (
+	// DefaultKeyRetention is Config.KeyRetention when left 0: Stripe's 24h.
+	DefaultKeyRetention = 24 * time.Hour
+	// DefaultSettleAfter is Config.SettleAfter when left 0.
+	DefaultSettleAfter = time.Minute
+)
+
 // Config configures a Fake. The zero value is a well-behaved provider on
-// the real clock.
+// the real clock: every zero field means its documented default.
 type Config struct {
 	// Now is the fake's clock. Default time.Now; tests inject a fake clock.
 	Now func() time.Time
 	// KeyRetention is how long an idempotency key is remembered after its
 	// first create; a key older than this is forgotten, and a replay then
-	// creates a second charge. Default 24h, as Stripe.
+	// creates a second charge. Default DefaultKeyRetention (24h, as
+	// Stripe).
 	KeyRetention time.Duration
 	// Faults are the probabilities of faults in Create calls. Default none.
 	Faults Faults
 	// Seed seeds the draws of Faults. Every seed, 0 included, is
-	// deterministic.
+	// deterministic. Default 0.
 	Seed int64
 	// Instance tells this fake's ids from other fakes': payment ids are
 	// "pi_fake<Instance>_<n>" and a Server's event ids
@@ -136,7 +145,7 @@ type Config struct {
 	// depend on it.
 	Instance string
 	// SettleAfter is how long a processing charge stays processing.
-	// Default 1m.
+	// Default DefaultSettleAfter (1m).
 	SettleAfter time.Duration
 	// SearchLag is how long Search says NotFound for a charge after its
 	// creation. Default 0.
@@ -149,7 +158,7 @@ type Config struct {
 	// accepted (its key marked in flight) and before the charge is made.
 	// Blocking in it holds the request in flight, so that tests can send a
 	// concurrent create with the same key, or cancel the caller's context
-	// mid-call, without sleeping.
+	// mid-call, without sleeping. Default none.
 	OnAccept func(req provider.CreateRequest)
 }
 
@@ -296,10 +305,10 @@ func New(cfg Config) *Fake {
 		cfg.Now = time.Now
 	}
 	if cfg.KeyRetention == 0 {
-		cfg.KeyRetention = 24 * time.Hour
+		cfg.KeyRetention = DefaultKeyRetention
 	}
 	if cfg.SettleAfter == 0 {
-		cfg.SettleAfter = time.Minute
+		cfg.SettleAfter = DefaultSettleAfter
 	}
 	if cfg.Instance == "" {
 		cfg.Instance = randomInstance()

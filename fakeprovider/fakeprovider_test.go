@@ -15,31 +15,14 @@ import (
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/providertest"
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/provider"
 )
 
-// clock is a fake clock, safe for concurrent use.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
-// newFake returns a Fake with cfg on a fake clock.
-func newFake(t *testing.T, cfg fakeprovider.Config) (*fakeprovider.Fake, *clock) {
+// newFake returns a Fake with cfg on a manual clock.
+func newFake(t *testing.T, cfg fakeprovider.Config) (*fakeprovider.Fake, *testclock.Clock) {
 	t.Helper()
-	clk := &clock{now: time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)}
+	clk := testclock.New(time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC))
 	cfg.Now = clk.Now
 	return fakeprovider.New(cfg), clk
 }

@@ -45,13 +45,14 @@ const (
 )
 
 // ServerConfig configures a Server. The zero value serves the API without
-// webhooks.
+// webhooks: every zero field means its documented default.
 type ServerConfig struct {
-	// WebhookURL is where events are POSTed. Empty: no webhooks. Webhooks
-	// need WebhookSecret too.
+	// WebhookURL is where events are POSTed. Default empty: no webhooks.
+	// Webhooks need WebhookSecret too.
 	WebhookURL string
 	// WebhookSecret is the endpoint's signing secret ("whsec_..."), the
 	// key of the HMAC-SHA256 in each delivery's Stripe-Signature header.
+	// Default empty; required with WebhookURL, refused without it.
 	WebhookSecret string
 	// WebhookFaults are the probabilities of delivery faults. Default
 	// none. The draws are seeded by the Fake's Config.Seed.
@@ -62,8 +63,9 @@ type ServerConfig struct {
 	WebhookMaxAttempts int
 	// WebhookBackoff is the wait, in real time, before a copy's second
 	// attempt; each later wait doubles, up to WebhookMaxBackoff. Defaults
-	// DefaultWebhookBackoff (1s) and DefaultWebhookMaxBackoff (1m). Tests
-	// use tiny values (time.Millisecond).
+	// DefaultWebhookBackoff (1s) and DefaultWebhookMaxBackoff (1m), or
+	// WebhookBackoff if that is longer. Tests use tiny values
+	// (time.Millisecond).
 	WebhookBackoff    time.Duration
 	WebhookMaxBackoff time.Duration
 	// WebhookClient sends the deliveries. Default a client with Timeout

@@ -21,6 +21,7 @@ import (
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/providertest"
+	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/provider/stripe"
 )
@@ -35,7 +36,7 @@ var quiet = slog.New(slog.DiscardHandler)
 // real Stripe adapter pointed at it.
 type served struct {
 	fake    *fakeprovider.Fake
-	clk     *clock
+	clk     *testclock.Clock
 	srv     *fakeprovider.Server
 	http    *httptest.Server
 	adapter *stripe.Provider
@@ -632,7 +633,7 @@ func (rc *receiver) types() []string {
 // receiver verifying on the fake clock.
 func serveWebhooks(t *testing.T, fcfg fakeprovider.Config, scfg fakeprovider.ServerConfig, answer func(n int) int) (*served, *receiver) {
 	t.Helper()
-	var clk *clock
+	var clk *testclock.Clock
 	rc := newReceiver(t, func() time.Time { return clk.Now() }, answer)
 	scfg.WebhookURL, scfg.WebhookSecret = rc.URL, whSecret
 	scfg.SyncDelivery = true
@@ -1088,61 +1089,6 @@ func TestWebhooksAsyncCloseAbandons(t *testing.T) {
 	}
 	if err := srv.Drain(t.Context()); err == nil {
 		t.Error("Drain after Close with deliveries outstanding: no error")
-	}
-}
-
-func TestParseServerConfig(t *testing.T) {
-	cfg, err := fakeprovider.ParseServerConfig(" webhook_delay=0.2, webhook_duplicate=0.25,webhook_reorder=0.1,webhook_drop=0.05,webhook_stale_processing=1," +
-		"webhook_attempts=3,webhook_backoff=10ms,webhook_max_backoff=1s,webhook_tick=250ms")
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := fakeprovider.ServerConfig{
-		WebhookFaults:      fakeprovider.WebhookFaults{Delay: 0.2, Duplicate: 0.25, Reorder: 0.1, Drop: 0.05, StaleProcessing: 1},
-		WebhookMaxAttempts: 3, WebhookBackoff: 10 * time.Millisecond, WebhookMaxBackoff: time.Second, TickEvery: 250 * time.Millisecond,
-	}
-	if fmt.Sprintf("%+v", cfg) != fmt.Sprintf("%+v", want) {
-		t.Errorf("ParseServerConfig = %+v, want %+v", cfg, want)
-	}
-	if cfg, err := fakeprovider.ParseServerConfig(" "); err != nil || cfg.WebhookFaults.Validate() != nil || cfg.WebhookMaxAttempts != 0 {
-		t.Errorf("empty spec = (%+v, %v)", cfg, err)
-	}
-	for spec, wantErr := range map[string]string{
-		"webhook_drop=1.5":                    "fake faults: webhook_drop=1.5: probability must be in [0,1]",
-		"webhook_drop=x":                      "fake faults: webhook_drop=x: not a number",
-		"webhook_drop=0.1,webhook_drop=0.2":   "fake faults: webhook_drop=0.2: webhook_drop given twice",
-		"webhook_attempts=0":                  "fake faults: webhook_attempts=0: not an int >= 1",
-		"webhook_backoff=0s":                  "fake faults: webhook_backoff=0s: duration must be positive",
-		"webhook_lost=0.1":                    "fake faults: webhook_lost=0.1: unknown name",
-		"lost_reply=0.1":                      "fake faults: lost_reply=0.1: unknown name",
-		"webhook_drop=0.1,,webhook_delay=0.1": "fake faults: item 2 is empty",
-	} {
-		_, err := fakeprovider.ParseServerConfig(spec)
-		if err == nil || !strings.HasPrefix(err.Error(), wantErr) {
-			t.Errorf("ParseServerConfig(%q) error %v, want %q...", spec, err, wantErr)
-		}
-	}
-}
-
-func TestParseSpec(t *testing.T) {
-	cfg, scfg, err := fakeprovider.ParseSpec("lost_reply=0.1, webhook_drop=0.2,seed=7,webhook_attempts=2,search_lag=30s")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Faults.LostReply != 0.1 || cfg.Seed != 7 || cfg.SearchLag != 30*time.Second || scfg.WebhookFaults.Drop != 0.2 || scfg.WebhookMaxAttempts != 2 {
-		t.Errorf("ParseSpec = %+v, %+v", cfg, scfg)
-	}
-	for spec, wantErr := range map[string]string{
-		"lost_reply=2,webhook_drop=0.1": "fake faults: lost_reply=2",
-		"lost_reply=0.1,webhook_drop=2": "fake faults: webhook_drop=2",
-		"lost_reply=0.1,,seed=1":        "fake faults: item 2 is empty",
-	} {
-		if _, _, err := fakeprovider.ParseSpec(spec); err == nil || !strings.HasPrefix(err.Error(), wantErr) {
-			t.Errorf("ParseSpec(%q) error %v, want %q...", spec, err, wantErr)
-		}
-	}
-	if cfg, scfg, err := fakeprovider.ParseSpec(""); err != nil || cfg.Faults != (fakeprovider.Faults{}) || scfg.WebhookFaults != (fakeprovider.WebhookFaults{}) {
-		t.Errorf("ParseSpec(\"\") = (%+v, %+v, %v)", cfg, scfg, err)
 	}
 }
 

@@ -10,7 +10,8 @@ import (
 )
 
 // Config configures a Service. The zero value of every field means its
-// documented default.
+// documented default; DefaultConfig returns them all, and is their one
+// source (payrecon's command-line flags take theirs from it).
 type Config struct {
 	// WorkerID names this worker in leases and in the audit.
 	// Default: the host name and process id, "host-1234".
@@ -116,51 +117,83 @@ type Config struct {
 	Observer Observer
 }
 
-// withDefaults returns c with every zero field set to its default, or an
-// error naming the first invalid field.
-func (c Config) withDefaults() (Config, error) {
-	if c.WorkerID == "" {
-		c.WorkerID = DefaultWorkerID()
+// DefaultConfig returns the default of every field of Config, as
+// documented on the field: what New uses for a zero field. Each call
+// returns a Backoff of its own. Observer is nil: none.
+func DefaultConfig() Config {
+	return Config{
+		WorkerID:             DefaultWorkerID(),
+		LeaseDuration:        30 * time.Second,
+		ProviderTimeout:      10 * time.Second,
+		Backoff:              []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour},
+		MaxAttempts:          10,
+		MaxUncertainAge:      24 * time.Hour,
+		EscalatedInterval:    6 * time.Hour,
+		KeyRetention:         24 * time.Hour,
+		KeyReplayMargin:      time.Hour,
+		BatchSize:            16,
+		Concurrency:          4,
+		PollInterval:         time.Second,
+		ShutdownGrace:        15 * time.Second,
+		MaxAmount:            99_999_999,
+		DefaultPaymentMethod: "pm_card_visa",
+		ProviderName:         "stripe",
+		AuditChunk:           15 * time.Minute,
+		AuditOverlap:         time.Hour,
+		AuditSettle:          5 * time.Minute,
+		AuditFirstWindow:     25 * time.Hour,
+		AuditListTimeout:     2 * time.Minute,
+		Now:                  time.Now,
+		Logger:               slog.Default(),
 	}
-	setDuration(&c.LeaseDuration, 30*time.Second)
-	setDuration(&c.ProviderTimeout, 10*time.Second)
+}
+
+// withDefaults returns c with every zero field set to its default (from
+// DefaultConfig), or an error naming the first invalid field.
+func (c Config) withDefaults() (Config, error) {
+	def := DefaultConfig()
+	if c.WorkerID == "" {
+		c.WorkerID = def.WorkerID
+	}
+	setDuration(&c.LeaseDuration, def.LeaseDuration)
+	setDuration(&c.ProviderTimeout, def.ProviderTimeout)
 	if len(c.Backoff) == 0 {
-		c.Backoff = []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour}
+		c.Backoff = def.Backoff
 	}
 	if c.MaxAttempts == 0 {
-		c.MaxAttempts = 10
+		c.MaxAttempts = def.MaxAttempts
 	}
-	setDuration(&c.MaxUncertainAge, 24*time.Hour)
-	setDuration(&c.EscalatedInterval, 6*time.Hour)
-	setDuration(&c.KeyRetention, 24*time.Hour)
-	setDuration(&c.KeyReplayMargin, time.Hour)
+	setDuration(&c.MaxUncertainAge, def.MaxUncertainAge)
+	setDuration(&c.EscalatedInterval, def.EscalatedInterval)
+	setDuration(&c.KeyRetention, def.KeyRetention)
+	setDuration(&c.KeyReplayMargin, def.KeyReplayMargin)
 	if c.BatchSize == 0 {
-		c.BatchSize = 16
+		c.BatchSize = def.BatchSize
 	}
 	if c.Concurrency == 0 {
-		c.Concurrency = 4
+		c.Concurrency = def.Concurrency
 	}
-	setDuration(&c.PollInterval, time.Second)
-	setDuration(&c.ShutdownGrace, 15*time.Second)
+	setDuration(&c.PollInterval, def.PollInterval)
+	setDuration(&c.ShutdownGrace, def.ShutdownGrace)
 	if c.MaxAmount == 0 {
-		c.MaxAmount = 99_999_999
+		c.MaxAmount = def.MaxAmount
 	}
 	if c.DefaultPaymentMethod == "" {
-		c.DefaultPaymentMethod = "pm_card_visa"
+		c.DefaultPaymentMethod = def.DefaultPaymentMethod
 	}
 	if c.ProviderName == "" {
-		c.ProviderName = "stripe"
+		c.ProviderName = def.ProviderName
 	}
-	setDuration(&c.AuditChunk, 15*time.Minute)
-	setDuration(&c.AuditOverlap, time.Hour)
-	setDuration(&c.AuditSettle, 5*time.Minute)
-	setDuration(&c.AuditFirstWindow, 25*time.Hour)
-	setDuration(&c.AuditListTimeout, 2*time.Minute)
+	setDuration(&c.AuditChunk, def.AuditChunk)
+	setDuration(&c.AuditOverlap, def.AuditOverlap)
+	setDuration(&c.AuditSettle, def.AuditSettle)
+	setDuration(&c.AuditFirstWindow, def.AuditFirstWindow)
+	setDuration(&c.AuditListTimeout, def.AuditListTimeout)
 	if c.Now == nil {
-		c.Now = time.Now
+		c.Now = def.Now
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = def.Logger
 	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}

@@ -122,25 +122,12 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 
 // sweeps builds the standard sweeps from the settings.
 func (e *env) sweeps(svc *reconcile.Service, metrics *prometheus.Metrics) ([]cron.Sweep, error) {
-	inbox, err := e.settings.duration("inbox-retention")
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	keys, err := e.settings.duration("idempotency-key-retention")
+	cfg, err := e.settings.sweepConfig()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	st := svc.Store()
-	sweeps, err := cron.Sweeps(svc, func(ctx context.Context) error { return metrics.Refresh(ctx, st) }, cron.SweepConfig{
-		RescueSchedule:          e.settings.str("sweep-rescue"),
-		EscalateSchedule:        e.settings.str("sweep-escalate"),
-		GaugesSchedule:          e.settings.str("sweep-gauges"),
-		UnmatchedSchedule:       e.settings.str("sweep-unmatched"),
-		RetentionSchedule:       e.settings.str("sweep-retention"),
-		AuditSchedule:           e.settings.str("sweep-audit"),
-		InboxRetention:          inbox,
-		IdempotencyKeyRetention: keys,
-	})
+	sweeps, err := cron.Sweeps(svc, func(ctx context.Context) error { return metrics.Refresh(ctx, st) }, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -11,12 +11,20 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/cron"
 )
 
 // setting is one configuration value with a flag, an environment variable
 // and a default. A flag given on the command line wins over the
 // environment, which wins over the default.
+//
+// A setting that configures a component takes its default from that
+// component's config (reconcile.DefaultConfig, cron.DefaultSweepConfig,
+// stripe.DefaultWebhookTolerance), never from a literal of its own, and
+// an empty default leaves the field zero, to the component's default:
+// TestFlagDefaultsAreTheConfigs checks both.
 type setting struct {
 	name  string // flag name, without dashes
 	env   string
@@ -32,6 +40,10 @@ type settings struct {
 	byKey map[string]*setting
 }
 
+// defaultAddr is the default of --addr: rhttp.Config.Addr's default, and
+// the fake provider's listen address too.
+const defaultAddr = "127.0.0.1:8080"
+
 func newSettings() *settings {
 	s := &settings{byKey: map[string]*setting{}}
 	add := func(name, env, def, usage string) {
@@ -39,44 +51,79 @@ func newSettings() *settings {
 		s.list = append(s.list, st)
 		s.byKey[name] = st
 	}
+	rc := reconcile.DefaultConfig()
+	sw := cron.DefaultSweepConfig()
 	add("database-url", "PAYRECON_DATABASE_URL", "", "database: postgres://… (default: a SQLite file in the user's data directory, sqlite:PATH)")
-	add("addr", "PAYRECON_ADDR", "127.0.0.1:8080", "HTTP listen address of `serve` (webhooks, API, /ops, /metrics), of `worker` (/healthz, /readyz, /metrics) and of `fakeprovider` (its Stripe-compatible API)")
+	add("addr", "PAYRECON_ADDR", defaultAddr, "HTTP listen address of `serve` (webhooks, API, /ops, /metrics), of `worker` (/healthz, /readyz, /metrics) and of `fakeprovider` (its Stripe-compatible API)")
 	add("worker-id", "PAYRECON_WORKER_ID", "", "worker name in leases and the audit (default: host-pid)")
-	add("lease-duration", "PAYRECON_LEASE_DURATION", "30s", "how long a job claim is valid; at least twice --provider-timeout")
-	add("provider-timeout", "PAYRECON_PROVIDER_TIMEOUT", "10s", "deadline of one provider call")
-	add("backoff", "PAYRECON_BACKOFF", "30s,2m,10m,1h", "delays between checks of an uncertain purchase; the last repeats")
-	add("max-attempts", "PAYRECON_MAX_ATTEMPTS", "10", "job runs before an unresolved purchase is escalated")
-	add("max-uncertain-age", "PAYRECON_MAX_UNCERTAIN_AGE", "24h", "time in uncertainty before escalation")
-	add("escalated-interval", "PAYRECON_ESCALATED_INTERVAL", "6h", "check cadence of an escalated purchase")
-	add("key-retention", "PAYRECON_KEY_RETENTION", "24h", "how long the provider keeps idempotency keys, from the first attempt")
-	add("key-replay-margin", "PAYRECON_KEY_REPLAY_MARGIN", "1h", "stop replaying this long before the key retention ends")
-	add("batch-size", "PAYRECON_BATCH_SIZE", "16", "jobs claimed per poll")
-	add("concurrency", "PAYRECON_CONCURRENCY", "4", "jobs one worker runs at once")
-	add("poll-interval", "PAYRECON_POLL_INTERVAL", "1s", "wait between polls when idle")
-	add("shutdown-grace", "PAYRECON_SHUTDOWN_GRACE", "15s", "how long in-flight jobs may finish on SIGTERM")
-	add("max-amount", "PAYRECON_MAX_AMOUNT", "99999999", "largest purchase amount, in minor units")
+	add("lease-duration", "PAYRECON_LEASE_DURATION", formatDuration(rc.LeaseDuration), "how long a job claim is valid; at least twice --provider-timeout")
+	add("provider-timeout", "PAYRECON_PROVIDER_TIMEOUT", formatDuration(rc.ProviderTimeout), "deadline of one provider call")
+	add("backoff", "PAYRECON_BACKOFF", formatDurations(rc.Backoff), "delays between checks of an uncertain purchase; the last repeats")
+	add("max-attempts", "PAYRECON_MAX_ATTEMPTS", strconv.Itoa(rc.MaxAttempts), "job runs before an unresolved purchase is escalated")
+	add("max-uncertain-age", "PAYRECON_MAX_UNCERTAIN_AGE", formatDuration(rc.MaxUncertainAge), "time in uncertainty before escalation")
+	add("escalated-interval", "PAYRECON_ESCALATED_INTERVAL", formatDuration(rc.EscalatedInterval), "check cadence of an escalated purchase")
+	add("key-retention", "PAYRECON_KEY_RETENTION", formatDuration(rc.KeyRetention), "how long the provider keeps idempotency keys, from the first attempt")
+	add("key-replay-margin", "PAYRECON_KEY_REPLAY_MARGIN", formatDuration(rc.KeyReplayMargin), "stop replaying this long before the key retention ends")
+	add("batch-size", "PAYRECON_BATCH_SIZE", strconv.Itoa(rc.BatchSize), "jobs claimed per poll")
+	add("concurrency", "PAYRECON_CONCURRENCY", strconv.Itoa(rc.Concurrency), "jobs one worker runs at once")
+	add("poll-interval", "PAYRECON_POLL_INTERVAL", formatDuration(rc.PollInterval), "wait between polls when idle")
+	add("shutdown-grace", "PAYRECON_SHUTDOWN_GRACE", formatDuration(rc.ShutdownGrace), "how long in-flight jobs may finish on SIGTERM")
+	add("max-amount", "PAYRECON_MAX_AMOUNT", strconv.FormatInt(rc.MaxAmount, 10), "largest purchase amount, in minor units")
 	add("provider", "PAYRECON_PROVIDER", "fake", "payment provider: fake (in-process simulator) or stripe")
 	add("fake-faults", "PAYRECON_FAKE_FAULTS", "", "fault mix of the fake provider, e.g. lost_reply=0.2,timeout=0.1,stale_processing=0.1,search_lag=30s,seed=7")
 	add("stripe-api-base", "PAYRECON_STRIPE_API_BASE", "", "Stripe API base URL override, e.g. a local fake Stripe server (default Stripe's)")
-	add("webhook-tolerance", "PAYRECON_WEBHOOK_TOLERANCE", "300s", "maximum age of a webhook signature")
+	// In seconds, as Stripe states it.
+	add("webhook-tolerance", "PAYRECON_WEBHOOK_TOLERANCE", formatSeconds(stripe.DefaultWebhookTolerance), "maximum age of a webhook signature")
 	add("worker", "PAYRECON_WORKER", "true", "`serve` also runs the worker and its scheduler (true or false)")
 	add("webhooks", "PAYRECON_WEBHOOKS", "true", "`serve` serves POST /webhooks/stripe (true or false); with --provider stripe it refuses to start without STRIPE_WEBHOOK_SECRET unless this is false")
 	add("api-token", "PAYRECON_API_TOKEN", "", "purchase API bearer tokens, comma-separated, each name:token or token; `serve` refuses to start the API without one")
 	add("api", "PAYRECON_API", "true", "`serve` serves the purchase API (true or false)")
 	add("ops-token", "PAYRECON_OPS_TOKEN", "", "operator bearer token for /ops (distinct from the API tokens); without it the ops pages are not served")
-	add("sweep-rescue", "PAYRECON_SWEEP_RESCUE", "@every 30s", "cron schedule: take over jobs whose lease expired")
-	add("sweep-escalate", "PAYRECON_SWEEP_ESCALATE", "@every 1m", "cron schedule: escalate purchases uncertain too long")
-	add("sweep-gauges", "PAYRECON_SWEEP_GAUGES", "@every 15s", "cron schedule: refresh the gauges read from the database")
-	add("sweep-unmatched", "PAYRECON_SWEEP_UNMATCHED", "@every 1m", "cron schedule: apply webhooks stored as unmatched")
-	add("sweep-retention", "PAYRECON_SWEEP_RETENTION", "@hourly", "cron schedule: delete old inbox rows and expired idempotency keys")
-	add("sweep-audit", "PAYRECON_SWEEP_AUDIT", "@hourly", "cron schedule: the audit from the provider's side (lists the provider's payments and matches them to the books)")
-	add("audit-overlap", "PAYRECON_AUDIT_OVERLAP", "1h", "how far before the last audit's end the scheduled audit starts, so that windows overlap")
-	add("audit-settle", "PAYRECON_AUDIT_SETTLE", "5m", "how long before now the scheduled audit's window ends, leaving payments still being created to the next run")
-	add("inbox-retention", "PAYRECON_INBOX_RETENTION", "168h", "how long webhook inbox rows are kept; at least 96h (Stripe's 3-day redelivery plus a replay margin)")
-	add("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", "72h", "how long purchase API idempotency keys are kept")
+	add("sweep-rescue", "PAYRECON_SWEEP_RESCUE", sw.RescueSchedule, "cron schedule: take over jobs whose lease expired")
+	add("sweep-escalate", "PAYRECON_SWEEP_ESCALATE", sw.EscalateSchedule, "cron schedule: escalate purchases uncertain too long")
+	add("sweep-gauges", "PAYRECON_SWEEP_GAUGES", sw.GaugesSchedule, "cron schedule: refresh the gauges read from the database")
+	add("sweep-unmatched", "PAYRECON_SWEEP_UNMATCHED", sw.UnmatchedSchedule, "cron schedule: apply webhooks stored as unmatched")
+	add("sweep-retention", "PAYRECON_SWEEP_RETENTION", sw.RetentionSchedule, "cron schedule: delete old inbox rows and expired idempotency keys")
+	add("sweep-audit", "PAYRECON_SWEEP_AUDIT", sw.AuditSchedule, "cron schedule: the audit from the provider's side (lists the provider's payments and matches them to the books)")
+	add("audit-overlap", "PAYRECON_AUDIT_OVERLAP", formatDuration(rc.AuditOverlap), "how far before the last audit's end the scheduled audit starts, so that windows overlap")
+	add("audit-settle", "PAYRECON_AUDIT_SETTLE", formatDuration(rc.AuditSettle), "how long before now the scheduled audit's window ends, leaving payments still being created to the next run")
+	add("inbox-retention", "PAYRECON_INBOX_RETENTION", formatDuration(sw.InboxRetention), "how long webhook inbox rows are kept; at least "+
+		formatDuration(cron.MinInboxRetention)+" (Stripe's 3-day redelivery plus a replay margin)")
+	add("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", formatDuration(sw.IdempotencyKeyRetention), "how long purchase API idempotency keys are kept")
 	add("log-level", "PAYRECON_LOG_LEVEL", "info", "debug, info, warn or error")
 	add("log-format", "PAYRECON_LOG_FORMAT", "text", "text or json")
 	return s
+}
+
+// formatDuration writes d as a person writes a flag's value: 30s, 2m,
+// 24h, 1h30m, not Go's 2m0s or 24h0m0s. time.ParseDuration reads it back.
+func formatDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
+}
+
+// formatDurations writes ds as the value of a list setting: 30s,2m,10m,1h.
+func formatDurations(ds []time.Duration) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = formatDuration(d)
+	}
+	return strings.Join(parts, ",")
+}
+
+// formatSeconds writes d in whole seconds, 300s, or as formatDuration
+// does if d is not a whole number of seconds.
+func formatSeconds(d time.Duration) string {
+	if d%time.Second != 0 {
+		return formatDuration(d)
+	}
+	return strconv.FormatInt(int64(d/time.Second), 10) + "s"
 }
 
 // register adds every setting to fs as a string flag.
@@ -185,6 +232,29 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	cfg.Concurrency = int(num("concurrency"))
 	cfg.MaxAmount = num("max-amount")
 	return cfg, errors.Join(errs...)
+}
+
+// sweepConfig builds the standard sweeps' configuration from the
+// settings.
+func (s *settings) sweepConfig() (cron.SweepConfig, error) {
+	inbox, err := s.duration("inbox-retention")
+	if err != nil {
+		return cron.SweepConfig{}, err
+	}
+	keys, err := s.duration("idempotency-key-retention")
+	if err != nil {
+		return cron.SweepConfig{}, err
+	}
+	return cron.SweepConfig{
+		RescueSchedule:          s.str("sweep-rescue"),
+		EscalateSchedule:        s.str("sweep-escalate"),
+		GaugesSchedule:          s.str("sweep-gauges"),
+		UnmatchedSchedule:       s.str("sweep-unmatched"),
+		RetentionSchedule:       s.str("sweep-retention"),
+		AuditSchedule:           s.str("sweep-audit"),
+		InboxRetention:          inbox,
+		IdempotencyKeyRetention: keys,
+	}, nil
 }
 
 // printSettings writes the table `payrecon help` shows.

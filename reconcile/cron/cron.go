@@ -42,7 +42,8 @@ type Observer interface {
 	Sweep(name, result string, took time.Duration, items int, at time.Time)
 }
 
-// Config configures a Scheduler.
+// Config configures a Scheduler. Zero fields take their documented
+// defaults, which DefaultConfig returns.
 type Config struct {
 	// Owner names this replica in the sweep locks. Default
 	// reconcile.DefaultWorkerID().
@@ -56,8 +57,20 @@ type Config struct {
 	Now func() time.Time
 	// Logger receives one line per run. Default slog.Default().
 	Logger *slog.Logger
-	// Observer, if set, is told about every run.
+	// Observer, if set, is told about every run. Default none.
 	Observer Observer
+}
+
+// DefaultConfig returns the default of every field of Config, as
+// documented on the field: what New uses for a zero field. Observer is
+// nil: none.
+func DefaultConfig() Config {
+	return Config{
+		Owner:   reconcile.DefaultWorkerID(),
+		LockTTL: 5 * time.Minute,
+		Now:     time.Now,
+		Logger:  slog.Default(),
+	}
 }
 
 // Scheduler runs sweeps on their schedules. Safe for concurrent use.
@@ -73,17 +86,18 @@ type Scheduler struct {
 // New returns a Scheduler for sweeps. It returns an error naming the sweep
 // whose schedule does not parse, or a repeated or empty name.
 func New(store reconcile.Store, sweeps []Sweep, cfg Config) (*Scheduler, error) {
+	def := DefaultConfig()
 	if cfg.Owner == "" {
-		cfg.Owner = reconcile.DefaultWorkerID()
+		cfg.Owner = def.Owner
 	}
 	if cfg.LockTTL == 0 {
-		cfg.LockTTL = 5 * time.Minute
+		cfg.LockTTL = def.LockTTL
 	}
 	if cfg.Now == nil {
-		cfg.Now = time.Now
+		cfg.Now = def.Now
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
+		cfg.Logger = def.Logger
 	}
 	// A run still going when its next tick comes is not started again:
 	// the store lock keeps replicas apart, this keeps one replica from

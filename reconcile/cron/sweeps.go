@@ -32,7 +32,7 @@ const ProviderRedeliveryWindow = 72 * time.Hour
 const ReplayMargin = 24 * time.Hour
 
 // SweepConfig configures the standard sweeps. Zero fields take their
-// documented defaults.
+// documented defaults, which DefaultSweepConfig returns.
 type SweepConfig struct {
 	// RescueSchedule: take over jobs whose lease expired. Default "@every 30s".
 	RescueSchedule string
@@ -53,8 +53,7 @@ type SweepConfig struct {
 
 	// InboxRetention is how long webhook inbox rows are kept, so that a
 	// redelivered or replayed event is still recognised as a duplicate. It
-	// must be at least ProviderRedeliveryWindow + ReplayMargin (4 days).
-	// Default 7 days.
+	// must be at least MinInboxRetention (4 days). Default 7 days (168h).
 	InboxRetention time.Duration
 	// IdempotencyKeyRetention is how long purchase API keys are kept:
 	// longer than the longest client retry plan, including a manual retry
@@ -64,28 +63,49 @@ type SweepConfig struct {
 	DeleteBatch int
 }
 
+// MinInboxRetention is the shortest SweepConfig.InboxRetention allowed:
+// the provider's redelivery window plus a margin for manual replays.
+const MinInboxRetention = ProviderRedeliveryWindow + ReplayMargin
+
+// DefaultSweepConfig returns the default of every field of SweepConfig, as
+// documented on the field: what Sweeps uses for a zero field.
+func DefaultSweepConfig() SweepConfig {
+	return SweepConfig{
+		RescueSchedule:          "@every 30s",
+		EscalateSchedule:        "@every 1m",
+		GaugesSchedule:          "@every 15s",
+		UnmatchedSchedule:       "@every 1m",
+		RetentionSchedule:       "@hourly",
+		AuditSchedule:           "@hourly",
+		InboxRetention:          7 * 24 * time.Hour,
+		IdempotencyKeyRetention: 72 * time.Hour,
+		DeleteBatch:             1000,
+	}
+}
+
 func (c SweepConfig) withDefaults() (SweepConfig, error) {
+	d := DefaultSweepConfig()
 	def := func(s *string, v string) {
 		if *s == "" {
 			*s = v
 		}
 	}
-	def(&c.RescueSchedule, "@every 30s")
-	def(&c.EscalateSchedule, "@every 1m")
-	def(&c.GaugesSchedule, "@every 15s")
-	def(&c.UnmatchedSchedule, "@every 1m")
-	def(&c.RetentionSchedule, "@hourly")
-	def(&c.AuditSchedule, "@hourly")
+	def(&c.RescueSchedule, d.RescueSchedule)
+	def(&c.EscalateSchedule, d.EscalateSchedule)
+	def(&c.GaugesSchedule, d.GaugesSchedule)
+	def(&c.UnmatchedSchedule, d.UnmatchedSchedule)
+	def(&c.RetentionSchedule, d.RetentionSchedule)
+	def(&c.AuditSchedule, d.AuditSchedule)
 	if c.InboxRetention == 0 {
-		c.InboxRetention = 7 * 24 * time.Hour
+		c.InboxRetention = d.InboxRetention
 	}
 	if c.IdempotencyKeyRetention == 0 {
-		c.IdempotencyKeyRetention = 72 * time.Hour
+		c.IdempotencyKeyRetention = d.IdempotencyKeyRetention
 	}
 	if c.DeleteBatch == 0 {
-		c.DeleteBatch = 1000
+		c.DeleteBatch = d.DeleteBatch
 	}
-	if min := ProviderRedeliveryWindow + ReplayMargin; c.InboxRetention < min {
+	if min := MinInboxRetention; c.InboxRetention < min {
 		return c, fmt.Errorf("inbox retention %s is shorter than the provider's redelivery window (%s) plus a replay margin (%s): "+
 			"a redelivered event would be applied again; use at least %s", c.InboxRetention, ProviderRedeliveryWindow, ReplayMargin, min)
 	}

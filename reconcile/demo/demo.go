@@ -10,6 +10,19 @@
 // the simulated clock, makes the scenarios' changes outside payrecon
 // through Outside.Do, runs the audit, and hands this package what it
 // observed.
+//
+// Why it lives here, importing fakeprovider: the tour is written in the
+// simulator's terms, because only a simulator makes each failure happen on
+// purpose: a scenario names the fake's faults (fakeprovider.Fault,
+// fakeprovider.WebhookFault) and its changes outside payrecon (a charge
+// made elsewhere, a late approval). So this package depends on the fake,
+// as a test would, and nothing in reconcile or its adapters imports it:
+// reconcile itself imports no adapter (internal/architecture's test holds
+// that). It sits beside the protocol rather than in cmd/payrecon because
+// its scenarios, checks and report state what the protocol promises, and
+// are tested on their own (demo_test.go, report_test.go) without the
+// command's wiring, which stays in cmd/payrecon (demo.go, stack.go), its
+// only importer.
 package demo
 
 import (
