@@ -304,7 +304,7 @@ func TestServerLedgerEndpoint(t *testing.T) {
 		t.Fatalf("ledger %s, want 3 charges", b)
 	}
 	first, _ := charges[0].(map[string]any)
-	for _, k := range []string{"payment_id", "purchase_id", "amount", "currency", "status", "final_status", "created", "idempotency_key", "outside"} {
+	for _, k := range []string{"payment_id", "purchase_id", "amount", "currency", "status", "final_status", "created", "idempotency_key", "off_session", "outside"} {
 		if _, ok := first[k]; !ok {
 			t.Errorf("charge %v has no %q", first, k)
 		}

@@ -11,7 +11,12 @@
 // provider.ErrIdempotencyMismatch; a create arriving while another with its
 // key is in flight answers Pending with Reason "idempotency_key_in_use".
 // The payment method "pm_card_chargeDeclined" is declined, as in Stripe
-// test mode; any other succeeds unless a fault says otherwise.
+// test mode; "pm_card_authenticationRequired" demands authentication (3-D
+// Secure), as in Stripe test mode: an off-session request (the
+// request's version, provider.CreateRequest.OffSession; off_session=true
+// over HTTP) is declined with code "authentication_required", an
+// on-session one waits in requires_action for a customer who never comes;
+// any other succeeds unless a fault says otherwise.
 //
 // Faults (see Fault and ParseConfig) make it misbehave the way real
 // providers do: refuse before acting, time out, lose the reply after
@@ -82,12 +87,23 @@ const (
 	PaymentMethodVisa = "pm_card_visa"
 	// PaymentMethodDeclined is declined with code DeclineCode.
 	PaymentMethodDeclined = "pm_card_chargeDeclined"
+	// PaymentMethodAuthenticationRequired demands authentication on every
+	// charge, as Stripe's test card 4000 0027 6000 3184: off-session it is
+	// declined with code DeclineAuthenticationRequired, on-session it
+	// stays in requires_action (Pending), since nobody authenticates.
+	PaymentMethodAuthenticationRequired = "pm_card_authenticationRequired"
 )
 
 // Reasons the fake reports.
 const (
-	// DeclineCode is the Reason of every decline.
+	// DeclineCode is the Reason of every decline but those of
+	// PaymentMethodAuthenticationRequired.
 	DeclineCode = "card_declined"
+	// DeclineAuthenticationRequired is the Reason of the decline of an
+	// off-session charge on PaymentMethodAuthenticationRequired: Stripe's
+	// error code and decline code, both, for a card that demands
+	// authentication when nobody can give it.
+	DeclineAuthenticationRequired = "authentication_required"
 	// ReasonKeyInUse is the Reason of the Pending answer to a create whose
 	// key is in flight (Stripe's 409 idempotency_key_in_use).
 	ReasonKeyInUse = "idempotency_key_in_use"
@@ -173,6 +189,10 @@ type Charge struct {
 	Description    string
 	PaymentMethod  string
 	IdempotencyKey string
+	// OffSession reports a charge created off-session (no customer
+	// present): the request's version says so (provider.CreateRequest's
+	// OffSession), or, over HTTP, off_session was true.
+	OffSession bool
 	// Status is the charge's Stripe status now: succeeded, processing,
 	// requires_action, requires_payment_method (declined) or canceled.
 	Status string
@@ -485,6 +505,8 @@ func (f *Fake) createHashed(req provider.CreateRequest, hash string) attempt {
 
 func validate(req provider.CreateRequest) error {
 	switch {
+	case !req.Version.Known():
+		return fmt.Errorf("%w: create for %s: request version %d unknown (newest %d)", ErrInvalidRequest, req.PurchaseID, req.Version, provider.CurrentRequestVersion)
 	case req.Amount <= 0:
 		return fmt.Errorf("%w: create for %s: amount %d must be positive", ErrInvalidRequest, req.PurchaseID, req.Amount)
 	case req.Currency == "":
@@ -531,13 +553,22 @@ func (f *Fake) newCharge(req provider.CreateRequest, fault Fault, now time.Time)
 		Description:    req.Description,
 		PaymentMethod:  req.PaymentMethod,
 		IdempotencyKey: req.IdempotencyKey,
+		OffSession:     req.OffSession(),
 		FinalStatus:    StatusSucceeded,
 		Fault:          fault,
 		CreatedAt:      now,
 	}}
-	if req.PaymentMethod == PaymentMethodDeclined || fault == Decline || fault == ProcessingDecline {
+	switch {
+	case req.PaymentMethod == PaymentMethodDeclined || fault == Decline || fault == ProcessingDecline:
 		e.FinalStatus = StatusRequiresPaymentMethod
 		e.DeclineCode = DeclineCode
+	case req.PaymentMethod == PaymentMethodAuthenticationRequired && e.OffSession:
+		// Nobody can authenticate: a definite decline, as Stripe's.
+		e.FinalStatus = StatusRequiresPaymentMethod
+		e.DeclineCode = DeclineAuthenticationRequired
+	case req.PaymentMethod == PaymentMethodAuthenticationRequired:
+		// Waiting for a customer who is not there: it stays so.
+		e.FinalStatus = StatusRequiresAction
 	}
 	e.Status = e.FinalStatus
 	if fault == DeclineThenSucceed {

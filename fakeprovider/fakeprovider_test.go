@@ -27,6 +27,8 @@ func newFake(t *testing.T, cfg fakeprovider.Config) (*fakeprovider.Fake, *testcl
 	return fakeprovider.New(cfg), clk
 }
 
+// request returns a create request for purchaseID of the current version,
+// as the worker stores it.
 func request(purchaseID string) provider.CreateRequest {
 	return provider.CreateRequest{
 		IdempotencyKey: "payrecon-" + purchaseID,
@@ -36,6 +38,7 @@ func request(purchaseID string) provider.CreateRequest {
 		Currency:       "eur",
 		Description:    "order " + purchaseID,
 		PaymentMethod:  fakeprovider.PaymentMethodVisa,
+		Version:        provider.CurrentRequestVersion,
 	}
 }
 
@@ -130,7 +133,7 @@ func TestCreateRecordsCharge(t *testing.T) {
 	res := mustCreate(t, f, req)
 	want := fakeprovider.Charge{
 		ID: res.PaymentID, PurchaseID: "pur_1", Customer: "cus_1", Amount: 1250, Currency: "eur",
-		Description: "order pur_1", PaymentMethod: fakeprovider.PaymentMethodVisa, IdempotencyKey: "payrecon-pur_1",
+		Description: "order pur_1", PaymentMethod: fakeprovider.PaymentMethodVisa, IdempotencyKey: "payrecon-pur_1", OffSession: true,
 		Status: fakeprovider.StatusSucceeded, FinalStatus: fakeprovider.StatusSucceeded, CreatedAt: clk.Now(),
 	}
 	if got := f.Charges(); len(got) != 1 || got[0] != want {

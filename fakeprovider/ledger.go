@@ -130,6 +130,9 @@ type LedgerCharge struct {
 	// Created is the creation time, in JSON as RFC 3339 with nanoseconds.
 	Created        time.Time `json:"created"`
 	IdempotencyKey string    `json:"idempotency_key"`
+	// OffSession: created off-session, with no customer present (see
+	// Charge.OffSession).
+	OffSession bool `json:"off_session"`
 	// Outside: made by ChargeOutside, not by a create.
 	Outside bool `json:"outside"`
 }
@@ -175,6 +178,7 @@ func (f *Fake) Ledger() Ledger {
 			FinalStatus:    e.FinalStatus,
 			Created:        e.CreatedAt,
 			IdempotencyKey: e.IdempotencyKey,
+			OffSession:     e.OffSession,
 			Outside:        e.Outside,
 		})
 	}

@@ -370,9 +370,9 @@ func TestLedger(t *testing.T) {
 	want := fakeprovider.Ledger{
 		Charges: []fakeprovider.LedgerCharge{
 			{PaymentID: id, PurchaseID: "pur_l", Amount: 1250, Currency: "eur", Status: "succeeded", FinalStatus: "succeeded",
-				Created: clk.Now().Add(-time.Minute), IdempotencyKey: "payrecon-pur_l"},
+				Created: clk.Now().Add(-time.Minute), IdempotencyKey: "payrecon-pur_l", OffSession: true},
 			{PaymentID: l.Charges[1].PaymentID, PurchaseID: "pur_keyless", Amount: 1250, Currency: "eur", Status: "succeeded", FinalStatus: "succeeded",
-				Created: clk.Now().Add(-time.Minute)},
+				Created: clk.Now().Add(-time.Minute), OffSession: true},
 			{PaymentID: out.ID, PurchaseID: "pur_l", Amount: 7, Currency: "usd", Status: "succeeded", FinalStatus: "succeeded",
 				Created: clk.Now().Add(-time.Minute), Outside: true},
 		},

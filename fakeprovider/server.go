@@ -32,7 +32,10 @@ const APIVersion = "2025-08-27.basil"
 // pm_card_chargeDeclined; the error's code is DeclineCode. The Stripe
 // adapter reports the decline code, so a decline made through the server
 // has Reason "generic_decline" where the in-process Fake says
-// "card_declined".
+// "card_declined". The decline of an off-session charge on
+// PaymentMethodAuthenticationRequired is the exception: its code and
+// decline_code are both DeclineAuthenticationRequired, as Stripe's, so
+// both say "authentication_required".
 const WireDeclineCode = "generic_decline"
 
 // Defaults of ServerConfig.
@@ -102,7 +105,8 @@ type ServerConfig struct {
 // API (form-encoded requests, JSON answers, Authorization: Bearer
 // sk_test_...; any other key gets a 401):
 //
-//	POST /v1/payment_intents           create and confirm (confirm=true only)
+//	POST /v1/payment_intents           create and confirm (confirm=true only;
+//	                                   off_session true or false)
 //	GET  /v1/payment_intents/{id}      retrieve; 404 resource_missing if unknown
 //	GET  /v1/payment_intents/search    query=metadata['KEY']:'VALUE', limit, page
 //	GET  /v1/payment_intents           list: created, created[gt], created[gte],
@@ -128,7 +132,11 @@ type ServerConfig struct {
 // so a replay answers the saved response (header Idempotent-Replayed:
 // true), the key with other parameters is a 400 idempotency_error, a key
 // in flight a 409 idempotency_key_in_use; Stripe compares all of a
-// request's parameters, and so does the server. The Fake's faults become
+// request's parameters, and so does the server: off_session=true, false
+// and absent are three different requests. off_session=true makes the
+// request's version provider.RequestOffSession, so that the charge is made
+// off-session (see PaymentMethodAuthenticationRequired); false or absent,
+// provider.RequestOnSession. The Fake's faults become
 // transport behaviour: FailBefore a 429 rate_limit; Timeout holds the
 // request, doing nothing, until the client gives up (or the Server is
 // closed); LostReply charges, then closes the connection without an
@@ -450,7 +458,8 @@ func (s *Server) createReply(req provider.CreateRequest, a attempt) (int, any) {
 // of all its parameters, or returns the error Stripe would answer.
 func createRequest(form url.Values) (provider.CreateRequest, string, *apiError) {
 	var req provider.CreateRequest
-	var methodTypes []string
+	// extras are the parameters CreateRequest does not hold, as name=value.
+	var extras []string
 	for name, values := range form {
 		v := values[len(values)-1]
 		switch {
@@ -476,11 +485,21 @@ func createRequest(form url.Values) (provider.CreateRequest, string, *apiError) 
 			req.PurchaseID = v
 		case name == "metadata[customer_ref]":
 			req.Customer = v
+		case name == "off_session":
+			switch v {
+			case "true":
+				req.Version = provider.RequestOffSession
+			case "false": // on-session, as when absent, but another request
+				extras = append(extras, name+"="+v)
+			default: // Stripe also takes one_off and recurring; the fake does not
+				return req, "", &apiError{Type: "invalid_request_error", Param: name,
+					Message: fmt.Sprintf("Invalid boolean: %s (the fake provider takes off_session true or false)", v)}
+			}
 		case paymentMethodTypesParam.MatchString(name):
-			methodTypes = append(methodTypes, name+"="+v)
+			extras = append(extras, name+"="+v)
 		default:
 			return req, "", &apiError{Type: "invalid_request_error", Code: "parameter_unknown", Param: name,
-				Message: fmt.Sprintf("Received unknown parameter: %s (the fake provider knows amount, currency, payment_method, confirm, description, payment_method_types and metadata purchase_id and customer_ref)", name)}
+				Message: fmt.Sprintf("Received unknown parameter: %s (the fake provider knows amount, currency, payment_method, confirm, off_session, description, payment_method_types and metadata purchase_id and customer_ref)", name)}
 		}
 	}
 	if _, ok := form["amount"]; !ok {
@@ -492,11 +511,12 @@ func createRequest(form url.Values) (provider.CreateRequest, string, *apiError) 
 			Message: "The fake provider only creates PaymentIntents with confirm=true."}
 	}
 	// The key store compares every parameter, as Stripe does: those
-	// CreateRequest holds by its own hash, the others (confirm is always
-	// true) folded in unless they are what the Stripe adapter sends.
-	slices.Sort(methodTypes)
+	// CreateRequest holds by its own hash (off_session=true by the
+	// request's version), the others (confirm is always true) folded in
+	// unless they are what the Stripe adapter sends.
+	slices.Sort(extras)
 	hash := req.Hash()
-	if extra := strings.Join(methodTypes, "&"); extra != "payment_method_types[0]=card" {
+	if extra := strings.Join(extras, "&"); extra != "payment_method_types[0]=card" {
 		sum := sha256.Sum256([]byte(hash + "\n" + extra))
 		hash = hex.EncodeToString(sum[:])
 	}
@@ -851,10 +871,15 @@ type paymentIntent struct {
 	LatestCharge       *string           `json:"latest_charge"`
 	Livemode           bool              `json:"livemode"`
 	Metadata           map[string]string `json:"metadata"`
-	NextAction         *struct{}         `json:"next_action"`
+	NextAction         *nextAction       `json:"next_action"`
 	PaymentMethod      *string           `json:"payment_method"`
 	PaymentMethodTypes []string          `json:"payment_method_types"`
 	Status             string            `json:"status"`
+}
+
+// nextAction is a PaymentIntent's next_action: what the customer must do.
+type nextAction struct {
+	Type string `json:"type"`
 }
 
 // apiError is a Stripe error object, as in {"error": ...} and in a
@@ -917,6 +942,9 @@ func renderPI(c Charge, status string) paymentIntent {
 	switch status {
 	case StatusSucceeded:
 		pi.AmountReceived = c.Amount
+	case StatusRequiresAction:
+		// 3-D Secure, for the customer's browser or app to handle.
+		pi.NextAction = &nextAction{Type: "use_stripe_sdk"}
 	case StatusRequiresPaymentMethod:
 		e := cardError(c)
 		pi.LastPaymentError = &e
@@ -933,6 +961,16 @@ func renderPI(c Charge, status string) paymentIntent {
 
 // cardError is the card error of c's decline.
 func cardError(c Charge) apiError {
+	if c.DeclineCode == DeclineAuthenticationRequired {
+		return apiError{
+			Type:        "card_error",
+			Code:        DeclineAuthenticationRequired,
+			DeclineCode: DeclineAuthenticationRequired,
+			DocURL:      "https://stripe.com/docs/error-codes/authentication-required",
+			Message:     "Your card was declined. This transaction requires authentication.",
+			Charge:      latestCharge(c.ID),
+		}
+	}
 	code := c.DeclineCode
 	if code == "" {
 		code = DeclineCode

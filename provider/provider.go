@@ -82,6 +82,42 @@ func OutcomeOf(res Result, err error) Outcome {
 	}
 }
 
+// RequestVersion says what an adapter sends for a CreateRequest beyond its
+// fields: the request's shape at the provider. A stored request keeps its
+// version for ever, so that every replay of it under its idempotency key is
+// the request its first call sent, and the provider, which compares a
+// replay's parameters with the first call's, answers it from its
+// idempotency cache instead of refusing it as a mismatch.
+//
+// A change to what an adapter sends for new purchases is a new version:
+// requests stored before it keep the version they were stored with, and
+// adapters go on sending exactly what that version sent. An adapter
+// refuses a version it does not know (one written by a newer payrecon),
+// before sending anything, with an error wrapping ErrRejected: it cannot
+// replay it faithfully.
+type RequestVersion int
+
+// The versions of a CreateRequest.
+const (
+	// RequestOnSession is the original request, stored before requests
+	// had versions: a charge as if the customer were present to
+	// authenticate it (Stripe: no off_session). Its JSON has no "version"
+	// field, and its Hash is the one computed when it was stored.
+	RequestOnSession RequestVersion = 0
+	// RequestOffSession is a merchant-initiated charge: payrecon charges
+	// with no customer present, so the provider is told that nobody can
+	// authenticate (Stripe: off_session=true), and a card that demands
+	// authentication is declined at once (Reason "authentication_required")
+	// instead of waiting for the customer.
+	RequestOffSession RequestVersion = 1
+
+	// CurrentRequestVersion is the version of every request built now.
+	CurrentRequestVersion = RequestOffSession
+)
+
+// Known reports whether v is a version this build can send.
+func (v RequestVersion) Known() bool { return v >= RequestOnSession && v <= CurrentRequestVersion }
+
 // CreateRequest is everything sent to create a charge. payrecon stores it,
 // with its hash and key, before the first call, and replays exactly the
 // stored request afterwards.
@@ -97,10 +133,26 @@ type CreateRequest struct {
 	Currency      string `json:"currency"`
 	Description   string `json:"description"`
 	PaymentMethod string `json:"payment_method"`
+	// Version is the request's version (see RequestVersion): what the
+	// adapter sends for it beyond the fields above. The zero value is
+	// RequestOnSession, the version of every request stored before this
+	// field existed; it is left out of the JSON, so that such a request
+	// encodes, and hashes, exactly as it did then. Fields added later must
+	// be omitted when zero too, for the same reason.
+	Version RequestVersion `json:"version,omitempty"`
 }
 
+// OffSession reports whether the charge is made with no customer present
+// to authenticate it: RequestOffSession and every later version, since
+// payrecon's worker never has a customer at hand.
+func (r CreateRequest) OffSession() bool { return r.Version >= RequestOffSession }
+
 // Hash returns a stable hex SHA-256 of the request's parameters, key
-// included, for detecting a replay with different parameters.
+// included, for detecting a replay with different parameters. It is the
+// SHA-256 of the request's JSON, so a request stored before versions
+// existed (Version RequestOnSession, encoded without the field) keeps the
+// hash it was stored with, and two requests that differ only in version
+// hash differently.
 func (r CreateRequest) Hash() string {
 	b, err := json.Marshal(r)
 	if err != nil {

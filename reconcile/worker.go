@@ -362,6 +362,9 @@ func (s *Service) keyReplayable(p Purchase, now time.Time) bool {
 
 // submit stores the provider request, its hash and the stable key while
 // moving created→submitted, and only after that commit calls the provider.
+// The request is of the current version (a merchant-initiated, off-session
+// charge); a request stored earlier keeps its own version, so that every
+// later call replays exactly what was stored.
 func (s *Service) submit(ctx context.Context, l Lease, p Purchase) (bool, error) {
 	now := s.leaseNow(l)
 	req := provider.CreateRequest{
@@ -372,6 +375,7 @@ func (s *Service) submit(ctx context.Context, l Lease, p Purchase) (bool, error)
 		Currency:       p.Currency,
 		Description:    p.Description,
 		PaymentMethod:  p.PaymentMethod,
+		Version:        provider.CurrentRequestVersion,
 	}
 	next := p
 	next.State = statemachine.Submitted

@@ -12,6 +12,12 @@
 // answer about a charge names its purchase (Result.PurchaseID), the test
 // card for declines is declined, and a listing of a window of creation
 // times holds the charges created in it, and only those, oldest first.
+// Requests are of the current version (off-session), as the worker sends
+// them, except where the suite checks the versions themselves: a request
+// stored before versions (on-session) replays as itself, the same key at
+// another version is a mismatch, and the test card that demands
+// authentication is declined (authentication_required) off-session but
+// waits in requires_action on-session.
 // Hooks the provider cannot offer (a simulated clock, a readable ledger)
 // are optional; the checks that need them are skipped without them.
 package providertest
@@ -33,7 +39,15 @@ const (
 	PaymentMethodSucceeds = "pm_card_visa"
 	// PaymentMethodDeclines is declined.
 	PaymentMethodDeclines = "pm_card_chargeDeclined"
+	// PaymentMethodAuthenticationRequired demands authentication (3-D
+	// Secure) on every charge: declined off-session, requires_action
+	// on-session.
+	PaymentMethodAuthenticationRequired = "pm_card_authenticationRequired"
 )
+
+// ReasonAuthenticationRequired is the Reason of the off-session decline of
+// PaymentMethodAuthenticationRequired: Stripe's decline code.
+const ReasonAuthenticationRequired = "authentication_required"
 
 // Harness describes the provider under test.
 type Harness struct {
@@ -97,6 +111,9 @@ func Run(t *testing.T, h Harness) {
 		{"SearchFindsCharge", testSearchFinds},
 		{"SearchOfUnknownPurchaseIsNotFound", testSearchUnknown},
 		{"DeclineTestCard", testDecline},
+		{"OffSessionAuthenticationRequiredDeclines", testOffSessionAuthenticationRequired},
+		{"OnSessionAuthenticationRequiredWaits", testOnSessionAuthenticationRequired},
+		{"RequestOfOldVersionReplaysAsItself", testOldVersionReplays},
 		{"ListFindsChargeInItsWindow", testListFinds},
 		{"ListOldestFirst", testListOldestFirst},
 		{"ListShowsDecline", testListDecline},
@@ -227,8 +244,73 @@ func testDecline(t *testing.T, h Harness, tg Target) {
 	checkLedger(t, tg, req.PurchaseID, 1, 0)
 }
 
-// newRequest returns a create request for a new purchase. Ids are random
-// because Stripe test mode keeps keys and metadata across runs.
+func testOffSessionAuthenticationRequired(t *testing.T, h Harness, tg Target) {
+	req := newRequest(t, h, PaymentMethodAuthenticationRequired)
+	if !req.OffSession() {
+		t.Fatalf("request of version %d is not off-session", req.Version)
+	}
+	res := create(t, tg, req)
+	// Nobody can authenticate: a definite decline, not a pending charge.
+	checkCharge(t, "off-session create with "+PaymentMethodAuthenticationRequired, res, provider.Declined, "", req)
+	if res.Reason != ReasonAuthenticationRequired {
+		t.Errorf("decline: Reason %q, want %q", res.Reason, ReasonAuthenticationRequired)
+	}
+	st, err := tg.Provider.Status(t.Context(), res.PaymentID)
+	if err != nil {
+		t.Fatalf("status of declined %s: %v", res.PaymentID, err)
+	}
+	checkCharge(t, "status of the declined", st, provider.Declined, res.PaymentID, req)
+	if st.Reason != ReasonAuthenticationRequired {
+		t.Errorf("status of the declined: Reason %q, want %q", st.Reason, ReasonAuthenticationRequired)
+	}
+	again := create(t, tg, req)
+	checkCharge(t, "replay of the decline", again, provider.Declined, res.PaymentID, req)
+	checkLedger(t, tg, req.PurchaseID, 1, 0)
+}
+
+func testOnSessionAuthenticationRequired(t *testing.T, h Harness, tg Target) {
+	req := newRequest(t, h, PaymentMethodAuthenticationRequired)
+	req.Version = provider.RequestOnSession // as stored before off-session charges
+	res := create(t, tg, req)
+	// The customer must authenticate, and is not there: pending.
+	checkCharge(t, "on-session create with "+PaymentMethodAuthenticationRequired, res, provider.Pending, "", req)
+	if res.Status != "requires_action" {
+		t.Errorf("on-session create: status %q, want requires_action", res.Status)
+	}
+	st, err := tg.Provider.Status(t.Context(), res.PaymentID)
+	if err != nil {
+		t.Fatalf("status of %s: %v", res.PaymentID, err)
+	}
+	checkCharge(t, "status of the waiting charge", st, provider.Pending, res.PaymentID, req)
+	checkLedger(t, tg, req.PurchaseID, 1, 0)
+}
+
+// testOldVersionReplays: a request stored before versions (on-session)
+// replays as itself under its key, while the same key at the current
+// version is a mismatch: the provider compares what is sent, which is why
+// a stored request keeps its version.
+func testOldVersionReplays(t *testing.T, h Harness, tg Target) {
+	old := newRequest(t, h, PaymentMethodSucceeds)
+	old.Version = provider.RequestOnSession
+	first := create(t, tg, old)
+	checkCharge(t, "create of an on-session request", first, provider.Succeeded, "", old)
+	again := create(t, tg, old)
+	checkCharge(t, "replay of the on-session request", again, provider.Succeeded, first.PaymentID, old)
+
+	upgraded := old
+	upgraded.Version = provider.CurrentRequestVersion
+	res, err := tg.Provider.Create(t.Context(), upgraded)
+	if !errors.Is(err, provider.ErrIdempotencyMismatch) {
+		t.Fatalf("create with the same key at version %d: (%+v, %v), want an error wrapping provider.ErrIdempotencyMismatch", upgraded.Version, res, err)
+	}
+	again = create(t, tg, old)
+	checkCharge(t, "replay after the mismatch", again, provider.Succeeded, first.PaymentID, old)
+	checkLedger(t, tg, old.PurchaseID, 1, 1)
+}
+
+// newRequest returns a create request for a new purchase, of the current
+// version, as the worker builds it. Ids are random because Stripe test
+// mode keeps keys and metadata across runs.
 func newRequest(t *testing.T, h Harness, paymentMethod string) provider.CreateRequest {
 	t.Helper()
 	purchaseID := randomID("pur_pt_")
@@ -240,6 +322,7 @@ func newRequest(t *testing.T, h Harness, paymentMethod string) provider.CreateRe
 		Currency:       "usd",
 		Description:    "providertest " + t.Name(),
 		PaymentMethod:  paymentMethod,
+		Version:        provider.CurrentRequestVersion,
 	}
 }
 

@@ -145,6 +145,16 @@ var cardDeclined = map[string]any{
 	"message":      "Your card has insufficient funds.",
 }
 
+// authenticationRequired is the last_payment_error of an off-session
+// charge on a card that demands authentication (3-D Secure).
+var authenticationRequired = map[string]any{
+	"type":         "card_error",
+	"code":         "authentication_required",
+	"decline_code": "authentication_required",
+	"doc_url":      "https://stripe.com/docs/error-codes/authentication-required",
+	"message":      "Your card was declined. This transaction requires authentication.",
+}
+
 // jsonOf returns v as JSON.
 func jsonOf(t *testing.T, v any) string {
 	t.Helper()
@@ -176,7 +186,8 @@ func newProvider(t *testing.T, base string, cfg stripe.Config) *stripe.Provider 
 	return p
 }
 
-// testRequest is the create request of the HTTP table tests.
+// testRequest is the create request of the HTTP table tests: one of the
+// current version, as the worker stores for a new purchase.
 func testRequest() provider.CreateRequest {
 	return provider.CreateRequest{
 		IdempotencyKey: "payrecon-pur_1",
@@ -186,6 +197,7 @@ func testRequest() provider.CreateRequest {
 		Currency:       "usd",
 		Description:    "2 shirts",
 		PaymentMethod:  "pm_card_visa",
+		Version:        provider.CurrentRequestVersion,
 	}
 }
 

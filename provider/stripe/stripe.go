@@ -8,6 +8,12 @@
 // A charge is one PaymentIntent, created and confirmed in one call with
 // the purchase's stored idempotency key, and tagged with metadata
 // purchase_id so that Search can find it when its id was never learnt.
+// payrecon charges with no customer present, so a request of version
+// provider.RequestOffSession (every request stored now) is sent with
+// off_session=true, and a card that demands authentication is declined
+// (authentication_required) rather than left waiting in requires_action; a
+// request stored before versions existed is replayed as it was first sent,
+// without off_session.
 // Every answer reports the purchase_id its PaymentIntent names, as stored,
 // for payrecon's judge to compare; List reads the PaymentIntents created
 // in a window, for the audit from Stripe's side.
@@ -172,11 +178,13 @@ const maxKeyLength = 255
 
 // Create creates and confirms a PaymentIntent for req with
 // req.IdempotencyKey, and translates the answer (see translate). The
-// parameters are a pure function of req, so a replay of the stored request
-// is the same Stripe request and Stripe answers it from its idempotency
-// cache while it keeps the key. A request without a key is refused before
-// sending (ErrRejected): stripe-go would invent a random key, and a replay
-// could then charge twice.
+// parameters are a pure function of req, its version included, so a
+// replay of the stored request is the same Stripe request and Stripe
+// answers it from its idempotency cache while it keeps the key. A request
+// without a key is refused before sending (ErrRejected): stripe-go would
+// invent a random key, and a replay could then charge twice. So is a
+// request of a version this build does not know (stored by a newer
+// payrecon): what it sent cannot be sent again.
 func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (provider.Result, error) {
 	where := fmt.Sprintf("create payment intent (key %s)", req.IdempotencyKey)
 	switch key := req.IdempotencyKey; {
@@ -184,6 +192,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 		return provider.Result{}, fmt.Errorf("stripe: %s: empty or padded idempotency key: %w", where, ErrRejected)
 	case len(key) > maxKeyLength:
 		return provider.Result{}, fmt.Errorf("stripe: %s: idempotency key longer than %d bytes: %w", where, maxKeyLength, ErrRejected)
+	case !req.Version.Known():
+		return provider.Result{}, fmt.Errorf("stripe: %s: request version %d unknown to this build (newest %d): %w",
+			where, req.Version, provider.CurrentRequestVersion, ErrRejected)
 	}
 	if err := ctx.Err(); err != nil {
 		return provider.Result{}, notSentYet(where, err)
@@ -192,9 +203,14 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	return translate(provider.OpCreate, where, pi, err)
 }
 
-// createParams returns the Stripe parameters for req. Changing what it
-// sends changes the parameters of requests whose keys Stripe still holds:
-// their replays would then fail as idempotency mismatches.
+// createParams returns the Stripe parameters for req, from req alone.
+// Changing what it sends for an existing version changes the parameters of
+// requests whose keys Stripe still holds: their replays would then fail as
+// idempotency mismatches. A change is a new provider.RequestVersion, and
+// what every older version sends stays as it was.
+//
+//	provider.RequestOnSession    the parameters below
+//	provider.RequestOffSession   the same and off_session=true
 func createParams(req provider.CreateRequest) *stripego.PaymentIntentCreateParams {
 	params := &stripego.PaymentIntentCreateParams{
 		Amount:        stripego.Int64(req.Amount),
@@ -207,9 +223,19 @@ func createParams(req provider.CreateRequest) *stripego.PaymentIntentCreateParam
 		// would demand a return_url on confirm (the alternative,
 		// automatic_payment_methods[allow_redirects]=never, still makes the
 		// accepted types depend on Dashboard settings). A card that needs
-		// 3-D Secure comes back requires_action (Pending); it needs no
-		// return_url.
+		// 3-D Secure is declined off-session; on-session (a request of
+		// RequestOnSession) it comes back requires_action (Pending). Neither
+		// needs a return_url.
 		PaymentMethodTypes: stripego.StringSlice([]string{"card"}),
+	}
+	if req.OffSession() {
+		// Merchant-initiated: nobody is there to authenticate, so Stripe
+		// declines a card that demands it (a 402 card_error
+		// authentication_required, the intent in requires_payment_method)
+		// instead of leaving it in requires_action, and may apply the
+		// exemptions of off-session payments. Stripe allows it with
+		// confirm=true only, which payrecon always sends.
+		params.OffSession = stripego.Bool(true)
 	}
 	if req.Description != "" {
 		params.Description = stripego.String(req.Description)

@@ -73,6 +73,10 @@ func (r row) run(t *testing.T, prefix string, call func(ctx context.Context, p *
 var (
 	succeeded = provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "succeeded", Amount: 1999, Currency: "usd"}
 	declined  = provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_payment_method", Reason: "insufficient_funds", Amount: 1999, Currency: "usd"}
+	// authDeclined is the decline of an off-session charge on a card that
+	// demands authentication: definite, not pending.
+	authDeclined = provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_payment_method",
+		Reason: stripe.ReasonAuthenticationRequired, Amount: 1999, Currency: "usd"}
 )
 
 // pending returns the Pending result of pi_1 in status.
@@ -145,6 +149,33 @@ func TestCreateTranslation(t *testing.T) {
 				"payment_intent": paymentIntent("pi_1", "requires_payment_method", nil),
 			})),
 			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "requires_payment_method", Reason: "expired_card", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+		// Off-session (every request stored now), Stripe declines a card
+		// that demands authentication instead of leaving it in
+		// requires_action: nobody is there to authenticate.
+		{name: "402 card_error authentication_required: off-session, a card that demands 3-D Secure",
+			reply: respond(402, stripeError(t, map[string]any{
+				"type": "card_error", "code": "authentication_required", "decline_code": "authentication_required",
+				"message": "Your card was declined. This transaction requires authentication.", "doc_url": "https://stripe.com/docs/error-codes/authentication-required",
+				"payment_intent": paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": authenticationRequired}),
+			})),
+			want: want{res: authDeclined, outcome: provider.Declined}},
+		{name: "402 card_error authentication_required as code only",
+			reply: respond(402, stripeError(t, map[string]any{
+				"type": "card_error", "code": "authentication_required",
+				"message": "Your card was declined. This transaction requires authentication.",
+				"payment_intent": paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": map[string]any{
+					"type": "card_error", "code": "authentication_required"}}),
+			})),
+			want: want{res: authDeclined, outcome: provider.Declined}},
+		{name: "402 card_error authentication_required without the payment intent",
+			reply: respond(402, stripeError(t, map[string]any{
+				"type": "card_error", "code": "authentication_required", "decline_code": "authentication_required",
+				"message": "Your card was declined. This transaction requires authentication.",
+			})),
+			want: want{res: provider.Result{Outcome: provider.Declined, Reason: stripe.ReasonAuthenticationRequired}, outcome: provider.Declined}},
+		{name: "200 requires_payment_method after authentication_required",
+			reply: ok(paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": authenticationRequired})),
+			want:  want{res: authDeclined, outcome: provider.Declined}},
 		{name: "409 idempotency_key_in_use",
 			reply: respond(409, `{"error":{"type":"invalid_request_error","code":"idempotency_key_in_use","doc_url":"https://stripe.com/docs/error-codes/idempotency-key-in-use","message":"There is currently another in-progress request using this Idempotent Key (that probably means you submitted twice, and the other request is still going through): payrecon-pur_1. Please try again later."}}`),
 			want:  want{res: provider.Result{Outcome: provider.Pending, Reason: "idempotency_key_in_use"}, outcome: provider.Pending}},
@@ -195,6 +226,9 @@ func checkCreateRequest(t *testing.T, got recorded, req provider.CreateRequest) 
 		"metadata[purchase_id]":   req.PurchaseID,
 		"metadata[customer_ref]":  req.Customer,
 	}
+	if req.OffSession() {
+		wantForm["off_session"] = "true"
+	}
 	for k, v := range wantForm {
 		if got.Form.Get(k) != v {
 			t.Errorf("form %s = %q, want %q", k, got.Form.Get(k), v)
@@ -218,6 +252,11 @@ func TestStatusTranslation(t *testing.T) {
 			want: want{res: declined, outcome: provider.Declined}},
 		{name: "canceled", reply: ok(paymentIntent("pi_1", "canceled", map[string]any{"cancellation_reason": "abandoned"})),
 			want: want{res: provider.Result{Outcome: provider.Declined, PaymentID: "pi_1", PurchaseID: "pur_1", Status: "canceled", Reason: "abandoned", Amount: 1999, Currency: "usd"}, outcome: provider.Declined}},
+		{name: "requires_payment_method after an off-session authentication_required",
+			reply: ok(paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": authenticationRequired})),
+			want:  want{res: authDeclined, outcome: provider.Declined}},
+		{name: "requires_action: an on-session request waiting for 3-D Secure", reply: ok(paymentIntent("pi_1", "requires_action", map[string]any{"next_action": map[string]any{"type": "use_stripe_sdk"}})),
+			want: want{res: pending("requires_action"), outcome: provider.Pending}},
 		{name: "metadata naming no purchase: PurchaseID empty", reply: ok(paymentIntent("pi_1", "succeeded", map[string]any{"metadata": map[string]any{}})),
 			want: want{res: provider.Result{Outcome: provider.Succeeded, PaymentID: "pi_1", Status: "succeeded", Amount: 1999, Currency: "usd"}, outcome: provider.Succeeded}},
 		{name: "metadata naming another purchase: PurchaseID exactly as stored", reply: ok(paymentIntent("pi_1", "succeeded", map[string]any{"metadata": map[string]any{"purchase_id": "pur_1 "}})),
@@ -275,6 +314,9 @@ func TestSearchTranslation(t *testing.T) {
 			want: want{res: charge(pending("processing")), outcome: provider.Pending}},
 		{name: "one declined: no charge", reply: found(paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined})),
 			want: want{res: declined, outcome: provider.Declined}},
+		{name: "one declined for authentication_required: no charge",
+			reply: found(paymentIntent("pi_1", "requires_payment_method", map[string]any{"last_payment_error": authenticationRequired})),
+			want:  want{res: authDeclined, outcome: provider.Declined}},
 		{name: "several: the oldest succeeded one, and the count",
 			reply: found(
 				paymentIntent("pi_0", "requires_payment_method", map[string]any{"last_payment_error": cardDeclined, "created": 1500000000}),
@@ -448,6 +490,16 @@ func TestRefusedBeforeSending(t *testing.T) {
 		}},
 		{"create with a key over 255 bytes", func(ctx context.Context, p *stripe.Provider) (provider.Result, error) {
 			return p.Create(ctx, withKey(strings.Repeat("k", 256)))
+		}},
+		{"create of a request version newer than this build", func(ctx context.Context, p *stripe.Provider) (provider.Result, error) {
+			req := testRequest()
+			req.Version = provider.CurrentRequestVersion + 1
+			return p.Create(ctx, req)
+		}},
+		{"create of a negative request version", func(ctx context.Context, p *stripe.Provider) (provider.Result, error) {
+			req := testRequest()
+			req.Version = -1
+			return p.Create(ctx, req)
 		}},
 		{"status of empty id", func(ctx context.Context, p *stripe.Provider) (provider.Result, error) {
 			return p.Status(ctx, "")

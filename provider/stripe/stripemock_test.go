@@ -38,7 +38,9 @@ const (
 // cannot check behaviour, since stripe-mock keeps no state (its create
 // answers with a fixture in requires_payment_method, its search and list
 // with a fixture whatever the query), except that the adapter reports the
-// fixtures as they are.
+// fixtures as they are. The create is sent in both versions a stored
+// request may have: off-session (off_session=true, every request stored
+// now) and the original one, stored before, without off_session.
 func TestStripeMock(t *testing.T) {
 	base := startStripeMock(t)
 	p := newProvider(t, base, stripe.Config{})
@@ -53,6 +55,15 @@ func TestStripeMock(t *testing.T) {
 	if created.Amount != req.Amount || created.Currency != req.Currency {
 		t.Errorf("Create: amount %d %q, want %d %q", created.Amount, created.Currency, req.Amount, req.Currency)
 	}
+	if !req.OffSession() {
+		t.Fatalf("test request of version %d is not off-session: off_session is not exercised", req.Version)
+	}
+	legacy := legacyRequest(t)
+	replayed, err := p.Create(ctx, legacy)
+	if err != nil {
+		t.Fatalf("Create of the request stored before versions: %v", err)
+	}
+	checkSane(t, "Create (legacy)", replayed)
 
 	status, err := p.Status(ctx, created.PaymentID)
 	if err != nil {
@@ -109,16 +120,22 @@ func TestStripeMock(t *testing.T) {
 	}
 
 	// The checks above mean something only if stripe-mock refuses what
-	// the spec does not allow: a create with an unknown parameter, a
+	// the spec does not allow: a create with an unknown parameter or an
+	// off_session that is neither a boolean nor one of its words, a
 	// listing with a malformed created filter.
-	form := url.Values{"amount": {"1999"}, "currency": {"usd"}, "no_such_parameter": {"1"}}
-	bad, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payment_intents", strings.NewReader(form.Encode()))
-	if err != nil {
-		t.Fatalf("request: %v", err)
+	for what, form := range map[string]url.Values{
+		"POST with an unknown parameter": {"amount": {"1999"}, "currency": {"usd"}, "no_such_parameter": {"1"}},
+		"POST with off_session=sometimes": {"amount": {"1999"}, "currency": {"usd"}, "confirm": {"true"},
+			"payment_method": {"pm_card_visa"}, "off_session": {"sometimes"}},
+	} {
+		bad, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/payment_intents", strings.NewReader(form.Encode()))
+		if err != nil {
+			t.Fatalf("request: %v", err)
+		}
+		bad.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		checkRefused(t, what, bad)
 	}
-	bad.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	checkRefused(t, "POST with an unknown parameter", bad)
-	bad, err = http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/payment_intents?created[gte]=yesterday", nil)
+	bad, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/payment_intents?created[gte]=yesterday", nil)
 	if err != nil {
 		t.Fatalf("request: %v", err)
 	}

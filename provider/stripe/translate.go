@@ -21,6 +21,10 @@ const (
 	ReasonKeyInUse = "idempotency_key_in_use"
 	// ReasonNotFound is the Reason of a NotFound status lookup.
 	ReasonNotFound = "resource_missing"
+	// ReasonAuthenticationRequired is the Reason of the decline of an
+	// off-session charge on a card that demands authentication (3-D
+	// Secure): Stripe's decline code, and error code, authentication_required.
+	ReasonAuthenticationRequired = string(stripego.DeclineCodeAuthenticationRequired)
 )
 
 // statusOutcomes maps a PaymentIntent status to an outcome. A status not
@@ -35,9 +39,11 @@ var statusOutcomes = map[stripego.PaymentIntentStatus]provider.Outcome{
 	// never supplies: a decline, with last_payment_error telling why.
 	stripego.PaymentIntentStatusRequiresPaymentMethod: provider.Declined,
 	// Not final, no money taken yet: the bank is settling (processing),
-	// the customer must authenticate (requires_action), or confirmation
-	// did not happen (requires_confirmation; unexpected after
-	// confirm=true, and not a decline either).
+	// the customer must authenticate (requires_action: a request sent
+	// on-session, stored before payrecon charged off-session; off-session,
+	// Stripe declines such a card instead), or confirmation did not
+	// happen (requires_confirmation; unexpected after confirm=true, and
+	// not a decline either).
 	stripego.PaymentIntentStatusProcessing:           provider.Pending,
 	stripego.PaymentIntentStatusRequiresAction:       provider.Pending,
 	stripego.PaymentIntentStatusRequiresConfirmation: provider.Pending,
@@ -60,7 +66,10 @@ var statusOutcomes = map[stripego.PaymentIntentStatus]provider.Outcome{
 //
 // With err not nil it translates the error (pi is then ignored):
 //
-//	card_error (402)                               Declined, nil error (PaymentID, Reason: decline code)
+//	card_error (402)                               Declined, nil error (PaymentID, Reason: decline code, else code)
+//	  authentication_required (off-session, a      Declined, Reason ReasonAuthenticationRequired:
+//	  card that demands 3-D Secure)                  nobody can authenticate; the intent is
+//	                                                 requires_payment_method, not pending
 //	409 idempotency_key_in_use                     Pending, Reason ReasonKeyInUse, nil error
 //	idempotency_error (400)                        error wrapping provider.ErrIdempotencyMismatch
 //	429 (rate_limit, lock_timeout)                 error wrapping provider.ErrRetryLater
