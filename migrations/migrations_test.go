@@ -325,3 +325,64 @@ VALUES (40, 'pur_1', 'reconciling', 'succeeded', 'webhook', 'w2', %s)`, d.now))
 		})
 	}
 }
+
+// TestMigration5PurchaseClient applies 00005 to a database with a
+// purchase: the old row has no client (NULL, which no API client may
+// read), a new row can name one but not the empty string, and the Down
+// drops the column and keeps the rows.
+func TestMigration5PurchaseClient(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d.name), func(t *testing.T) {
+			ctx := t.Context()
+			db := d.open(t)
+			p := newProvider(t, db, d.name, d.goose)
+			if _, err := p.UpTo(ctx, 4); err != nil {
+				t.Fatalf("up to 4: %v", err)
+			}
+			insert := func(id, client string) error {
+				cols, vals := "", ""
+				if client != "-" {
+					cols, vals = ", client", ", '"+client+"'"
+				}
+				_, err := db.ExecContext(ctx, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at`+cols+`)
+VALUES ('`+id+`', 'cus_1', 100, 'eur', 'created', 1, `+d.now+`, `+d.now+vals+`)`)
+				return err
+			}
+			if err := insert("pur_old", "-"); err != nil {
+				t.Fatalf("insert at version 4: %v", err)
+			}
+			if err := insert("pur_early", "shop"); err == nil {
+				t.Fatal("version 4 has a client column; want 00005 to add it")
+			}
+
+			if _, err := p.UpTo(ctx, 5); err != nil {
+				t.Fatalf("up to 5: %v", err)
+			}
+			clients := func() []string {
+				return queryStrings(t, db, `SELECT id || ':' || coalesce(client, '<none>') FROM purchases ORDER BY id`)
+			}
+			if got, want := clients(), []string{"pur_old:<none>"}; !slices.Equal(got, want) {
+				t.Fatalf("after 00005: %v, want %v", got, want)
+			}
+			if err := insert("pur_new", "shop"); err != nil {
+				t.Fatalf("insert with a client: %v", err)
+			}
+			if err := insert("pur_empty", ""); err == nil {
+				t.Fatal("a purchase with the empty client was stored; want NULL as the one spelling of none")
+			}
+			if got, want := clients(), []string{"pur_new:shop", "pur_old:<none>"}; !slices.Equal(got, want) {
+				t.Fatalf("after the inserts: %v, want %v", got, want)
+			}
+
+			if _, err := p.DownTo(ctx, 4); err != nil {
+				t.Fatalf("down to 4: %v", err)
+			}
+			if got, want := queryStrings(t, db, `SELECT id FROM purchases ORDER BY id`), []string{"pur_new", "pur_old"}; !slices.Equal(got, want) {
+				t.Fatalf("after 00005's Down: %v, want %v", got, want)
+			}
+			if err := insert("pur_after", "shop"); err == nil {
+				t.Fatal("after 00005's Down, the client column is still there")
+			}
+		})
+	}
+}

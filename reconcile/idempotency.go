@@ -10,11 +10,18 @@ import (
 // ReferenceConflictError reports a reference the customer already used.
 // It wraps ErrDuplicate.
 type ReferenceConflictError struct {
-	Reference          string
+	Reference string
+	// ExistingPurchaseID is the purchase that holds the reference, when
+	// the same client created it; empty when another client (or none)
+	// did, so that a client never learns the id of a purchase it cannot
+	// read.
 	ExistingPurchaseID string
 }
 
 func (e *ReferenceConflictError) Error() string {
+	if e.ExistingPurchaseID == "" {
+		return fmt.Sprintf("reference %q is already used by another purchase", e.Reference)
+	}
 	return fmt.Sprintf("reference %q is already used by purchase %s", e.Reference, e.ExistingPurchaseID)
 }
 
@@ -34,7 +41,9 @@ type SavedResponse struct {
 // RenderFunc turns a created purchase into the response to save and send.
 type RenderFunc func(Purchase) (statusCode int, body []byte, err error)
 
-// CreatePurchaseOnce creates a purchase at most once per (client, key).
+// CreatePurchaseOnce creates a purchase at most once per (client, key),
+// and records client as the purchase's Client: only it may read the
+// purchase through the API (ClientPurchase).
 //
 // In one transaction it inserts the key with requestHash (the unique key
 // decides; nothing is read first), creates the purchase and its job, and
@@ -80,13 +89,17 @@ func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHa
 			}
 			return nil
 		}
-		p, err := s.CreatePurchaseTx(ctx, tx, np)
+		p, err := s.createPurchaseTx(ctx, tx, np, client)
 		if errors.Is(err, ErrDuplicate) && np.Reference != "" {
 			existing, ferr := tx.FindPurchaseByReference(ctx, np.Customer, np.Reference)
 			if ferr != nil {
 				return errors.Join(err, ferr)
 			}
-			return &ReferenceConflictError{Reference: np.Reference, ExistingPurchaseID: existing.ID}
+			conflict := &ReferenceConflictError{Reference: np.Reference}
+			if client != "" && existing.Client == client {
+				conflict.ExistingPurchaseID = existing.ID
+			}
+			return conflict
 		}
 		if err != nil {
 			return err

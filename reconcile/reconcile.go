@@ -110,6 +110,12 @@ type Purchase struct {
 	Currency      string // lower-case ISO 4217 code
 	Description   string
 	PaymentMethod string
+	// Client is the purchase API client that created the purchase (its
+	// name, as the idempotency keys are scoped), fixed at insert. Empty
+	// for a purchase made another way (the CLI, the demo, a test) or
+	// before the store recorded it (migration 00005): no API client may
+	// read such a purchase (see Service.ClientPurchase).
+	Client string
 
 	State   statemachine.State
 	Version int64 // bumped by every write; writes are conditional on it

@@ -124,8 +124,15 @@ func (s *Service) CreatePurchase(ctx context.Context, np NewPurchase) (Purchase,
 }
 
 // CreatePurchaseTx is CreatePurchase inside a caller's transaction, so that
-// callers (the purchase API's idempotency keys) can commit more with it.
+// callers can commit more with it. The purchase has no Client: only
+// CreatePurchaseOnce, the purchase API's path, records one.
 func (s *Service) CreatePurchaseTx(ctx context.Context, tx Tx, np NewPurchase) (Purchase, error) {
+	return s.createPurchaseTx(ctx, tx, np, "")
+}
+
+// createPurchaseTx is CreatePurchaseTx for a purchase created by client
+// ("" for none).
+func (s *Service) createPurchaseTx(ctx context.Context, tx Tx, np NewPurchase, client string) (Purchase, error) {
 	np, err := s.Validate(np)
 	if err != nil {
 		return Purchase{}, fmt.Errorf("reconcile: create purchase: %w", err)
@@ -142,6 +149,7 @@ func (s *Service) CreatePurchaseTx(ctx context.Context, tx Tx, np NewPurchase) (
 		Currency:      np.Currency,
 		Description:   np.Description,
 		PaymentMethod: np.PaymentMethod,
+		Client:        client,
 		State:         statemachine.Created,
 		Version:       1,
 		CreatedAt:     now,
@@ -170,6 +178,35 @@ func (s *Service) Purchase(ctx context.Context, id string) (Detail, error) {
 	var d Detail
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
+		d, err = detailTx(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return Detail{}, fmt.Errorf("reconcile: purchase %q: %w", id, err)
+	}
+	return d, nil
+}
+
+// ClientPurchase is Purchase for the purchase API's client: it returns
+// an error wrapping ErrNotFound, as for an unknown id, when the purchase
+// was not created by client, so that a client can neither read another
+// client's purchases nor tell that they exist. A purchase without a
+// client (made by the CLI, or before clients were recorded) is readable
+// by no API client: the safe default, since nobody can say whose it is.
+// An empty client reads nothing.
+//
+// The purchase's client is checked before anything else is read, so that
+// another client's purchase costs the same one query as an unknown id.
+func (s *Service) ClientPurchase(ctx context.Context, client, id string) (Detail, error) {
+	var d Detail
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		p, err := tx.GetPurchase(ctx, id)
+		if err != nil {
+			return err
+		}
+		if client == "" || p.Client != client {
+			return ErrNotFound
+		}
 		d, err = detailTx(ctx, tx, id)
 		return err
 	})

@@ -120,6 +120,7 @@ func testPurchase(t *testing.T, newStore func(*testing.T) *testStore) {
 			Currency:          "usd",
 			Description:       "Annual plan — \"pro\" ✓",
 			PaymentMethod:     "pm_card_visa",
+			Client:            "shop — \"eu\" ✓",
 			State:             statemachine.Created,
 			Version:           7,
 			ProviderKey:       req.IdempotencyKey,
@@ -150,12 +151,64 @@ func testPurchase(t *testing.T, newStore func(*testing.T) *testStore) {
 		got := getPurchase(t, s, in.ID)
 		equal(t, "purchase read back", got, in)
 		if got.ProviderRequest != nil || !got.FirstAttemptAt.IsZero() || !got.EscalatedAt.IsZero() || got.Escalated() ||
-			!got.SettledAt.IsZero() || got.Doubt != "" {
+			!got.SettledAt.IsZero() || got.Doubt != "" || got.Client != "" {
 			t.Fatalf("unset fields came back set: %+v", got)
 		}
 		if got.CreatedAt.Location() != time.UTC {
 			t.Fatalf("CreatedAt in %v, want UTC", got.CreatedAt.Location())
 		}
+	})
+
+	// Client: the API client that created a purchase is stored with it,
+	// read back by every read of purchases, and none stays none.
+	parallel(t, "Client", func(t *testing.T) {
+		s := newStore(t)
+		shop := newPurchase("pur_shop")
+		shop.Client, shop.Reference = "shop", "ref-shop"
+		billing := newPurchase("pur_billing")
+		billing.Client = "billing"
+		cli := newPurchase("pur_cli")
+		cli.Reference = "ref-cli"
+		for _, p := range []reconcile.Purchase{shop, billing, cli} {
+			insertPurchase(t, s, p)
+		}
+		for _, want := range []reconcile.Purchase{shop, billing, cli} {
+			if got := getPurchase(t, s, want.ID); got.Client != want.Client {
+				t.Errorf("GetPurchase(%s).Client = %q, want %q", want.ID, got.Client, want.Client)
+			}
+		}
+		inTx(t, s, func(tx reconcile.Tx) error {
+			for _, want := range []reconcile.Purchase{shop, cli} {
+				got, err := tx.FindPurchaseByReference(t.Context(), want.Customer, want.Reference)
+				if err != nil {
+					return err
+				}
+				if got.Client != want.Client {
+					t.Errorf("FindPurchaseByReference(%s).Client = %q, want %q", want.Reference, got.Client, want.Client)
+				}
+			}
+			return nil
+		})
+		// A move keeps the client: it is fixed at insert.
+		p := getPurchase(t, s, shop.ID)
+		p.State, p.UpdatedAt = statemachine.Submitted, at(time.Second)
+		p.Client = ""
+		if got := update(t, s, p, statemachine.Created); got.Client != "shop" {
+			t.Errorf("after an update that cleared it, Client = %q, want shop", got.Client)
+		}
+		esc := walkTo(t, s, billing.ID, statemachine.Uncertain)
+		esc.EscalatedAt, esc.EscalationReason, esc.UpdatedAt = at(time.Minute), reconcile.EscalationUncertainTooLong, at(time.Minute)
+		update(t, s, esc, statemachine.Uncertain)
+		inTx(t, s, func(tx reconcile.Tx) error {
+			list, err := tx.ListEscalated(t.Context())
+			if err != nil {
+				return err
+			}
+			if len(list) != 1 || list[0].Client != "billing" {
+				t.Errorf("ListEscalated: %+v, want pur_billing with client billing", list)
+			}
+			return nil
+		})
 	})
 
 	parallel(t, "NotFound", func(t *testing.T) {
@@ -246,6 +299,7 @@ func testUpdatePurchase(t *testing.T, newStore func(*testing.T) *testStore) {
 		want.Version = p.Version + 1
 		// Fields fixed at insert are not the update's to change.
 		p.Amount, p.Currency, p.Customer, p.Reference, p.Description, p.PaymentMethod, p.CreatedAt = 1, "xxx", "cus_x", "ref_x", "d_x", "pm_y", at(time.Hour)
+		p.Client = "another-client"
 
 		got := update(t, s, p, statemachine.Created)
 		equal(t, "purchase after update", got, want)

@@ -53,7 +53,8 @@ type OpsConfig struct {
 	Token string
 	// SessionTTL is how long a login lasts. Default 12h.
 	SessionTTL time.Duration
-	// Now is the clock for sessions. Default time.Now.
+	// Now is the clock for sessions and for the lockouts of the login
+	// throttle (ops_throttle.go). Default time.Now.
 	Now func() time.Time
 }
 
@@ -61,11 +62,13 @@ type OpsConfig struct {
 type Ops struct {
 	svc       *reconcile.Service
 	cfg       OpsConfig
-	tokenHash [sha256.Size]byte
+	tokenHash tokenDigest
 	key       []byte // HMAC key for sessions, CSRF tokens and flash messages
 	pages     map[string]*template.Template
 	cop       *http.CrossOriginProtection
 	log       *slog.Logger
+	throttle  *loginThrottle // see ops_throttle.go
+	loginObs  LoginObserver  // from the server's Observer, if it is one
 }
 
 // Names of the cookies and limits of the operator pages.
@@ -105,10 +108,11 @@ func NewOps(svc *reconcile.Service, cfg OpsConfig) (*Ops, error) {
 	o := &Ops{
 		svc:       svc,
 		cfg:       cfg,
-		tokenHash: sha256.Sum256([]byte(cfg.Token)),
+		tokenHash: digestOf(cfg.Token),
 		key:       mac.Sum(nil),
 		pages:     map[string]*template.Template{},
 		log:       slog.Default(),
+		throttle:  newLoginThrottle(cfg.Now),
 	}
 	for _, page := range []string{"login", "list", "case", "finding", "error"} {
 		t, err := template.New(page).Funcs(opsFuncs).ParseFS(opsTemplateFS, "templates/layout.html", "templates/"+page+".html")
@@ -126,6 +130,9 @@ func NewOps(svc *reconcile.Service, cfg OpsConfig) (*Ops, error) {
 func (o *Ops) Register(s *Server) {
 	if s.cfg.Logger != nil {
 		o.log = s.cfg.Logger
+	}
+	if lo, ok := s.cfg.Observer.(LoginObserver); ok {
+		o.loginObs = lo
 	}
 	s.Handle("GET /ops", o.auth(opsPage, o.listPage))
 	s.Handle("GET /ops/{$}", http.RedirectHandler("/ops", http.StatusMovedPermanently))

@@ -4,7 +4,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
@@ -58,39 +57,74 @@ const (
 type opsHandler func(http.ResponseWriter, *http.Request, opsWho)
 
 // authenticate finds the caller. An Authorization header decides alone:
-// a wrong token is refused even with a valid cookie.
-func (o *Ops) authenticate(r *http.Request) (opsWho, bool) {
+// a wrong token is refused even with a valid cookie. A bearer token is an
+// attempt at the operator token, throttled per client (ops_throttle.go):
+// while the client is locked out, wait is how long for, and the token is
+// not compared.
+func (o *Ops) authenticate(r *http.Request) (who opsWho, ok bool, wait time.Duration) {
 	if r.Header.Get("Authorization") != "" {
 		tok, ok := bearer(r)
 		if !ok {
-			return opsWho{}, false
+			return opsWho{}, false, 0
 		}
-		sum := sha256.Sum256([]byte(tok))
-		if subtle.ConstantTimeCompare(sum[:], o.tokenHash[:]) != 1 {
-			return opsWho{}, false
+		client := throttleClientKey(r)
+		if wait := o.throttle.wait(client); wait > 0 {
+			o.observeLogin(LoginThrottled)
+			o.log.Warn("ops: bearer token refused unchecked: too many failed attempts", "client", client, "retry_after", wait)
+			return opsWho{}, false, wait
 		}
-		return opsWho{Bearer: true}, true
+		if matchToken(tok, o.tokenHash) != 0 {
+			o.throttle.failed(client)
+			o.observeLogin(LoginFailure)
+			return opsWho{}, false, 0
+		}
+		o.throttle.succeeded(client)
+		o.observeLogin(LoginSuccess)
+		return opsWho{Bearer: true}, true, 0
 	}
 	c, err := r.Cookie(opsSessionCookie)
 	if err != nil {
-		return opsWho{}, false
+		return opsWho{}, false, 0
 	}
 	name, ok := o.verifySession(c.Value)
 	if !ok {
-		return opsWho{}, false
+		return opsWho{}, false, 0
 	}
-	return opsWho{Operator: name, session: c.Value}, true
+	return opsWho{Operator: name, session: c.Value}, true, 0
 }
 
 func (o *Ops) auth(kind opsKind, next opsHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		who, ok := o.authenticate(r)
-		if !ok {
+		who, ok, wait := o.authenticate(r)
+		switch {
+		case wait > 0:
+			o.throttled(w, r, kind, wait, "")
+		case !ok:
 			o.unauthorized(w, r, kind)
-			return
+		default:
+			next(w, r, who)
 		}
-		next(w, r, who)
 	})
+}
+
+// throttled answers an attempt at the operator token while its client
+// (or, at the login form, its name) is locked out: 429 with Retry-After,
+// as JSON for scripts, else the login page.
+func (o *Ops) throttled(w http.ResponseWriter, r *http.Request, kind opsKind, wait time.Duration, name string) {
+	w.Header().Set("Retry-After", retryAfter(wait))
+	msg := fmt.Sprintf("too many failed attempts at the operator token: try again in %s seconds", retryAfter(wait))
+	if kind == opsJSON || (kind == opsAction && !acceptsHTML(r)) {
+		writeError(w, http.StatusTooManyRequests, "too_many_attempts", msg)
+		return
+	}
+	next := "/ops"
+	if r.Method == http.MethodGet {
+		next = r.URL.Path
+	} else if v := r.PostForm.Get("next"); v != "" {
+		next = v
+	}
+	o.renderLogin(w, r, http.StatusTooManyRequests, "Too many failed sign-ins from your address or for this name. Try again in "+
+		retryAfter(wait)+" seconds.", next, name)
 }
 
 func (o *Ops) unauthorized(w http.ResponseWriter, r *http.Request, kind opsKind) {
@@ -282,7 +316,7 @@ func opsNext(s string) string {
 
 func (o *Ops) loginForm(w http.ResponseWriter, r *http.Request) {
 	msg := ""
-	if who, ok := o.authenticate(r); ok && !who.Bearer {
+	if who, ok, _ := o.authenticate(r); ok && !who.Bearer {
 		msg = "You are signed in as " + who.Operator + ". Signing in again replaces the session."
 	}
 	o.renderLogin(w, r, http.StatusOK, msg, r.URL.Query().Get("next"), "")
@@ -307,12 +341,22 @@ func (o *Ops) login(w http.ResponseWriter, r *http.Request) {
 		o.renderLogin(w, r, http.StatusBadRequest, "Your name "+msg+".", next, "")
 		return
 	}
-	sum := sha256.Sum256([]byte(r.PostForm.Get("token")))
-	if subtle.ConstantTimeCompare(sum[:], o.tokenHash[:]) != 1 {
-		o.log.Warn("ops: login with a wrong token", "operator", name)
+	client, nameKey := throttleClientKey(r), throttleNameKey(name)
+	if wait := o.throttle.wait(client, nameKey); wait > 0 {
+		o.observeLogin(LoginThrottled)
+		o.log.Warn("ops: login refused unchecked: too many failed attempts", "operator", name, "client", client, "retry_after", wait)
+		o.throttled(w, r, opsPage, wait, name)
+		return
+	}
+	if matchToken(r.PostForm.Get("token"), o.tokenHash) != 0 {
+		o.throttle.failed(client, nameKey)
+		o.observeLogin(LoginFailure)
+		o.log.Warn("ops: login with a wrong token", "operator", name, "client", client)
 		o.renderLogin(w, r, http.StatusUnauthorized, "Wrong operator token.", next, name)
 		return
 	}
+	o.throttle.succeeded(client, nameKey)
+	o.observeLogin(LoginSuccess)
 	expires := o.cfg.Now().Add(o.cfg.SessionTTL)
 	http.SetCookie(w, o.cookie(opsSessionCookie, o.newSession(name, expires), o.cfg.SessionTTL))
 	http.SetCookie(w, o.cookie(opsLoginCookie, "", 0))
@@ -323,7 +367,7 @@ func (o *Ops) login(w http.ResponseWriter, r *http.Request) {
 func (o *Ops) logout(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, opsMaxFormBytes)
 	_ = r.ParseForm()
-	who, ok := o.authenticate(r)
+	who, ok, _ := o.authenticate(r)
 	if ok && !who.Bearer {
 		if !hmac.Equal([]byte(r.PostForm.Get("csrf")), []byte(o.csrfToken(who.session))) {
 			o.renderError(w, r, who, http.StatusForbidden, "Form token missing or not valid",

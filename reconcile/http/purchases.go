@@ -3,7 +3,6 @@ package http
 import (
 	"bytes"
 	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -60,9 +59,20 @@ func ParseAPITokens(list string) ([]APIClient, error) {
 }
 
 // PurchaseAPI serves POST /v1/purchases and GET /v1/purchases/{id}.
+//
+// A purchase belongs to the client that created it (its name, from the
+// token list): GET answers 404, as for an unknown id, to any other
+// client, so that a client can neither read another's purchases nor tell
+// that they exist. A purchase made without the API (the CLI, the demo)
+// or stored before payrecon recorded clients (migration 00005) has no
+// client and is readable by no API client; the operator pages and
+// `payrecon purchase show` still show it. Clients are identified by
+// name: when a token is rotated, give the new one the same name
+// (name:token), or the old purchases become unreadable through the API.
 type PurchaseAPI struct {
 	svc     *reconcile.Service
 	clients []APIClient
+	digests []tokenDigest // digests[i] is clients[i].Token's
 }
 
 // NewPurchaseAPI returns the purchase API. It refuses to exist without a
@@ -71,25 +81,29 @@ func NewPurchaseAPI(svc *reconcile.Service, clients []APIClient) (*PurchaseAPI, 
 	if len(clients) == 0 {
 		return nil, errors.New("purchase API: no API token configured (--api-token / PAYRECON_API_TOKEN); refusing to serve it unauthenticated")
 	}
-	return &PurchaseAPI{svc: svc, clients: clients}, nil
+	a := &PurchaseAPI{svc: svc, clients: clients}
+	for _, c := range clients {
+		a.digests = append(a.digests, digestOf(c.Token))
+	}
+	return a, nil
 }
 
 // Register adds the API's routes to s.
 func (a *PurchaseAPI) Register(s *Server) {
 	s.Handle("POST /v1/purchases", a.authenticated(a.create))
 	s.Handle("GET /v1/purchases/{id}", a.authenticated(a.show))
+	s.Handle(openAPIRoute, http.HandlerFunc(serveOpenAPI))
 }
 
-// authenticated checks the bearer token in constant time per client.
+// authenticated checks the bearer token against every client's, by
+// digest (matchToken), so that neither the token's length nor which
+// client's it is shows in the time taken.
 func (a *PurchaseAPI) authenticated(next func(http.ResponseWriter, *http.Request, APIClient)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		tok, ok := bearer(r)
-		if ok {
-			for _, c := range a.clients {
-				if subtle.ConstantTimeCompare([]byte(tok), []byte(c.Token)) == 1 {
-					next(w, r, c)
-					return
-				}
+		if tok, ok := bearer(r); ok {
+			if i := matchToken(tok, a.digests...); i >= 0 {
+				next(w, r, a.clients[i])
+				return
 			}
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="payrecon"`)
@@ -178,9 +192,11 @@ func (a *PurchaseAPI) create(w http.ResponseWriter, r *http.Request, c APIClient
 	case k == reconcile.KindInvalid:
 		writeValidation(w, err)
 	case k == reconcile.KindDuplicate && errors.As(err, &refErr):
-		writeJSON(w, statusOf(k), map[string]any{"error": map[string]string{
-			"code": codeOf(k), "message": refErr.Error(), "existing_purchase_id": refErr.ExistingPurchaseID,
-		}})
+		body := map[string]string{"code": codeOf(k), "message": refErr.Error()}
+		if refErr.ExistingPurchaseID != "" { // only a purchase of this client's
+			body["existing_purchase_id"] = refErr.ExistingPurchaseID
+		}
+		writeJSON(w, statusOf(k), map[string]any{"error": body})
 	case k == reconcile.KindKeyMismatch:
 		writeKindError(w, k,
 			"Idempotency-Key "+quote(key)+" was used with a different request: "+mismatch(req, saved.Body)+
@@ -201,40 +217,69 @@ func (a *PurchaseAPI) create(w http.ResponseWriter, r *http.Request, c APIClient
 	}
 }
 
-// decodePurchase reads and checks the body. On failure it has written a
-// 400 and returns ok false. hash identifies the request's meaning: the
-// decoded fields, so that whitespace or key order do not count.
+// purchaseFields are the keys of a purchase request, exactly.
+var purchaseFields = []string{"customer", "amount", "currency", "description", "payment_method", "reference"}
+
+// decodePurchase reads and checks the body. On failure it has written the
+// answer, 413 for a body over maxPurchaseBody, else 400, and returns ok
+// false.
 func decodePurchase(w http.ResponseWriter, r *http.Request) (req purchaseRequest, hash string, ok bool) {
+	if r.ContentLength > maxPurchaseBody {
+		writeTooLarge(w)
+		return req, "", false
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPurchaseBody))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		writeFieldError(w, "body", fmt.Sprintf("is larger than %d bytes", maxPurchaseBody))
+		writeTooLarge(w)
 		return req, "", false
 	case err != nil:
 		writeFieldError(w, "body", "could not be read: "+err.Error())
 		return req, "", false
-	case len(bytes.TrimSpace(body)) == 0:
-		writeFieldError(w, "body", "is empty: want a JSON object {customer, amount, currency, description, payment_method}")
+	}
+	req, hash, err = parsePurchase(body)
+	if err != nil {
+		writeValidation(w, err)
 		return req, "", false
+	}
+	return req, hash, true
+}
+
+// writeTooLarge answers a body over maxPurchaseBody: 413, code too_large
+// (as a webhook's).
+func writeTooLarge(w http.ResponseWriter) {
+	writeError(w, http.StatusRequestEntityTooLarge, "too_large",
+		fmt.Sprintf("the body is larger than %d bytes", maxPurchaseBody))
+}
+
+// parsePurchase decodes a purchase request body: one JSON object, in
+// UTF-8, with each of purchaseFields at most once and spelled exactly
+// (checkStrictJSON), of the right types, and with an amount. The error is
+// a *reconcile.FieldError naming the field, or "body". hash identifies
+// the request's meaning: the decoded fields, so that whitespace or key
+// order do not count.
+func parsePurchase(body []byte) (req purchaseRequest, hash string, err error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return req, "", &reconcile.FieldError{Field: "body", Message: "is empty: want a JSON object {customer, amount, currency, description, payment_method, reference}"}
+	}
+	if fe := checkStrictJSON(body, purchaseFields); fe != nil {
+		return req, "", fe
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
-		writeFieldError(w, jsonField(err), "malformed JSON: "+err.Error())
-		return req, "", false
+		return req, "", &reconcile.FieldError{Field: jsonField(err), Message: "malformed JSON: " + err.Error()}
 	}
 	if dec.More() {
-		writeFieldError(w, "body", "has data after the JSON object")
-		return req, "", false
+		return req, "", &reconcile.FieldError{Field: "body", Message: "has data after the JSON object"}
 	}
 	if req.Amount == nil {
-		writeFieldError(w, "amount", "is required: a whole number of minor units")
-		return req, "", false
+		return req, "", &reconcile.FieldError{Field: "amount", Message: "is required: a whole number of minor units"}
 	}
 	canon, _ := json.Marshal(req) // a plain struct: cannot fail
 	sum := sha256.Sum256(canon)
-	return req, hex.EncodeToString(sum[:]), true
+	return req, hex.EncodeToString(sum[:]), nil
 }
 
 // jsonField names the field a decode error is about, or "body".
@@ -363,8 +408,9 @@ func toAttemptsJSON(as []reconcile.Attempt) []attemptJSON {
 	return out
 }
 
-func (a *PurchaseAPI) show(w http.ResponseWriter, r *http.Request, _ APIClient) {
-	d, err := a.svc.Purchase(r.Context(), r.PathValue("id"))
+// show answers a purchase of the client's; any other is not found.
+func (a *PurchaseAPI) show(w http.ResponseWriter, r *http.Request, c APIClient) {
+	d, err := a.svc.ClientPurchase(r.Context(), c.Name, r.PathValue("id"))
 	switch {
 	case errors.Is(err, reconcile.ErrNotFound):
 		writeKindError(w, reconcile.KindNotFound, "no purchase with id "+quote(r.PathValue("id")))

@@ -33,6 +33,19 @@ type Config struct {
 	// Metrics, if set, is served at GET /metrics.
 	Metrics http.Handler
 
+	// MetricsAddr, if set, is a second listen address that serves GET
+	// /metrics and nothing else, and /metrics is then not served on Addr:
+	// keep it on a private interface for the scraper. Default empty:
+	// /metrics is served on Addr, beside everything else.
+	MetricsAddr string
+
+	// MetricsToken, if set, is required of every GET /metrics, wherever it
+	// is served, as "Authorization: Bearer <token>" (Prometheus'
+	// authorization.credentials); without it /metrics answers 401. At
+	// least 16 characters (Listen refuses a shorter one). Default empty:
+	// no token.
+	MetricsToken string
+
 	// Observer is told about every webhook, for metrics. Default none.
 	Observer WebhookObserver
 
@@ -51,11 +64,23 @@ type WebhookObserver interface {
 }
 
 // Server serves payrecon's HTTP endpoints. Safe for concurrent use.
+//
+// Every response carries X-Content-Type-Options: nosniff, so that no
+// browser reads a JSON body (which may echo a client's text) as HTML.
 type Server struct {
 	svc *reconcile.Service
 	cfg Config
 	mux *http.ServeMux
+
+	// metricsMux serves /metrics on MetricsAddr; nil when /metrics is on
+	// mux. metricsLn is its listener, opened by Listen.
+	metricsMux *http.ServeMux
+	metricsLn  net.Listener
 }
+
+// minMetricsToken is the shortest metrics token Listen accepts, as for
+// the API and operator tokens.
+const minMetricsToken = 16
 
 // New returns a Server for svc.
 func New(svc *reconcile.Service, cfg Config) *Server {
@@ -78,9 +103,32 @@ func New(svc *reconcile.Service, cfg Config) *Server {
 		s.mux.Handle("POST /webhooks/"+name, s.webhookHandler(name, v))
 	}
 	if cfg.Metrics != nil {
-		s.mux.Handle("GET /metrics", cfg.Metrics)
+		metrics := s.guardMetrics(cfg.Metrics)
+		if cfg.MetricsAddr == "" {
+			s.mux.Handle("GET /metrics", metrics)
+		} else {
+			s.metricsMux = http.NewServeMux()
+			s.metricsMux.Handle("GET /metrics", metrics)
+		}
 	}
 	return s
+}
+
+// guardMetrics requires the metrics token, if one is configured, by its
+// digest (matchToken).
+func (s *Server) guardMetrics(h http.Handler) http.Handler {
+	if s.cfg.MetricsToken == "" {
+		return h
+	}
+	want := digestOf(s.cfg.MetricsToken)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tok, ok := bearer(r); ok && matchToken(tok, want) == 0 {
+			h.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="payrecon-metrics"`)
+		writeError(w, http.StatusUnauthorized, "unauthorized", "/metrics requires Authorization: Bearer <metrics token>")
+	})
 }
 
 // Handle registers an extra handler on the server's mux, for the purchase
@@ -88,44 +136,105 @@ func New(svc *reconcile.Service, cfg Config) *Server {
 func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
 
 // ServeHTTP makes Server an http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	s.mux.ServeHTTP(w, r)
+}
 
-// Listen opens the configured address. Serve the listener with Serve.
+// MetricsHandler returns the handler of the separate metrics listener
+// (GET /metrics, with the token if one is set), or nil when MetricsAddr
+// is empty and /metrics is served by ServeHTTP.
+func (s *Server) MetricsHandler() http.Handler {
+	if s.metricsMux == nil {
+		return nil
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		s.metricsMux.ServeHTTP(w, r)
+	})
+}
+
+// Listen opens the configured address, and the metrics address if one is
+// set, which Serve then serves too. Serve the returned listener with
+// Serve. It refuses a MetricsToken shorter than 16 characters.
 func (s *Server) Listen() (net.Listener, error) {
+	if t := s.cfg.MetricsToken; t != "" && len(t) < minMetricsToken {
+		return nil, fmt.Errorf("http: the metrics token is shorter than %d characters", minMetricsToken)
+	}
 	ln, err := net.Listen("tcp", s.cfg.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("http: listen on %s: %w", s.cfg.Addr, err)
 	}
+	if s.metricsMux != nil {
+		mln, err := net.Listen("tcp", s.cfg.MetricsAddr)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("http: listen for /metrics on %s: %w", s.cfg.MetricsAddr, err)
+		}
+		s.metricsLn = mln
+	}
 	return ln, nil
 }
 
-// Serve answers requests on ln until ctx ends, then stops accepting,
-// waits up to ShutdownTimeout for requests in flight, and returns nil.
+// MetricsAddr returns the address of the metrics listener Listen opened,
+// or nil when /metrics is served on the main listener.
+func (s *Server) MetricsAddr() net.Addr {
+	if s.metricsLn == nil {
+		return nil
+	}
+	return s.metricsLn.Addr()
+}
+
+// Serve answers requests on ln, and on the metrics listener if Listen
+// opened one, until ctx ends; then it stops accepting, waits up to
+// ShutdownTimeout for requests in flight, and returns nil. If either
+// listener fails, Serve stops the other and returns the error.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           s,
+	servers := []*http.Server{s.newHTTPServer(ctx, s)}
+	listeners := []net.Listener{ln}
+	if s.metricsLn != nil {
+		servers = append(servers, s.newHTTPServer(ctx, s.MetricsHandler()))
+		listeners = append(listeners, s.metricsLn)
+		s.cfg.Logger.Info("serving /metrics on its own listener", "addr", s.metricsLn.Addr().String(),
+			"token", s.cfg.MetricsToken != "")
+	}
+	errc := make(chan error, len(servers))
+	for i, srv := range servers {
+		go func() { errc <- srv.Serve(listeners[i]) }()
+	}
+	var first error
+	running := len(servers)
+	select {
+	case err := <-errc: // a listener failed: stop the others
+		first = fmt.Errorf("http: serve: %w", err)
+		running--
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
+	defer cancel()
+	errs := []error{first}
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			errs = append(errs, fmt.Errorf("http: shutdown: %w", err))
+		}
+	}
+	for range running {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, fmt.Errorf("http: serve: %w", err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Server) newHTTPServer(ctx context.Context, h http.Handler) *http.Server {
+	return &http.Server{
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      30 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("http: serve: %w", err)
-	case <-ctx.Done():
-	}
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.ShutdownTimeout)
-	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
-		return fmt.Errorf("http: shutdown: %w", err)
-	}
-	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("http: serve: %w", err)
-	}
-	return nil
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
@@ -142,9 +251,12 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }
 
-// writeJSON writes v as the JSON response body with status.
+// writeJSON writes v as the JSON response body with status, marked
+// nosniff (as every response of the Server is, also when a handler is
+// served on another mux).
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

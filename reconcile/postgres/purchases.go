@@ -17,7 +17,7 @@ import (
 const purchaseColumns = `id, customer, reference, amount, currency, description, payment_method,
     state, version, provider_key, provider_request, params_hash, provider_payment_id,
     first_attempt_at, uncertain_since, escalated_at, escalation_reason, settled_at, doubt,
-    created_at, updated_at`
+    created_at, updated_at, client`
 
 // InsertPurchase implements reconcile.Tx. The database refuses a purchase
 // whose state is not created (reconcile.ErrForbiddenTransition) and one
@@ -29,13 +29,14 @@ func (t *txn) InsertPurchase(ctx context.Context, p reconcile.Purchase) error {
 		return wrap(err, "insert purchase %s", p.ID)
 	}
 	_, err = t.exec(ctx, `INSERT INTO purchases (`+purchaseColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`,
 		p.ID, p.Customer, sqlstore.NullString(p.Reference), p.Amount, p.Currency, p.Description, p.PaymentMethod,
 		string(p.State), p.Version, sqlstore.NullString(p.ProviderKey), req, sqlstore.NullString(p.ParamsHash),
 		sqlstore.NullString(p.ProviderPaymentID),
 		nullTime(p.FirstAttemptAt), nullTime(p.UncertainSince), nullTime(p.EscalatedAt),
 		sqlstore.NullString(string(p.EscalationReason)),
-		nullTime(p.SettledAt), p.Doubt, nullTime(p.CreatedAt), nullTime(p.UpdatedAt))
+		nullTime(p.SettledAt), p.Doubt, nullTime(p.CreatedAt), nullTime(p.UpdatedAt),
+		sqlstore.NullString(p.Client))
 	if err != nil {
 		return wrap(err, "insert purchase %s", p.ID)
 	}
@@ -189,19 +190,20 @@ ORDER BY first_attempt_at, id`, string(state), from, until)
 func scanPurchase(row sqlstore.Row) (reconcile.Purchase, error) {
 	var p reconcile.Purchase
 	var (
-		reference, providerKey, paramsHash, paymentID, reason *string
-		state                                                 string
-		req                                                   []byte
-		firstAttempt, uncertain, escalated, settled           *time.Time
+		reference, providerKey, paramsHash, paymentID, reason, client *string
+		state                                                         string
+		req                                                           []byte
+		firstAttempt, uncertain, escalated, settled                   *time.Time
 	)
 	err := row.Scan(&p.ID, &p.Customer, &reference, &p.Amount, &p.Currency, &p.Description, &p.PaymentMethod,
 		&state, &p.Version, &providerKey, &req, &paramsHash, &paymentID,
-		&firstAttempt, &uncertain, &escalated, &reason, &settled, &p.Doubt, &p.CreatedAt, &p.UpdatedAt)
+		&firstAttempt, &uncertain, &escalated, &reason, &settled, &p.Doubt, &p.CreatedAt, &p.UpdatedAt, &client)
 	if err != nil {
 		return reconcile.Purchase{}, err
 	}
 	p.State = statemachine.State(state)
 	p.Reference = sqlstore.DerefString(reference)
+	p.Client = sqlstore.DerefString(client)
 	p.ProviderKey = sqlstore.DerefString(providerKey)
 	p.ParamsHash = sqlstore.DerefString(paramsHash)
 	p.ProviderPaymentID = sqlstore.DerefString(paymentID)

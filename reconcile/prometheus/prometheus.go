@@ -23,7 +23,8 @@ import (
 )
 
 // Metrics holds payrecon's collectors, registered on its own registry.
-// It implements reconcile.Observer and the HTTP server's WebhookObserver.
+// It implements reconcile.Observer and the HTTP server's WebhookObserver
+// and LoginObserver.
 // Safe for concurrent use.
 type Metrics struct {
 	reg *prometheus.Registry
@@ -44,6 +45,7 @@ type Metrics struct {
 	sweepDuration   *prometheus.HistogramVec
 	sweepItems      *prometheus.CounterVec
 	sweepLastOK     *prometheus.GaugeVec
+	opsLogins       *prometheus.CounterVec
 }
 
 var _ reconcile.Observer = (*Metrics)(nil)
@@ -107,13 +109,17 @@ func New() *Metrics {
 		sweepLastOK: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "payrecon_sweep_last_success_timestamp_seconds", Help: "Unix time of the last successful run of each sweep.",
 		}, []string{"sweep"}),
+		opsLogins: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_ops_login_attempts_total",
+			Help: "Attempts to authenticate with the operator token (the /ops login form, or a bearer token on /ops) by outcome: success, failure, or throttled (refused unchecked while the client or name is locked out).",
+		}, []string{"outcome"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.purchases, m.oldestUncertain, m.escalationsOpen, m.findingsOpen, m.transitions, m.providerCalls,
 		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
-		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK,
+		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK, m.opsLogins,
 	)
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s))
@@ -131,8 +137,16 @@ func New() *Metrics {
 		}
 	}
 	m.webhookEvents.WithLabelValues(reconcile.UnverifiedEventType, string(reconcile.EventRejected))
+	for _, o := range opsLoginOutcomes {
+		m.opsLogins.WithLabelValues(o)
+	}
 	return m
 }
+
+// opsLoginOutcomes are the outcomes of an attempt at the operator token,
+// as reconcile/http names them (LoginSuccess, LoginFailure,
+// LoginThrottled).
+var opsLoginOutcomes = []string{"success", "failure", "throttled"}
 
 // webhookTypes are the provider event types payrecon acts on.
 var webhookTypes = []string{
@@ -178,6 +192,11 @@ func (m *Metrics) Resolved(uncertainFor time.Duration) { m.resolution.Observe(un
 func (m *Metrics) Webhook(eventType string, outcome reconcile.EventOutcome) {
 	m.webhookEvents.WithLabelValues(eventType, string(outcome)).Inc()
 }
+
+// OpsLogin counts one attempt at the operator token: outcome is
+// "success", "failure" or "throttled". It implements the HTTP server's
+// LoginObserver.
+func (m *Metrics) OpsLogin(outcome string) { m.opsLogins.WithLabelValues(outcome).Inc() }
 
 // WorkerRunning sets whether this process runs the worker loop.
 func (m *Metrics) WorkerRunning(running bool) {

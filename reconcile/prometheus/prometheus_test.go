@@ -17,6 +17,7 @@ import (
 	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	rhttp "github.com/payrecon/payrecon/reconcile/http"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
 	"github.com/payrecon/payrecon/statemachine"
@@ -253,4 +254,27 @@ func TestAuditFindingsOpen(t *testing.T) {
 	}
 	want[reconcile.FindingOrphanCharge] = "1"
 	check("after closing one")
+}
+
+// Metrics is what the operator pages count their login attempts with.
+var _ rhttp.LoginObserver = (*prometheus.Metrics)(nil)
+
+// TestOpsLoginAttempts: payrecon_ops_login_attempts_total has every
+// outcome reconcile/http reports from the start, at 0, and counts each.
+func TestOpsLoginAttempts(t *testing.T) {
+	m := prometheus.New()
+	outcomes := []string{rhttp.LoginSuccess, rhttp.LoginFailure, rhttp.LoginThrottled}
+	for _, o := range outcomes {
+		if got := scrape(t, m, `payrecon_ops_login_attempts_total{outcome="`+o+`"}`); got != "0" {
+			t.Errorf("outcome %s = %s before any attempt, want 0", o, got)
+		}
+	}
+	m.OpsLogin(rhttp.LoginFailure)
+	m.OpsLogin(rhttp.LoginFailure)
+	m.OpsLogin(rhttp.LoginThrottled)
+	for o, want := range map[string]string{rhttp.LoginSuccess: "0", rhttp.LoginFailure: "2", rhttp.LoginThrottled: "1"} {
+		if got := scrape(t, m, `payrecon_ops_login_attempts_total{outcome="`+o+`"}`); got != want {
+			t.Errorf("outcome %s = %s, want %s", o, got, want)
+		}
+	}
 }
