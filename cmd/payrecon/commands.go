@@ -10,28 +10,49 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
 func runMigrate(ctx context.Context, e *env, args []string) error {
-	if _, err := e.parse("migrate", args, nil); err != nil {
+	rest, err := e.parse("migrate", args, nil)
+	if err != nil {
 		return err
 	}
-	st, err := openStore(ctx, e, false)
+	if len(rest) > 0 {
+		return usageError(fmt.Errorf("unexpected arguments %q: migrate takes only flags", rest))
+	}
+	st, err := openStoreFor(ctx, e, storeOptions{migrate: false})
 	if err != nil {
 		return err
 	}
 	defer st.Close()
+	before, latest, err := st.version(ctx)
+	if err != nil {
+		return err
+	}
+	if before > latest {
+		return fmt.Errorf("the %s schema is at version %d, newer than this binary's %d: run a newer payrecon", st.kind, before, latest)
+	}
 	if err := st.migrate(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "schema is up to date (%s)\n", st.kind)
+	after, _, err := st.version(ctx)
+	if err != nil {
+		return err
+	}
+	if after == before {
+		fmt.Fprintf(e.stdout, "already at version %d (%s)\n", after, st.kind)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "migrated from version %d to %d (%s)\n", before, after, st.kind)
 	return nil
 }
 
 // newService opens the store, checks that it is migrated, and builds the
-// provider and the reconcile service from the settings.
+// provider and the reconcile service from the settings: for the commands
+// that ask the provider (worker, serve, ops recheck and resolve, audit).
 func newService(ctx context.Context, e *env) (*reconcile.Service, func(), error) {
 	return newObservedService(ctx, e, nil)
 }
@@ -41,13 +62,31 @@ func newService(ctx context.Context, e *env) (*reconcile.Service, func(), error)
 func newObservedService(ctx context.Context, e *env, obs reconcile.Observer) (*reconcile.Service, func(), error) {
 	cfg, err := e.settings.reconcileConfig()
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
+		return nil, nil, usageError(err)
 	}
 	cfg.Logger, cfg.Observer = e.log, obs
 	p, err := newProvider(e)
 	if err != nil {
 		return nil, nil, err
 	}
+	return serviceOver(ctx, e, p, cfg)
+}
+
+// newBooks is newService for the commands that only read or write the
+// books and never ask the provider (purchase create and show, ops list,
+// show, note, findings and close-finding): it builds no provider, so
+// they need none of its settings or secrets and log nothing about one.
+// The service's provider refuses every call.
+func newBooks(ctx context.Context, e *env) (*reconcile.Service, func(), error) {
+	cfg, err := e.settings.reconcileConfig()
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	cfg.Logger = e.log
+	return serviceOver(ctx, e, noProvider{}, cfg)
+}
+
+func serviceOver(ctx context.Context, e *env, p provider.Provider, cfg reconcile.Config) (*reconcile.Service, func(), error) {
 	st, err := openStore(ctx, e, true)
 	if err != nil {
 		return nil, nil, err
@@ -55,22 +94,43 @@ func newObservedService(ctx context.Context, e *env, obs reconcile.Observer) (*r
 	svc, err := reconcile.New(st.Store, p, cfg)
 	if err != nil {
 		st.Close()
-		return nil, nil, fmt.Errorf("%w: %w", errUsage, err)
+		return nil, nil, usageError(err)
 	}
 	return svc, func() { st.Close() }, nil
 }
 
+// noProvider is the provider of a command that never asks one.
+type noProvider struct{}
+
+var errNoProvider = errors.New("this command does not ask the provider")
+
+func (noProvider) Create(context.Context, provider.CreateRequest) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+func (noProvider) Status(context.Context, string) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+func (noProvider) Search(context.Context, string) (provider.Result, error) {
+	return provider.Result{}, errNoProvider
+}
+func (noProvider) List(context.Context, provider.Window) ([]provider.Payment, error) {
+	return nil, errNoProvider
+}
+
 func runPurchase(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: want `purchase create` or `purchase show ID`", errUsage)
+		return usageError(errors.New("want `purchase create` or `purchase show ID`"))
 	}
 	switch args[0] {
 	case "create":
 		return runPurchaseCreate(ctx, e, args[1:])
 	case "show":
 		return runPurchaseShow(ctx, e, args[1:])
+	case "-h", "-help", "--help":
+		e.printGroupHelp("purchase")
+		return flag.ErrHelp
 	default:
-		return fmt.Errorf("%w: unknown purchase subcommand %q: want create or show", errUsage, args[0])
+		return usageError(fmt.Errorf("unknown purchase subcommand %q: want create or show", args[0]))
 	}
 }
 
@@ -89,20 +149,30 @@ func runPurchaseCreate(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, rest)
+		return usageError(fmt.Errorf("unexpected arguments %q", rest))
 	}
-	if amount == "" {
-		return fmt.Errorf("%w: amount: is required", reconcile.ErrInvalid)
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"--amount", amount}, {"--currency", np.Currency}, {"--customer", np.Customer}} {
+		if strings.TrimSpace(f.v) == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return usageError(fmt.Errorf("%s required", strings.Join(missing, ", ")))
 	}
 	if _, err := fmt.Sscan(amount, &np.Amount); err != nil || fmt.Sprint(np.Amount) != strings.TrimPrefix(amount, "+") {
-		return fmt.Errorf("%w: amount: %q is not a whole number of minor units", reconcile.ErrInvalid, amount)
+		return usageError(fmt.Errorf("--amount %q: want a whole number of minor units, e.g. 300 for 3.00", amount))
 	}
-	svc, cleanup, err := newService(ctx, e)
+	svc, cleanup, err := newBooks(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
 	p, err := svc.CreatePurchase(ctx, np)
+	if errors.Is(err, reconcile.ErrInvalid) {
+		// A value the flags gave is refused: a bad command line.
+		return usageError(err)
+	}
 	if err != nil {
 		return err
 	}
@@ -118,7 +188,7 @@ func runPurchaseShow(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	svc, cleanup, err := newService(ctx, e)
+	svc, cleanup, err := newBooks(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -203,7 +273,7 @@ func runStatemachine(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q: statemachine takes only --mermaid", errUsage, rest)
+		return usageError(fmt.Errorf("unexpected arguments %q: statemachine takes only --mermaid", rest))
 	}
 	if mermaid {
 		fmt.Fprint(e.stdout, statemachine.Mermaid())

@@ -54,14 +54,17 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if asJSON {
 		out = e.stderr
 	}
-	url := e.settings.str("database-url")
+	url, err := e.settings.secret("database-url")
+	if err != nil {
+		return usageError(err)
+	}
 	var dir string
 	if url == "" {
 		if dir, err = os.MkdirTemp("", "payrecon-demo-"); err != nil {
 			return err
 		}
 		url = "sqlite:" + filepath.Join(dir, "payrecon.db")
-		e.settings.byKey["database-url"].value = url
+		e.settings.set("database-url", url)
 		if !keep {
 			defer os.RemoveAll(dir)
 		}
@@ -78,9 +81,12 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	if keep {
-		fmt.Fprintf(out, "\nThe database is kept. Explore it with:\n  go run ./cmd/payrecon ops list --database-url %s\n", url)
+		// A Postgres URL's password is not printed: the commands carry
+		// it redacted.
+		shown := redactDatabaseURL(url)
+		fmt.Fprintf(out, "\nThe database is kept. Explore it with:\n  payrecon ops list --database-url %s\n", shown)
 		for _, r := range report.Results {
-			fmt.Fprintf(out, "  go run ./cmd/payrecon purchase show --database-url %s %s   # %s\n", url, r.PurchaseID, r.Scenario)
+			fmt.Fprintf(out, "  payrecon purchase show --database-url %s %s   # %s\n", shown, r.PurchaseID, r.Scenario)
 		}
 	}
 	if !report.OK {
@@ -289,7 +295,7 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 		return demo.Report{}, err
 	}
 
-	report := demo.Report{OK: true, Database: url, Audit: audit, Simulated: demo.ClockOffset(clock.Now().Sub(start))}
+	report := demo.Report{OK: true, Database: redactDatabaseURL(url), Audit: audit, Simulated: demo.ClockOffset(clock.Now().Sub(start))}
 	for i, sc := range scenarios {
 		c, err := stk.svc.Case(context.WithoutCancel(ctx), results[i].PurchaseID)
 		if err != nil {

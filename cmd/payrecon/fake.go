@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
@@ -23,19 +22,26 @@ import (
 // of --fake-faults (list_lag=DUR), like the search lag.
 func runFakeProvider(ctx context.Context, e *env, args []string) error {
 	var webhookURL string
-	if _, err := e.parse("fakeprovider", args, func(fs *flag.FlagSet) {
+	rest, err := e.parse("fakeprovider", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&webhookURL, "webhook-url", "", "where to POST signed webhooks, e.g. http://127.0.0.1:8080/webhooks/stripe (needs STRIPE_WEBHOOK_SECRET)")
-	}); err != nil {
+	})
+	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return usageError(fmt.Errorf("unexpected arguments %q: fakeprovider takes only flags", rest))
 	}
 	cfg, scfg, err := fakeprovider.ParseSpec(e.settings.str("fake-faults"))
 	if err != nil {
 		return fmt.Errorf("%w: --fake-faults / PAYRECON_FAKE_FAULTS: %w", errUsage, err)
 	}
-	secret := os.Getenv("STRIPE_WEBHOOK_SECRET")
 	if webhookURL != "" {
+		secret, err := e.settings.secret("stripe-webhook-secret")
+		if err != nil {
+			return usageError(err)
+		}
 		if secret == "" {
-			return fmt.Errorf("%w: --webhook-url needs STRIPE_WEBHOOK_SECRET to sign the webhooks", errUsage)
+			return usageError(errors.New("--webhook-url needs STRIPE_WEBHOOK_SECRET (or STRIPE_WEBHOOK_SECRET_FILE) to sign the webhooks"))
 		}
 		scfg.WebhookURL, scfg.WebhookSecret = webhookURL, secret
 	}

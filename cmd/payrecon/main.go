@@ -14,8 +14,10 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 )
 
 func main() {
@@ -31,96 +33,353 @@ type env struct {
 	log            *slog.Logger
 }
 
-// command is one subcommand. run gets the arguments after its name.
+// command is a command, or a subcommand ("ops list"). run gets the
+// arguments after its name; a subcommand is run by its parent's run.
 type command struct {
-	name    string
-	summary string
-	run     func(ctx context.Context, e *env, args []string) error
+	name     string
+	args     string // what follows the name in its usage line
+	summary  string
+	about    string   // the help's description, when it says more than the summary
+	settings []string // the settings it uses, for its help
+	run      func(ctx context.Context, e *env, args []string) error
 }
 
+// The settings the commands use, by purpose, for their help. Every
+// command accepts every setting.
+var (
+	basicSettings    = []string{"config", "log-level", "log-format"}
+	storeSettings    = []string{"database-url", "database-url-file"}
+	protocolSettings = []string{"worker-id", "lease-duration", "provider-timeout", "backoff", "max-attempts", "max-uncertain-age",
+		"escalated-interval", "key-retention", "key-replay-margin", "batch-size", "concurrency", "poll-interval", "shutdown-grace",
+		"max-amount", "audit-overlap", "audit-settle"}
+	providerSettings = []string{"provider", "fake-faults", "stripe-api-base", "stripe-secret-key", "stripe-secret-key-file"}
+	httpSettings     = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
+		"api", "api-token", "api-token-file", "ops-token", "ops-token-file"}
+	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit",
+		"inbox-retention", "idempotency-key-retention"}
+	// readSettings are those of a command that reads or writes the books
+	// and never asks the provider.
+	readSettings = join(basicSettings, storeSettings)
+	// askSettings are those of a command that asks the provider.
+	askSettings = join(basicSettings, storeSettings, providerSettings, []string{"provider-timeout", "lease-duration", "worker-id"})
+)
+
+func join(lists ...[]string) []string {
+	var out []string
+	for _, l := range lists {
+		for _, name := range l {
+			if !slices.Contains(out, name) {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
+
+// commands are payrecon's commands, in the order of the help.
 func commands() []command {
 	return []command{
-		{"demo", "a one-command tour: every failure the protocol survives, against a fake Stripe, in under a minute", runDemo},
-		{"migrate", "apply the database schema", runMigrate},
-		{"serve", "the all-in-one process: HTTP (webhooks, purchase API, /metrics, /ops) plus the worker and its sweeps", runServe},
-		{"worker", "run the reconcile worker and its sweeps until SIGTERM (HTTP: /healthz, /readyz, /metrics)", runWorker},
-		{"ops", "operator handoff: ops list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID", runOps},
-		{"audit", "audit from the provider's side: audit --since T [--until T] lists the provider's payments and matches them to the books (needs --provider stripe)", runAudit},
-		{"purchase", "purchase create | purchase show ID", runPurchase},
-		{"fakeprovider", "serve the fake provider as a Stripe-compatible HTTP server, with signed webhooks (--webhook-url)", runFakeProvider},
-		{"statemachine", "print the state machine (--mermaid for a Mermaid diagram)", runStatemachine},
-		{"help", "list commands and settings", nil},
+		{name: "demo", args: "[--keep] [--json] [--timeout DURATION]",
+			summary:  "a tour of every failure the protocol survives, in a minute",
+			about:    "A one-command tour: every failure the protocol survives, played against a fake Stripe over HTTP on a simulated clock, then the audit from the provider's side. It uses a temporary SQLite file unless --database-url is set.",
+			settings: join(basicSettings, []string{"database-url", "database-url-file"}), run: runDemo},
+		{name: "migrate", summary: "apply the database schema; says from which version to which",
+			about:    "Applies every pending migration of the database schema and says what it did: \"migrated from version N to M\" or \"already at version M\". A Postgres database must be migrated with it before any other command runs against it; a SQLite file is migrated on first use by every command.",
+			settings: readSettings, run: runMigrate},
+		{name: "serve", summary: "the all-in-one process: HTTP (API, webhooks, /ops), the worker",
+			about: "The all-in-one process: HTTP on --addr (POST /webhooks/stripe, the purchase API, /healthz, /readyz, /metrics, /ops) plus the worker and its sweeps, until SIGTERM. " +
+				"It is an alternative to worker, not a companion: it runs the worker itself (--worker=false turns it off, for an HTTP-only replica). " +
+				"The purchase API needs --api-token (or --api=false), the ops pages --ops-token, and with --provider stripe the webhooks STRIPE_WEBHOOK_SECRET (or --webhooks=false).",
+			settings: join(basicSettings, storeSettings, httpSettings, providerSettings, protocolSettings, sweepSettings), run: runServe},
+		{name: "worker", summary: "the worker and its sweeps alone (HTTP: health checks, /metrics)",
+			about: "Runs the reconcile worker and its sweeps until SIGTERM, with /healthz, /readyz and /metrics on --addr, which defaults to " + defaultWorkerAddr + " (serve's is " + defaultAddr + "), so that extra workers run beside serve on one machine. " +
+				"Give each worker process its own --worker-id when the default (host-pid) is not unique.",
+			settings: join(basicSettings, storeSettings, []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file"}, providerSettings, protocolSettings, sweepSettings), run: runWorker},
+		{name: "purchase", args: "create | show ID", summary: "purchase create | purchase show ID", run: runPurchase},
+		{name: "purchase create", args: "--amount N --currency CODE --customer ID [--description TEXT] [--reference REF] [--payment-method PM]",
+			summary:  "create a purchase and print its id; the worker charges it",
+			settings: join(readSettings, []string{"max-amount"}), run: runPurchaseCreate},
+		{name: "purchase show", args: "ID [--json]", summary: "a purchase: its state, transitions and provider calls",
+			settings: readSettings, run: runPurchaseShow},
+		{name: "ops", args: "list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID",
+			summary: "operator handoff: cases, findings, recheck, resolve, notes", run: runOps},
+		{name: "ops list", args: "[--json]", summary: "the operator list: escalated purchases and open audit findings",
+			settings: readSettings, run: runOpsList},
+		{name: "ops show", args: "ID", summary: "one case: the purchase, its webhooks, findings and operator actions",
+			settings: readSettings, run: runOpsShow},
+		{name: "ops recheck", args: "ID [--operator NAME]", summary: "ask the provider now (needs --provider stripe)",
+			settings: askSettings, run: runOpsRecheck},
+		{name: "ops resolve", args: "ID (--succeeded | --declined) --evidence TEXT [--override-provider REASON] [--yes] [--operator NAME]",
+			summary: "resolve a purchase by hand, after the provider's live view (needs --provider stripe)",
+			about: "Resolves an escalated purchase to succeeded or declined. The provider's live view is fetched, shown and judged: a view that contradicts the resolution refuses it, " +
+				"unless --override-provider gives the reason to go against it. The provider's answer is recorded with the action. Needs --provider stripe (Stripe, or a payrecon fakeprovider).",
+			settings: askSettings, run: runOpsResolve},
+		{name: "ops note", args: "ID --text TEXT [--close] [--operator NAME]", summary: "add a note to a case (--close takes a final one off the list)",
+			settings: readSettings, run: runOpsNote},
+		{name: "ops findings", args: "[--all] [--json]", summary: "the audit findings: open ones, or all",
+			settings: readSettings, run: runOpsFindings},
+		{name: "ops close-finding", args: "ID --note TEXT [--operator NAME]", summary: "close an audit finding once handled",
+			settings: readSettings, run: runOpsCloseFinding},
+		{name: "audit", args: "--since T [--until T]",
+			summary:  "audit --since T: match the provider's payments to the books",
+			about:    "The audit from the provider's side, by hand: lists the payments the provider created in [--since, --until) and matches each to one purchase; what does not match is stored as a finding on the operator list. It moves no money. Needs --provider stripe (Stripe, or a payrecon fakeprovider).",
+			settings: askSettings, run: runAudit},
+		{name: "fakeprovider", args: "[--webhook-url URL]",
+			summary:  "a Stripe-compatible fake provider over HTTP, with webhooks",
+			about:    "Serves the fake provider as a Stripe-compatible HTTP server on --addr, with its ledger at GET /_fake/ledger, and sends webhooks signed with STRIPE_WEBHOOK_SECRET to --webhook-url. Its own endpoints take no key: keep it on loopback.",
+			settings: join(basicSettings, []string{"addr", "fake-faults", "stripe-webhook-secret", "stripe-webhook-secret-file"}), run: runFakeProvider},
+		{name: "statemachine", args: "[--mermaid]", summary: "print the state machine (--mermaid for a Mermaid diagram)", run: runStatemachine},
+		{name: "version", summary: "print the version, VCS revision and Go version (also --version)",
+			about: "Prints the version of the module payrecon was built from ((devel) for a build from a work tree), the VCS revision and commit time when the build recorded them, and the Go version.", run: runVersion},
+		{name: "help", args: "[COMMAND [SUBCOMMAND]]", summary: "this list, or help COMMAND: a command's flags and settings", run: runHelp},
 	}
 }
 
-// errUsage marks an error in the command line; Main prints usage for it.
+// findCommand returns the command named name ("ops list" for a
+// subcommand), or nil.
+func findCommand(name string) *command {
+	for _, c := range commands() {
+		if c.name == name {
+			return &c
+		}
+	}
+	return nil
+}
+
+// errUsage marks an error in the command line or a setting; Main prints
+// it with a pointer to the help and exits 2.
 var errUsage = errors.New("usage")
 
+// usageError marks err as a usage error.
+func usageError(err error) error { return fmt.Errorf("%w: %w", errUsage, err) }
+
 // Main runs payrecon with args (without the program name) and returns the
-// process exit code: 0 on success, 2 for a bad command line, 1 otherwise.
-// Tests call it directly.
+// process exit code: 0 on success (and for help asked for), 2 for a bad
+// command line or setting, 1 when the command failed. Tests call it
+// directly.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr, settings: newSettings()}
-	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
-		usage(e, stdout)
-		return 0
+	if len(args) == 0 {
+		fmt.Fprint(stderr, "payrecon: no command given\n\n")
+		printCommands(stderr)
+		fmt.Fprintln(stderr, "\nRun 'payrecon help' for the settings too.")
+		return 2
 	}
-	for _, c := range commands() {
-		if c.name != args[0] || c.run == nil {
-			continue
-		}
-		err := c.run(ctx, e, args[1:])
-		switch {
-		case err == nil:
-			return 0
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case errors.Is(err, errUsage):
-			fmt.Fprintf(stderr, "payrecon %s: %v\n", c.name, err)
-			return 2
-		default:
-			fmt.Fprintf(stderr, "payrecon %s: %v\n", c.name, err)
-			return 1
-		}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "-h", "-help", "--help":
+		name = "help"
+	case "-version", "--version":
+		name = "version"
 	}
-	fmt.Fprintf(stderr, "payrecon: unknown command %q\n\n", args[0])
-	usage(e, stderr)
-	return 2
+	c := findCommand(name)
+	if c == nil || strings.Contains(name, " ") {
+		fmt.Fprintf(stderr, "payrecon: unknown command %q\n\n", name)
+		printCommands(stderr)
+		fmt.Fprintln(stderr, "\nRun 'payrecon help' for the settings too.")
+		return 2
+	}
+	return e.exitCode(c.name, c.run(ctx, e, rest))
 }
 
-func usage(e *env, w io.Writer) {
-	fmt.Fprintln(w, "payrecon: payment reconciliation worker")
-	fmt.Fprintln(w, "\nUsage: payrecon COMMAND [flags]\n\nCommands:")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-14s %s\n", c.name, c.summary)
+// exitCode prints a command's error and returns its exit code.
+func (e *env) exitCode(name string, err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
+		fmt.Fprintf(e.stderr, "payrecon %s: %s\nRun 'payrecon help %s' for its flags and settings.\n", name, msg, name)
+		return 2
+	default:
+		fmt.Fprintf(e.stderr, "payrecon %s: %v\n", name, err)
+		return 1
 	}
-	fmt.Fprintln(w, "\nSettings (every command accepts them; a flag wins over the environment, which wins over the default):")
-	e.settings.printSettings(w)
 }
+
+// printCommands writes the usage line and the list of commands.
+func printCommands(w io.Writer) {
+	fmt.Fprintln(w, "Usage: payrecon COMMAND [flags]")
+	fmt.Fprintln(w, "\nCommands:")
+	for _, c := range commands() {
+		if !strings.Contains(c.name, " ") {
+			fmt.Fprintf(w, "  %-14s %s\n", c.name, c.summary)
+		}
+	}
+}
+
+// helpText is the part of `payrecon help` between the commands and the
+// settings.
+const helpText = `Run 'payrecon help COMMAND' (or 'payrecon COMMAND -h') for a command's
+flags and the settings it uses.
+
+Exit status: 0 on success, 1 when the command failed, 2 for a bad command
+line or a bad setting (nothing was done).
+
+serve and worker are alternatives: serve runs the worker itself, beside
+HTTP. Extra workers may run beside it, on their own address (worker's
+--addr defaults to ` + defaultWorkerAddr + `, serve's to ` + defaultAddr + `).
+
+Settings: every command takes every setting; each command's help lists
+those it uses. A setting has a flag, an environment variable and a line
+in the config file (--config FILE: "name value", one a line, # starts a
+comment). A flag wins over the environment, which wins over the config
+file, which wins over the default. Durations are written 30s, 2m, 1h30m.
+
+Secrets (the database URL, the API and operator tokens, Stripe's keys)
+can also be read from a file, with the _FILE variable (or -file flag)
+beside each: one trailing newline is dropped, an empty or unreadable file
+is refused, and so is a secret given both ways. A secret given as a flag
+is visible to every user of the machine (ps): payrecon warns about it.
+
+Tokens: --api-token is a comma-separated list of name:token items (a bare
+token is named by its hash), one per API client; every token, and
+--ops-token, is at least 16 characters (openssl rand -hex 16), and the
+operator token differs from every API token.
+
+Settings (flag, type and default; environment variable and meaning):
+`
+
+// usage writes `payrecon help`: the commands, the rules, every setting.
+func usage(e *env, w io.Writer) {
+	fmt.Fprint(w, "payrecon: payment reconciliation worker\n\n")
+	printCommands(w)
+	fmt.Fprintln(w)
+	fmt.Fprint(w, helpText)
+	e.settings.printSettings(w, nil, "")
+}
+
+// runHelp prints the help, or a command's: `payrecon help ops resolve` is
+// `payrecon ops resolve -h`.
+func runHelp(ctx context.Context, e *env, args []string) error {
+	if len(args) == 0 {
+		usage(e, e.stdout)
+		return nil
+	}
+	if args[0] == "help" || isHelp(args[0]) {
+		e.printHelp("help", nil)
+		return nil
+	}
+	c := findCommand(args[0])
+	if c == nil {
+		return usageError(fmt.Errorf("no command %q: run 'payrecon help' for the list", args[0]))
+	}
+	return c.run(ctx, e, append(slices.Clone(args[1:]), "-h"))
+}
+
+// printHelp writes the help of command name: its usage line, what it
+// does, its own flags (those of fs that are not settings), and the
+// settings it uses.
+func (e *env) printHelp(name string, fs *flag.FlagSet) {
+	w := e.stdout
+	c := findCommand(name)
+	if c == nil {
+		c = &command{name: name}
+	}
+	usage := "payrecon " + name
+	if c.args != "" {
+		usage += " " + c.args
+	}
+	if len(c.settings) > 0 {
+		usage += " [settings]"
+	}
+	fmt.Fprintf(w, "Usage: %s\n\n", usage)
+	about := c.about
+	if about == "" {
+		about = strings.ToUpper(c.summary[:1]) + c.summary[1:] + "."
+	}
+	for _, line := range wrap(about, 74) {
+		fmt.Fprintln(w, line)
+	}
+	var own []*flag.Flag
+	if fs != nil {
+		fs.VisitAll(func(f *flag.Flag) {
+			if e.settings.byKey[f.Name] == nil {
+				own = append(own, f)
+			}
+		})
+	}
+	if len(own) > 0 {
+		fmt.Fprintln(w, "\nFlags:")
+		var rows []helpRow
+		for _, f := range own {
+			typ, usage := flag.UnquoteUsage(f)
+			r := helpRow{head: "--" + f.Name, text: usage}
+			if typ != "" {
+				r.head += " " + typ
+			}
+			if f.DefValue != "" && f.DefValue != "false" {
+				r.def = "default " + f.DefValue
+			}
+			rows = append(rows, r)
+		}
+		printRows(w, rows)
+	}
+	if len(c.settings) == 0 {
+		fmt.Fprintln(w, "\nIt uses no setting.")
+		return
+	}
+	fmt.Fprintln(w, "\nSettings (a flag wins over the environment, which wins over the config file,")
+	fmt.Fprintln(w, "which wins over the default; every other setting of 'payrecon help' is")
+	fmt.Fprintln(w, "accepted and has no effect here):")
+	e.settings.printSettings(w, c.settings, name)
+}
+
+// printGroupHelp writes the help of a command made of subcommands.
+func (e *env) printGroupHelp(name string) {
+	w := e.stdout
+	c := findCommand(name)
+	fmt.Fprintf(w, "Usage: payrecon %s SUBCOMMAND [flags]\n\nSubcommands:\n", name)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, sub := range commands() {
+		if rest, ok := strings.CutPrefix(sub.name, name+" "); ok {
+			fmt.Fprintf(tw, "  %s\t%s\n", rest, sub.summary)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "\nRun 'payrecon help %s SUBCOMMAND' for a subcommand's flags and settings.\n", c.name)
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "--help" }
 
 // parse parses a command's flags: the shared settings plus the command's
 // own, registered by extra. Flags may come before or after the positional
 // arguments (`ops resolve ID --succeeded`); a "--" ends the flags. The
-// positional arguments are returned, in order.
+// settings not given as flags are resolved from the environment, then
+// the config file, then their defaults. The positional arguments are
+// returned, in order. For -h it prints the command's help and returns
+// flag.ErrHelp.
 func (e *env) parse(name string, args []string, extra func(fs *flag.FlagSet)) ([]string, error) {
+	s := e.settings
 	fs := flag.NewFlagSet("payrecon "+name, flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	e.settings.register(fs)
+	fs.SetOutput(io.Discard)
+	s.register(fs)
 	if extra != nil {
 		extra(fs)
 	}
+	s.bad = nil
 	if err := fs.Parse(flagsFirst(fs, args)); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		switch {
+		case errors.Is(err, flag.ErrHelp):
+			e.printHelp(name, fs)
 			return nil, err
+		case s.bad != nil:
+			// The flag package's message would show a secret's value.
+			return nil, usageError(s.badValueError(s.bad, "flag"))
+		default:
+			return nil, usageError(err)
 		}
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	e.settings.resolve(fs)
-	log, err := newLogger(e.stderr, e.settings.str("log-level"), e.settings.str("log-format"))
+	if err := s.resolve(fs, name); err != nil {
+		return nil, usageError(err)
+	}
+	log, err := newLogger(e.stderr, s.str("log-level"), s.str("log-format"))
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
+		return nil, usageError(err)
 	}
 	e.log = log
+	s.warnSecretsInArgs(log)
 	return fs.Args(), nil
 }
 

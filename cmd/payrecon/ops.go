@@ -23,12 +23,19 @@ import (
 
 // registerOps serves the operator pages when an ops token is set.
 func (e *env) registerOps(a *app) error {
-	token := e.settings.str("ops-token")
+	token, err := e.settings.secret("ops-token")
+	if err != nil {
+		return usageError(err)
+	}
 	if token == "" {
 		e.log.Warn("--ops-token / PAYRECON_OPS_TOKEN is not set: the operator pages (/ops) are not served")
 		return nil
 	}
-	for _, c := range strings.Split(e.settings.str("api-token"), ",") {
+	apiTokens, err := e.settings.secret("api-token")
+	if err != nil {
+		return usageError(err)
+	}
+	for _, c := range strings.Split(apiTokens, ",") {
 		if _, tok, ok := strings.Cut(c, ":"); (ok && tok == token) || c == token {
 			return fmt.Errorf("%w: the ops token must differ from every API token", errUsage)
 		}
@@ -48,6 +55,9 @@ func runOps(ctx context.Context, e *env, args []string) error {
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
+	case "-h", "-help", "--help":
+		e.printGroupHelp("ops")
+		return flag.ErrHelp
 	case "list":
 		return runOpsList(ctx, e, args)
 	case "show":
@@ -75,6 +85,20 @@ func defaultOperator() string {
 	return os.Getenv("USER")
 }
 
+// operatorFlag registers --operator, whose default, the login user, is
+// taken after parsing (the help does not show whose machine it ran on).
+func operatorFlag(fs *flag.FlagSet, operator *string) {
+	fs.StringVar(operator, "operator", "", "your name, for the audit (default: the login user)")
+}
+
+// orLogin returns operator, or the login user when it is empty.
+func orLogin(operator string) string {
+	if strings.TrimSpace(operator) == "" {
+		return defaultOperator()
+	}
+	return operator
+}
+
 func runOpsList(ctx context.Context, e *env, args []string) error {
 	var asJSON bool
 	if _, err := e.parse("ops list", args, func(fs *flag.FlagSet) {
@@ -82,7 +106,7 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 	}); err != nil {
 		return err
 	}
-	svc, cleanup, err := newService(ctx, e)
+	svc, cleanup, err := newBooks(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -285,7 +309,7 @@ func runOpsShow(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	svc, cleanup, err := newService(ctx, e)
+	svc, cleanup, err := newBooks(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -323,13 +347,14 @@ func runOpsShow(ctx context.Context, e *env, args []string) error {
 }
 
 func runOpsRecheck(ctx context.Context, e *env, args []string) error {
-	operator := defaultOperator()
+	var operator string
 	id, err := oneID(e, "ops recheck", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&operator, "operator", operator, "your name, for the audit")
+		operatorFlag(fs, &operator)
 	})
 	if err != nil {
 		return err
 	}
+	operator = orLogin(operator)
 	svc, cleanup, err := newService(ctx, e)
 	if err != nil {
 		return err
@@ -352,18 +377,19 @@ func runOpsRecheck(ctx context.Context, e *env, args []string) error {
 func runOpsResolve(ctx context.Context, e *env, args []string) error {
 	var succeeded, declined, yes bool
 	var evidence, override string
-	operator := defaultOperator()
+	var operator string
 	id, err := oneID(e, "ops resolve", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&succeeded, "succeeded", false, "the charge succeeded")
 		fs.BoolVar(&declined, "declined", false, "the charge was declined")
 		fs.StringVar(&evidence, "evidence", "", "what the decision rests on (required)")
-		fs.StringVar(&operator, "operator", operator, "your name, for the audit")
+		operatorFlag(fs, &operator)
 		fs.BoolVar(&yes, "yes", false, "do not ask for confirmation after showing the provider's view")
 		fs.StringVar(&override, "override-provider", "", "REASON: resolve even though the provider's live view contradicts it; the provider's answer and the reason are both recorded")
 	})
 	if err != nil {
 		return err
 	}
+	operator = orLogin(operator)
 	if succeeded == declined {
 		return fmt.Errorf("%w: give exactly one of --succeeded or --declined", errUsage)
 	}
@@ -465,7 +491,7 @@ func runOpsFindings(ctx context.Context, e *env, args []string) error {
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q: ops findings takes only --all and --json", errUsage, rest)
 	}
-	svc, cleanup, err := newService(ctx, e)
+	svc, cleanup, err := newBooks(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -490,14 +516,15 @@ func runOpsFindings(ctx context.Context, e *env, args []string) error {
 
 func runOpsCloseFinding(ctx context.Context, e *env, args []string) error {
 	var note string
-	operator := defaultOperator()
+	var operator string
 	rest, err := e.parse("ops close-finding", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&note, "note", "", "how the finding was handled, e.g. the refund's id (required)")
-		fs.StringVar(&operator, "operator", operator, "your name, for the audit")
+		operatorFlag(fs, &operator)
 	})
 	if err != nil {
 		return err
 	}
+	operator = orLogin(operator)
 	if len(rest) != 1 {
 		return fmt.Errorf("%w: want exactly one finding id, got %d arguments %q", errUsage, len(rest), rest)
 	}
@@ -508,7 +535,7 @@ func runOpsCloseFinding(ctx context.Context, e *env, args []string) error {
 	if strings.TrimSpace(note) == "" {
 		return fmt.Errorf("%w: --note is required: say how the finding was handled", errUsage)
 	}
-	svc, cleanup, err := newService(ctx, e)
+	svc, cleanup, err := newBooks(ctx, e)
 	if err != nil {
 		return err
 	}
@@ -534,19 +561,20 @@ func runOpsCloseFinding(ctx context.Context, e *env, args []string) error {
 func runOpsNote(ctx context.Context, e *env, args []string) error {
 	var text string
 	var closeCase bool
-	operator := defaultOperator()
+	var operator string
 	id, err := oneID(e, "ops note", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&text, "text", "", "the note (required)")
 		fs.BoolVar(&closeCase, "close", false, "also take a final purchase (a contradiction) off the operator list")
-		fs.StringVar(&operator, "operator", operator, "your name, for the audit")
+		operatorFlag(fs, &operator)
 	})
 	if err != nil {
 		return err
 	}
+	operator = orLogin(operator)
 	if strings.TrimSpace(text) == "" {
 		return fmt.Errorf("%w: --text is required: the note itself", errUsage)
 	}
-	svc, cleanup, err := newService(ctx, e)
+	svc, cleanup, err := newBooks(ctx, e)
 	if err != nil {
 		return err
 	}

@@ -575,10 +575,15 @@ func TestServeStripeNeedsWebhookSecret(t *testing.T) {
 		t.Errorf("fake provider: exit %d: %s", code, stderr)
 	}
 
-	code, _, stderr = run(t, nil, append(serve, "--webhooks", "maybe")...)
-	if code != 2 || !strings.Contains(stderr, `--webhooks / PAYRECON_WEBHOOKS = "maybe"`) {
-		t.Errorf("--webhooks maybe: exit %d: %s", code, stderr)
+	code, _, stderr = run(t, nil, append(serve, "--webhooks=maybe")...)
+	if code != 2 || !strings.Contains(stderr, `--webhooks "maybe": want true or false`) {
+		t.Errorf("--webhooks=maybe: exit %d: %s", code, stderr)
 	}
+	code, _, stderr = run(t, map[string]string{"PAYRECON_WEBHOOKS": "maybe"}, serve...)
+	if code != 2 || !strings.Contains(stderr, `PAYRECON_WEBHOOKS="maybe" (--webhooks): want true or false`) {
+		t.Errorf("PAYRECON_WEBHOOKS=maybe: exit %d: %s", code, stderr)
+	}
+	os.Unsetenv("PAYRECON_WEBHOOKS")
 
 	// With --webhooks=false and nothing else refused, serve starts: told
 	// to stop as soon as it logs that it listens, it drains and exits 0.

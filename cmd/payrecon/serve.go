@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"sync"
 	"time"
 
@@ -49,60 +48,72 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	}
 	a.sched, err = cron.New(st, sweeps, cron.Config{Owner: a.svc.Config().WorkerID, Logger: e.log, Observer: metrics})
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w", errUsage, err))
+		return fail(usageError(err))
 	}
 
 	tolerance, err := e.settings.duration("webhook-tolerance")
 	if err != nil {
-		return fail(fmt.Errorf("%w: %w", errUsage, err))
+		return fail(usageError(err))
 	}
 	webhooks := map[string]rhttp.WebhookVerifier{}
 	if opts.webhooks {
 		on, err := e.settings.boolean("webhooks")
 		if err != nil {
-			return fail(fmt.Errorf("%w: %w", errUsage, err))
+			return fail(usageError(err))
 		}
-		secret := os.Getenv("STRIPE_WEBHOOK_SECRET")
+		secret, err := e.settings.secret("stripe-webhook-secret")
+		if err != nil && on {
+			return fail(usageError(err))
+		}
 		switch {
 		case !on:
 			e.log.Info("webhooks are off (--webhooks=false): POST /webhooks/stripe is not served")
 		case secret != "":
 			v, err := stripe.NewWebhookVerifier(stripe.WebhookConfig{Secret: secret, Tolerance: tolerance})
 			if err != nil {
-				return fail(fmt.Errorf("%w: STRIPE_WEBHOOK_SECRET: %w", errUsage, err))
+				return fail(usageError(fmt.Errorf("STRIPE_WEBHOOK_SECRET: %w", err)))
 			}
 			webhooks["stripe"] = v
 			e.log.Info("serving POST /webhooks/stripe")
 		case e.settings.str("provider") == "stripe":
 			// Stripe's webhooks are the second source of truth: without them
 			// every unknown outcome waits for the next scheduled check.
-			return fail(fmt.Errorf("%w: refusing to serve --provider stripe without webhooks: STRIPE_WEBHOOK_SECRET is not set; "+
-				"set it to the endpoint's signing secret (whsec_…), or run without webhooks with --webhooks=false / PAYRECON_WEBHOOKS=false", errUsage))
+			return fail(usageError(errors.New("refusing to serve --provider stripe without webhooks: STRIPE_WEBHOOK_SECRET is not set; " +
+				"set it (or STRIPE_WEBHOOK_SECRET_FILE) to the endpoint's signing secret (whsec_…), or run without webhooks with --webhooks=false / PAYRECON_WEBHOOKS=false")))
 		default:
 			e.log.Warn("STRIPE_WEBHOOK_SECRET is not set: POST /webhooks/stripe is not served")
 		}
 	}
+	metricsToken, err := e.settings.secret("metrics-token")
+	if err != nil {
+		return fail(usageError(err))
+	}
 	a.server = rhttp.New(a.svc, rhttp.Config{
-		Addr:     e.settings.str("addr"),
-		Webhooks: webhooks,
-		Metrics:  metrics.Handler(),
-		Observer: metrics,
-		Logger:   e.log,
+		Addr:         e.settings.str("addr"),
+		Webhooks:     webhooks,
+		Metrics:      metrics.Handler(),
+		MetricsAddr:  e.settings.str("metrics-addr"),
+		MetricsToken: metricsToken,
+		Observer:     metrics,
+		Logger:       e.log,
 	})
 
 	if opts.api {
 		serveAPI, err := e.settings.boolean("api")
 		if err != nil {
-			return fail(fmt.Errorf("%w: %w", errUsage, err))
+			return fail(usageError(err))
 		}
 		if serveAPI {
-			tokens := e.settings.str("api-token")
+			tokens, err := e.settings.secret("api-token")
+			if err != nil {
+				return fail(usageError(err))
+			}
 			if tokens == "" {
-				return fail(fmt.Errorf("%w: refusing to serve the purchase API unauthenticated: set --api-token / PAYRECON_API_TOKEN (or --api=false)", errUsage))
+				return fail(usageError(errors.New("refusing to serve the purchase API unauthenticated: set --api-token / PAYRECON_API_TOKEN (or PAYRECON_API_TOKEN_FILE), or turn the API off with --api=false")))
 			}
 			clients, err := rhttp.ParseAPITokens(tokens)
 			if err != nil {
-				return fail(fmt.Errorf("%w: --api-token / PAYRECON_API_TOKEN: %w", errUsage, err))
+				return fail(usageError(fmt.Errorf("--api-token / PAYRECON_API_TOKEN: %w", err)))
 			}
 			api, err := rhttp.NewPurchaseAPI(a.svc, clients)
 			if err != nil {
@@ -124,12 +135,12 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 func (e *env) sweeps(svc *reconcile.Service, metrics *prometheus.Metrics) ([]cron.Sweep, error) {
 	cfg, err := e.settings.sweepConfig()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
+		return nil, usageError(err)
 	}
 	st := svc.Store()
 	sweeps, err := cron.Sweeps(svc, func(ctx context.Context) error { return metrics.Refresh(ctx, st) }, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", errUsage, err)
+		return nil, usageError(err)
 	}
 	return sweeps, nil
 }
@@ -177,12 +188,16 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 }
 
 func runServe(ctx context.Context, e *env, args []string) error {
-	if _, err := e.parse("serve", args, nil); err != nil {
+	rest, err := e.parse("serve", args, nil)
+	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return usageError(fmt.Errorf("unexpected arguments %q: serve takes only flags", rest))
 	}
 	worker, err := e.settings.boolean("worker")
 	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return usageError(err)
 	}
 	a, err := newApp(ctx, e, appOptions{api: true, webhooks: true, ops: true})
 	if err != nil {
@@ -197,8 +212,12 @@ func runServe(ctx context.Context, e *env, args []string) error {
 }
 
 func runWorker(ctx context.Context, e *env, args []string) error {
-	if _, err := e.parse("worker", args, nil); err != nil {
+	rest, err := e.parse("worker", args, nil)
+	if err != nil {
 		return err
+	}
+	if len(rest) > 0 {
+		return usageError(fmt.Errorf("unexpected arguments %q: worker takes only flags", rest))
 	}
 	a, err := newApp(ctx, e, appOptions{})
 	if err != nil {

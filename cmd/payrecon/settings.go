@@ -5,20 +5,30 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/peterbourgon/ff/v3"
+	robfig "github.com/robfig/cron/v3"
+
+	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/cron"
+	rhttp "github.com/payrecon/payrecon/reconcile/http"
 )
 
 // setting is one configuration value with a flag, an environment variable
-// and a default. A flag given on the command line wins over the
-// environment, which wins over the default.
+// and a default; it can also be set in the config file (--config). A flag
+// given on the command line wins over the environment, which wins over
+// the config file, which wins over the default. A few secrets of Stripe's
+// are read from the environment only (envOnly), under Stripe's own names.
 //
 // A setting that configures a component takes its default from that
 // component's config (reconcile.DefaultConfig, cron.DefaultSweepConfig,
@@ -26,73 +36,200 @@ import (
 // an empty default leaves the field zero, to the component's default:
 // TestFlagDefaultsAreTheConfigs checks both.
 type setting struct {
-	name  string // flag name, without dashes
+	name  string // flag name, without dashes; for an envOnly setting, a key for the code
 	env   string
 	def   string
+	kind  *kind
 	usage string
-	value string // resolved value
+	// envOnly: no flag and no config-file line, the environment only.
+	envOnly bool
+	// secret: never printed or logged (a database URL only redacted);
+	// read from a file with its -file setting; a warning is logged when
+	// it is given on the command line, where every user of the machine
+	// can read it (ps).
+	secret bool
+	// fileFor names the secret whose value this setting's file holds.
+	fileFor string
+	// defFor overrides the default for some commands.
+	defFor map[string]string
+
+	value  string // resolved value
+	source source // where the value came from
 }
+
+// source says where a setting's value came from.
+type source int
+
+const (
+	fromDefault source = iota
+	fromFlag
+	fromEnv
+	fromConfig
+)
+
+// kind is the type of a setting's value: its name in the help, and the
+// check a value must pass, whatever its source. A value is checked when
+// it is set, so a bad one is refused before anything is opened.
+type kind struct {
+	typ   string
+	check func(v string) error // nil: any text
+}
+
+// The kinds of settings.
+var (
+	kindString      = &kind{typ: "string"}
+	kindPath        = &kind{typ: "path"}
+	kindAddr        = &kind{typ: "host:port", check: checkAddr}
+	kindHTTPURL     = &kind{typ: "URL", check: checkHTTPURL}
+	kindDatabaseURL = &kind{typ: "URL", check: checkDatabaseURL}
+	kindDuration    = &kind{typ: "duration", check: checkDuration}
+	kindDurations   = &kind{typ: "durations", check: checkDurations}
+	kindCount       = &kind{typ: "int", check: checkCount}
+	kindBool        = &kind{typ: "bool", check: checkBool}
+	kindProvider    = &kind{typ: "fake|stripe", check: checkOneOf("fake", "stripe")}
+	kindLevel       = &kind{typ: "level", check: checkLevel}
+	kindFormat      = &kind{typ: "text|json", check: checkOneOf("text", "json")}
+	kindSchedule    = &kind{typ: "schedule", check: checkSchedule}
+	kindFaults      = &kind{typ: "faults", check: checkFaults}
+	kindAPITokens   = &kind{typ: "tokens", check: checkAPITokens}
+	kindToken       = &kind{typ: "token", check: checkToken}
+	kindSecret      = &kind{typ: "secret"}
+)
+
+// minTokenLen is the shortest API or operator token reconcile/http
+// accepts (TestTokenRules holds it to that).
+const minTokenLen = 16
 
 // settings holds every setting payrecon knows, so that `payrecon help`
 // lists them all and every command resolves them the same way.
 type settings struct {
 	list  []*setting
 	byKey map[string]*setting
+	// bad is the last value a setting refused, for the error message:
+	// the flag package's own message would show a secret.
+	bad *badValue
+}
+
+// badValue is a value a setting refused.
+type badValue struct {
+	st    *setting
+	value string
+	err   error
 }
 
 // defaultAddr is the default of --addr: rhttp.Config.Addr's default, and
-// the fake provider's listen address too.
-const defaultAddr = "127.0.0.1:8080"
+// the fake provider's listen address too. defaultWorkerAddr is its
+// default for `worker`, so that a worker runs beside `serve` on one
+// machine as it is.
+const (
+	defaultAddr       = "127.0.0.1:8080"
+	defaultWorkerAddr = "127.0.0.1:8081"
+)
+
+// envPrefix is the prefix of every environment variable of a setting with
+// a flag: PAYRECON_ and the flag's name in capitals, '-' as '_' (the
+// rule of ff.WithEnvVarPrefix; TestEnvNames holds the table to it).
+const envPrefix = "PAYRECON"
 
 func newSettings() *settings {
 	s := &settings{byKey: map[string]*setting{}}
-	add := func(name, env, def, usage string) {
-		st := &setting{name: name, env: env, def: def, usage: usage}
+	add := func(st *setting) *setting {
 		s.list = append(s.list, st)
-		s.byKey[name] = st
+		s.byKey[st.name] = st
+		return st
+	}
+	plain := func(name, env, def string, k *kind, usage string) {
+		add(&setting{name: name, env: env, def: def, kind: k, usage: usage})
+	}
+	secret := func(name, env string, k *kind, usage, fileEnv string) {
+		st := add(&setting{name: name, env: env, kind: k, usage: usage, secret: true})
+		file := &setting{name: name + "-file", env: fileEnv, kind: kindPath, fileFor: name,
+			usage: "a file holding " + labelOf(name, env) + ", instead of the value itself (one trailing newline is dropped)"}
+		if strings.HasPrefix(env, "STRIPE_") {
+			st.envOnly, file.envOnly = true, true
+		}
+		add(file)
 	}
 	rc := reconcile.DefaultConfig()
 	sw := cron.DefaultSweepConfig()
-	add("database-url", "PAYRECON_DATABASE_URL", "", "database: postgres://… (default: a SQLite file in the user's data directory, sqlite:PATH)")
-	add("addr", "PAYRECON_ADDR", defaultAddr, "HTTP listen address of `serve` (webhooks, API, /ops, /metrics), of `worker` (/healthz, /readyz, /metrics) and of `fakeprovider` (its Stripe-compatible API)")
-	add("worker-id", "PAYRECON_WORKER_ID", "", "worker name in leases and the audit (default: host-pid)")
-	add("lease-duration", "PAYRECON_LEASE_DURATION", formatDuration(rc.LeaseDuration), "how long a job claim is valid; at least twice --provider-timeout")
-	add("provider-timeout", "PAYRECON_PROVIDER_TIMEOUT", formatDuration(rc.ProviderTimeout), "deadline of one provider call")
-	add("backoff", "PAYRECON_BACKOFF", formatDurations(rc.Backoff), "delays between checks of an uncertain purchase; the last repeats")
-	add("max-attempts", "PAYRECON_MAX_ATTEMPTS", strconv.Itoa(rc.MaxAttempts), "job runs before an unresolved purchase is escalated")
-	add("max-uncertain-age", "PAYRECON_MAX_UNCERTAIN_AGE", formatDuration(rc.MaxUncertainAge), "time in uncertainty before escalation")
-	add("escalated-interval", "PAYRECON_ESCALATED_INTERVAL", formatDuration(rc.EscalatedInterval), "check cadence of an escalated purchase")
-	add("key-retention", "PAYRECON_KEY_RETENTION", formatDuration(rc.KeyRetention), "how long the provider keeps idempotency keys, from the first attempt")
-	add("key-replay-margin", "PAYRECON_KEY_REPLAY_MARGIN", formatDuration(rc.KeyReplayMargin), "stop replaying this long before the key retention ends")
-	add("batch-size", "PAYRECON_BATCH_SIZE", strconv.Itoa(rc.BatchSize), "jobs claimed per poll")
-	add("concurrency", "PAYRECON_CONCURRENCY", strconv.Itoa(rc.Concurrency), "jobs one worker runs at once")
-	add("poll-interval", "PAYRECON_POLL_INTERVAL", formatDuration(rc.PollInterval), "wait between polls when idle")
-	add("shutdown-grace", "PAYRECON_SHUTDOWN_GRACE", formatDuration(rc.ShutdownGrace), "how long in-flight jobs may finish on SIGTERM")
-	add("max-amount", "PAYRECON_MAX_AMOUNT", strconv.FormatInt(rc.MaxAmount, 10), "largest purchase amount, in minor units")
-	add("provider", "PAYRECON_PROVIDER", "fake", "payment provider: fake (in-process simulator) or stripe")
-	add("fake-faults", "PAYRECON_FAKE_FAULTS", "", "fault mix of the fake provider, e.g. lost_reply=0.2,timeout=0.1,stale_processing=0.1,search_lag=30s,seed=7")
-	add("stripe-api-base", "PAYRECON_STRIPE_API_BASE", "", "Stripe API base URL override, e.g. a local fake Stripe server (default Stripe's)")
+	plain("config", "PAYRECON_CONFIG", "", kindPath, "a config file: one setting a line, its flag's name and its value (lease-duration 10m); # starts a comment")
+	secret("database-url", "PAYRECON_DATABASE_URL", kindDatabaseURL, "database: postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=… or sqlite:PATH (default: a SQLite file in the user's data directory)", "PAYRECON_DATABASE_URL_FILE")
+	add(&setting{name: "addr", env: "PAYRECON_ADDR", def: defaultAddr, kind: kindAddr, defFor: map[string]string{"worker": defaultWorkerAddr},
+		usage: "HTTP listen address of serve (webhooks, API, /ops, /metrics), of worker (/healthz, /readyz, /metrics; its own default, so that it runs beside serve) and of fakeprovider (its Stripe-compatible API)"})
+	plain("worker-id", "PAYRECON_WORKER_ID", "", kindString, "worker name in leases and the audit (default: host-pid)")
+	plain("lease-duration", "PAYRECON_LEASE_DURATION", formatDuration(rc.LeaseDuration), kindDuration, "how long a job claim is valid; at least twice --provider-timeout")
+	plain("provider-timeout", "PAYRECON_PROVIDER_TIMEOUT", formatDuration(rc.ProviderTimeout), kindDuration, "deadline of one provider call")
+	plain("backoff", "PAYRECON_BACKOFF", formatDurations(rc.Backoff), kindDurations, "delays between checks of an uncertain purchase, comma-separated; the last repeats")
+	plain("max-attempts", "PAYRECON_MAX_ATTEMPTS", strconv.Itoa(rc.MaxAttempts), kindCount, "job runs before an unresolved purchase is escalated")
+	plain("max-uncertain-age", "PAYRECON_MAX_UNCERTAIN_AGE", formatDuration(rc.MaxUncertainAge), kindDuration, "time in uncertainty before escalation")
+	plain("escalated-interval", "PAYRECON_ESCALATED_INTERVAL", formatDuration(rc.EscalatedInterval), kindDuration, "check cadence of an escalated purchase")
+	plain("key-retention", "PAYRECON_KEY_RETENTION", formatDuration(rc.KeyRetention), kindDuration, "how long the provider keeps idempotency keys, from the first attempt")
+	plain("key-replay-margin", "PAYRECON_KEY_REPLAY_MARGIN", formatDuration(rc.KeyReplayMargin), kindDuration, "stop replaying this long before the key retention ends")
+	plain("batch-size", "PAYRECON_BATCH_SIZE", strconv.Itoa(rc.BatchSize), kindCount, "jobs claimed per poll")
+	plain("concurrency", "PAYRECON_CONCURRENCY", strconv.Itoa(rc.Concurrency), kindCount, "jobs one worker runs at once")
+	plain("poll-interval", "PAYRECON_POLL_INTERVAL", formatDuration(rc.PollInterval), kindDuration, "wait between polls when idle")
+	plain("shutdown-grace", "PAYRECON_SHUTDOWN_GRACE", formatDuration(rc.ShutdownGrace), kindDuration, "how long in-flight jobs may finish on SIGTERM")
+	plain("max-amount", "PAYRECON_MAX_AMOUNT", strconv.FormatInt(rc.MaxAmount, 10), kindCount, "largest purchase amount, in minor units")
+	plain("provider", "PAYRECON_PROVIDER", "fake", kindProvider, "payment provider: fake (in-process simulator) or stripe")
+	plain("fake-faults", "PAYRECON_FAKE_FAULTS", "", kindFaults, "fault mix of the fake provider, e.g. lost_reply=0.2,timeout=0.1,stale_processing=0.1,search_lag=30s,seed=7")
+	plain("stripe-api-base", "PAYRECON_STRIPE_API_BASE", "", kindHTTPURL, "Stripe API base URL override, e.g. a payrecon fakeprovider (default Stripe's)")
+	secret("stripe-secret-key", "STRIPE_SECRET_KEY", kindSecret, "Stripe secret key (sk_…) for --provider stripe; environment only, to keep it out of argv", "STRIPE_SECRET_KEY_FILE")
+	secret("stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", kindSecret, "Stripe webhook signing secret (whsec_…): serve verifies POST /webhooks/stripe with it, fakeprovider signs with it; environment only", "STRIPE_WEBHOOK_SECRET_FILE")
 	// In seconds, as Stripe states it.
-	add("webhook-tolerance", "PAYRECON_WEBHOOK_TOLERANCE", formatSeconds(stripe.DefaultWebhookTolerance), "maximum age of a webhook signature")
-	add("worker", "PAYRECON_WORKER", "true", "`serve` also runs the worker and its scheduler (true or false)")
-	add("webhooks", "PAYRECON_WEBHOOKS", "true", "`serve` serves POST /webhooks/stripe (true or false); with --provider stripe it refuses to start without STRIPE_WEBHOOK_SECRET unless this is false")
-	add("api-token", "PAYRECON_API_TOKEN", "", "purchase API bearer tokens, comma-separated, each name:token or token; `serve` refuses to start the API without one")
-	add("api", "PAYRECON_API", "true", "`serve` serves the purchase API (true or false)")
-	add("ops-token", "PAYRECON_OPS_TOKEN", "", "operator bearer token for /ops (distinct from the API tokens); without it the ops pages are not served")
-	add("sweep-rescue", "PAYRECON_SWEEP_RESCUE", sw.RescueSchedule, "cron schedule: take over jobs whose lease expired")
-	add("sweep-escalate", "PAYRECON_SWEEP_ESCALATE", sw.EscalateSchedule, "cron schedule: escalate purchases uncertain too long")
-	add("sweep-gauges", "PAYRECON_SWEEP_GAUGES", sw.GaugesSchedule, "cron schedule: refresh the gauges read from the database")
-	add("sweep-unmatched", "PAYRECON_SWEEP_UNMATCHED", sw.UnmatchedSchedule, "cron schedule: apply webhooks stored as unmatched")
-	add("sweep-retention", "PAYRECON_SWEEP_RETENTION", sw.RetentionSchedule, "cron schedule: delete old inbox rows and expired idempotency keys")
-	add("sweep-audit", "PAYRECON_SWEEP_AUDIT", sw.AuditSchedule, "cron schedule: the audit from the provider's side (lists the provider's payments and matches them to the books)")
-	add("audit-overlap", "PAYRECON_AUDIT_OVERLAP", formatDuration(rc.AuditOverlap), "how far before the last audit's end the scheduled audit starts, so that windows overlap")
-	add("audit-settle", "PAYRECON_AUDIT_SETTLE", formatDuration(rc.AuditSettle), "how long before now the scheduled audit's window ends, leaving payments still being created to the next run")
-	add("inbox-retention", "PAYRECON_INBOX_RETENTION", formatDuration(sw.InboxRetention), "how long webhook inbox rows are kept; at least "+
+	plain("webhook-tolerance", "PAYRECON_WEBHOOK_TOLERANCE", formatSeconds(stripe.DefaultWebhookTolerance), kindDuration, "maximum age of a webhook signature")
+	plain("worker", "PAYRECON_WORKER", "true", kindBool, "serve also runs the worker and its scheduler (--worker=false turns them off)")
+	plain("webhooks", "PAYRECON_WEBHOOKS", "true", kindBool, "serve serves POST /webhooks/stripe; with --provider stripe it refuses to start without STRIPE_WEBHOOK_SECRET unless this is false")
+	plain("api", "PAYRECON_API", "true", kindBool, "serve serves the purchase API (--api=false turns it off)")
+	secret("api-token", "PAYRECON_API_TOKEN", kindAPITokens, fmt.Sprintf("purchase API bearer tokens, comma-separated, each name:token (or a bare token), each at least %d characters; serve refuses to start the API without one", minTokenLen), "PAYRECON_API_TOKEN_FILE")
+	secret("ops-token", "PAYRECON_OPS_TOKEN", kindToken, fmt.Sprintf("operator token for /ops, at least %d characters, distinct from every API token; without it the ops pages are not served", minTokenLen), "PAYRECON_OPS_TOKEN_FILE")
+	plain("metrics-addr", "PAYRECON_METRICS_ADDR", "", kindAddr, "a listen address of its own for /metrics, of serve and worker; /metrics is then not served on --addr (default: /metrics on --addr)")
+	secret("metrics-token", "PAYRECON_METRICS_TOKEN", kindToken, fmt.Sprintf("bearer token /metrics requires (Prometheus' authorization credentials), at least %d characters (default: none, /metrics is open)", minTokenLen), "PAYRECON_METRICS_TOKEN_FILE")
+	plain("sweep-rescue", "PAYRECON_SWEEP_RESCUE", sw.RescueSchedule, kindSchedule, "cron schedule: take over jobs whose lease expired")
+	plain("sweep-escalate", "PAYRECON_SWEEP_ESCALATE", sw.EscalateSchedule, kindSchedule, "cron schedule: escalate purchases uncertain too long")
+	plain("sweep-gauges", "PAYRECON_SWEEP_GAUGES", sw.GaugesSchedule, kindSchedule, "cron schedule: refresh the gauges read from the database")
+	plain("sweep-unmatched", "PAYRECON_SWEEP_UNMATCHED", sw.UnmatchedSchedule, kindSchedule, "cron schedule: apply webhooks stored as unmatched")
+	plain("sweep-retention", "PAYRECON_SWEEP_RETENTION", sw.RetentionSchedule, kindSchedule, "cron schedule: delete old inbox rows and expired idempotency keys")
+	plain("sweep-audit", "PAYRECON_SWEEP_AUDIT", sw.AuditSchedule, kindSchedule, "cron schedule: the audit from the provider's side (lists the provider's payments and matches them to the books)")
+	plain("audit-overlap", "PAYRECON_AUDIT_OVERLAP", formatDuration(rc.AuditOverlap), kindDuration, "how far before the last audit's end the scheduled audit starts, so that windows overlap")
+	plain("audit-settle", "PAYRECON_AUDIT_SETTLE", formatDuration(rc.AuditSettle), kindDuration, "how long before now the scheduled audit's window ends, leaving payments still being created to the next run")
+	plain("inbox-retention", "PAYRECON_INBOX_RETENTION", formatDuration(sw.InboxRetention), kindDuration, "how long webhook inbox rows are kept; at least "+
 		formatDuration(cron.MinInboxRetention)+" (Stripe's 3-day redelivery plus a replay margin)")
-	add("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", formatDuration(sw.IdempotencyKeyRetention), "how long purchase API idempotency keys are kept")
-	add("log-level", "PAYRECON_LOG_LEVEL", "info", "debug, info, warn or error")
-	add("log-format", "PAYRECON_LOG_FORMAT", "text", "text or json")
+	plain("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", formatDuration(sw.IdempotencyKeyRetention), kindDuration, "how long purchase API idempotency keys are kept; at least 24h")
+	plain("log-level", "PAYRECON_LOG_LEVEL", "info", kindLevel, "debug, info, warn or error")
+	plain("log-format", "PAYRECON_LOG_FORMAT", "text", kindFormat, "text or json")
 	return s
+}
+
+// labelOf names a setting in messages: "--name / ENV", or ENV alone for
+// an environment-only one.
+func labelOf(name, env string) string {
+	if strings.HasPrefix(env, "STRIPE_") {
+		return env
+	}
+	return "--" + name + " / " + env
+}
+
+func (st *setting) label() string {
+	if st.envOnly {
+		return st.env
+	}
+	return labelOf(st.name, st.env)
+}
+
+// defaultFor is the setting's default in command.
+func (st *setting) defaultFor(command string) string {
+	if d, ok := st.defFor[command]; ok {
+		return d
+	}
+	return st.def
+}
+
+// fileSetting returns the -file setting of a secret, or nil.
+func (s *settings) fileSetting(name string) *setting {
+	if f := s.byKey[name+"-file"]; f != nil && f.fileFor == name {
+		return f
+	}
+	return nil
 }
 
 // formatDuration writes d as a person writes a flag's value: 30s, 2m,
@@ -126,26 +263,196 @@ func formatSeconds(d time.Duration) string {
 	return strconv.FormatInt(int64(d/time.Second), 10) + "s"
 }
 
-// register adds every setting to fs as a string flag.
+// value is a setting's flag.Value. Set checks the text with the
+// setting's kind before keeping it.
+type value struct {
+	s  *settings
+	st *setting
+}
+
+func (v value) String() string {
+	if v.st == nil {
+		return ""
+	}
+	return v.st.value
+}
+
+func (v value) Set(x string) error {
+	if v.st.kind.check != nil {
+		if err := v.st.kind.check(x); err != nil {
+			v.s.bad = &badValue{st: v.st, value: x, err: err}
+			return err
+		}
+	}
+	v.st.value = x
+	return nil
+}
+
+func (v value) IsBoolFlag() bool { return v.st != nil && v.st.kind == kindBool }
+
+// register adds every setting that has a flag to fs.
 func (s *settings) register(fs *flag.FlagSet) {
 	for _, st := range s.list {
-		fs.StringVar(&st.value, st.name, "", st.usage)
+		if !st.envOnly {
+			fs.Var(value{s: s, st: st}, st.name, st.usage)
+		}
 	}
 }
 
-// resolve fills unset flags from the environment, then from defaults.
-func (s *settings) resolve(fs *flag.FlagSet) {
-	set := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+// resolve fills the settings not given on the command line (fs, already
+// parsed; its settings were registered by register) from the environment,
+// then from the config file (--config / PAYRECON_CONFIG), then from their
+// defaults in command. ff does the work: the settings given on fs are
+// handed to it again as arguments, so that it knows them for given.
+func (s *settings) resolve(fs *flag.FlagSet, command string) error {
+	var argv []string
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) {
+		if st := s.byKey[f.Name]; st != nil && !st.envOnly {
+			given[f.Name] = true
+			argv = append(argv, "-"+f.Name+"="+st.value)
+		}
+	})
+	only := flag.NewFlagSet("settings", flag.ContinueOnError)
+	only.SetOutput(io.Discard)
 	for _, st := range s.list {
-		if set[st.name] {
+		st.source = fromDefault
+		if given[st.name] {
+			st.source = fromFlag
+		} else {
+			st.value = st.defaultFor(command)
+		}
+		if !st.envOnly {
+			only.Var(value{s: s, st: st}, st.name, st.usage)
+		}
+	}
+	s.bad = nil
+	err := ff.Parse(only, argv,
+		ff.WithEnvVarPrefix(envPrefix),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(ff.PlainParser))
+	config := s.byKey["config"].value
+	if err != nil {
+		if b := s.bad; b != nil {
+			src := "--config " + config
+			if os.Getenv(b.st.env) == b.value {
+				src = "environment"
+			}
+			return s.badValueError(b, src)
+		}
+		return fmt.Errorf("--config %s: %w", config, err)
+	}
+	only.Visit(func(f *flag.Flag) {
+		st := s.byKey[f.Name]
+		switch {
+		case st.source == fromFlag:
+		case os.Getenv(st.env) != "":
+			st.source = fromEnv
+		default:
+			st.source = fromConfig
+		}
+	})
+	for _, st := range s.list {
+		if st.envOnly {
+			if v := os.Getenv(st.env); v != "" {
+				st.value, st.source = v, fromEnv
+			}
+		}
+	}
+	return nil
+}
+
+// badValueError says which setting refused which value, from where, and
+// what it wants; a secret's value is not shown, a database URL only
+// redacted.
+func (s *settings) badValueError(b *badValue, src string) error {
+	shown := strconv.Quote(b.value)
+	switch {
+	case b.st.kind == kindDatabaseURL:
+		shown = "" // the check's own message shows it redacted
+	case b.st.secret:
+		shown = "(value hidden)"
+	}
+	var where string
+	switch src {
+	case "flag":
+		where = "--" + b.st.name
+		if shown != "" {
+			where += " " + shown
+		}
+	case "environment":
+		where = b.st.env
+		if shown != "" {
+			where += "=" + shown
+		}
+		where += " (--" + b.st.name + ")"
+	default:
+		where = b.st.name
+		if shown != "" {
+			where += " " + shown
+		}
+		where += " in " + strings.TrimPrefix(src, "--config ") + " (--" + b.st.name + " / " + b.st.env + ")"
+	}
+	return fmt.Errorf("%s: %w", where, b.err)
+}
+
+// secret returns the value of the secret setting name: its own value
+// (flag, environment, config file), or the content of the file its
+// -file setting names, less one trailing newline. Both set is an error,
+// as is a file that cannot be read or is empty. It is read when a
+// command needs it, so that a command that does not need it works
+// whatever the file.
+func (s *settings) secret(name string) (string, error) {
+	st := s.byKey[name]
+	f := s.fileSetting(name)
+	if f == nil || f.value == "" {
+		return st.value, nil
+	}
+	if st.value != "" {
+		return "", fmt.Errorf("%s and %s are both set: give one of them", st.label(), f.label())
+	}
+	data, err := os.ReadFile(f.value)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", f.label(), err)
+	}
+	v := string(data)
+	if t, ok := strings.CutSuffix(v, "\r\n"); ok {
+		v = t
+	} else {
+		v = strings.TrimSuffix(v, "\n")
+	}
+	if v == "" {
+		return "", fmt.Errorf("%s: %s is empty", f.label(), f.value)
+	}
+	if st.kind.check != nil {
+		if err := st.kind.check(v); err != nil {
+			return "", fmt.Errorf("%s: the value in %s: %w", f.label(), f.value, err)
+		}
+	}
+	return v, nil
+}
+
+// set replaces a setting's value, as a command that chooses it does (the
+// demo's temporary database); a secret's file setting is cleared.
+func (s *settings) set(name, v string) {
+	s.byKey[name].value = v
+	if f := s.fileSetting(name); f != nil {
+		f.value = ""
+	}
+}
+
+// warnSecretsInArgs logs a warning for every secret given on the command
+// line, where every user of the machine reads it (ps, /proc/PID/cmdline).
+func (s *settings) warnSecretsInArgs(log *slog.Logger) {
+	for _, st := range s.list {
+		if !st.secret || st.source != fromFlag || st.value == "" {
 			continue
 		}
-		if v, ok := os.LookupEnv(st.env); ok {
-			st.value = v
-			continue
+		if st.kind == kindDatabaseURL && redactDatabaseURL(st.value) == st.value {
+			continue // no password in it
 		}
-		st.value = st.def
+		log.Warn("a secret is given on the command line, where every user of this machine can read it (ps, /proc/PID/cmdline)",
+			"flag", "--"+st.name, "instead", fmt.Sprintf("%s_FILE, %s or the config file", st.env, st.env))
 	}
 }
 
@@ -180,15 +487,141 @@ func (s *settings) boolean(name string) (bool, error) {
 
 func (s *settings) durations(name string) ([]time.Duration, error) {
 	st := s.byKey[name]
+	ds, err := parseDurations(st.value)
+	if err != nil {
+		return nil, fmt.Errorf("--%s / %s = %q: %w", st.name, st.env, st.value, err)
+	}
+	return ds, nil
+}
+
+// The checks of the kinds. Each error says what is wanted, without
+// repeating the value (the caller shows it, or hides a secret).
+
+func checkDuration(v string) error {
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return errors.New("want a positive duration such as 30s or 2m")
+	}
+	return nil
+}
+
+func parseDurations(v string) ([]time.Duration, error) {
 	var out []time.Duration
-	for _, part := range strings.Split(st.value, ",") {
+	for _, part := range strings.Split(v, ",") {
 		d, err := time.ParseDuration(strings.TrimSpace(part))
 		if err != nil || d <= 0 {
-			return nil, fmt.Errorf("--%s / %s = %q: want positive durations separated by commas, such as 30s,2m,10m,1h", st.name, st.env, st.value)
+			return nil, errors.New("want positive durations separated by commas, such as 30s,2m,10m,1h")
 		}
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+func checkDurations(v string) error {
+	_, err := parseDurations(v)
+	return err
+}
+
+func checkCount(v string) error {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n <= 0 || n != int64(int(n)) {
+		return errors.New("want a positive whole number")
+	}
+	return nil
+}
+
+func checkBool(v string) error {
+	if _, err := strconv.ParseBool(v); err != nil {
+		return errors.New("want true or false")
+	}
+	return nil
+}
+
+func checkOneOf(values ...string) func(string) error {
+	return func(v string) error {
+		if !slices.Contains(values, v) {
+			return fmt.Errorf("want %s", strings.Join(values, " or "))
+		}
+		return nil
+	}
+}
+
+func checkLevel(v string) error {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(v)); err != nil {
+		return errors.New("want debug, info, warn or error")
+	}
+	return nil
+}
+
+func checkAddr(v string) error {
+	if v == "" {
+		return nil // the default
+	}
+	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+		return errors.New("want HOST:PORT, such as 127.0.0.1:8080 (port 0 picks a free one)")
+	}
+	return nil
+}
+
+func checkHTTPURL(v string) error {
+	if v == "" {
+		return nil
+	}
+	u, err := url.Parse(v)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return errors.New("want an http:// or https:// URL, such as http://127.0.0.1:12111")
+	}
+	return nil
+}
+
+func checkDatabaseURL(v string) error {
+	_, err := parseDatabaseURL(v)
+	return err
+}
+
+// checkSchedule accepts what the sweeps' scheduler accepts: a standard
+// cron line (5 fields), a descriptor (@hourly, @every 30s), optionally
+// after TZ=ZONE and a space.
+//
+// robfig/cron v3.0.1 panics on a TZ= or CRON_TZ= prefix with no space
+// after it (it slices up to the missing space; FuzzSettings found it,
+// testdata/fuzz/FuzzSettings/632ead4825ed8702): such a schedule is
+// refused here, before the scheduler sees it, and any other panic of the
+// parser is taken for a refusal too.
+func checkSchedule(v string) (err error) {
+	if (strings.HasPrefix(v, "TZ=") || strings.HasPrefix(v, "CRON_TZ=")) && !strings.Contains(v, " ") {
+		return errors.New("want TZ=ZONE, a space and the schedule, such as \"TZ=Europe/Paris 0 9 * * *\"")
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("not a schedule (%v)", r)
+		}
+	}()
+	if _, err := robfig.ParseStandard(v); err != nil {
+		return fmt.Errorf("%w: want a cron schedule such as \"*/5 * * * *\", @hourly or \"@every 30s\"", err)
+	}
+	return nil
+}
+
+func checkFaults(v string) error {
+	_, _, err := fakeprovider.ParseSpec(v)
+	return err
+}
+
+func checkAPITokens(v string) error {
+	if v == "" {
+		return nil
+	}
+	_, err := rhttp.ParseAPITokens(v)
+	return err
+}
+
+func checkToken(v string) error {
+	if v != "" && len(v) < minTokenLen {
+		return fmt.Errorf("the token is shorter than %d characters", minTokenLen)
+	}
+	return nil
 }
 
 // reconcileConfig builds the protocol's configuration from the settings.
@@ -257,18 +690,110 @@ func (s *settings) sweepConfig() (cron.SweepConfig, error) {
 	}, nil
 }
 
-// printSettings writes the table `payrecon help` shows.
-func (s *settings) printSettings(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "FLAG\tENVIRONMENT\tDEFAULT\tMEANING")
-	fmt.Fprintln(tw, "-\tSTRIPE_SECRET_KEY\t-\tStripe secret key for --provider stripe (environment only: keep it out of argv)")
-	fmt.Fprintln(tw, "-\tSTRIPE_WEBHOOK_SECRET\t-\tStripe webhook signing secret (whsec_…); enables POST /webhooks/stripe")
-	for _, st := range s.list {
-		def := st.def
-		if def == "" {
-			def = "-"
+// helpRow is one flag or setting in a help: a line with its head (the
+// flag and its type) and its default, then its text, indented.
+type helpRow struct{ head, def, text string }
+
+// printRows writes rows, their defaults in a column after the widest
+// head of a flag.
+func printRows(w io.Writer, rows []helpRow) {
+	width := 0
+	for _, r := range rows {
+		if strings.HasPrefix(r.head, "-") {
+			width = max(width, len(r.head))
 		}
-		fmt.Fprintf(tw, "--%s\t%s\t%s\t%s\n", st.name, st.env, def, st.usage)
 	}
-	tw.Flush()
+	for _, r := range rows {
+		line := fmt.Sprintf("  %-*s  %s", width, r.head, r.def)
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+		for _, l := range wrap(r.text, 70) {
+			fmt.Fprintf(w, "        %s\n", l)
+		}
+	}
+}
+
+// printSettings writes the settings named (all of them when names is
+// nil) as the help shows them, with their defaults in command: a line
+// with the flag, its type and its default, then, indented, the
+// environment variable and the meaning. An environment-only setting's
+// line names its variable.
+func (s *settings) printSettings(w io.Writer, names []string, command string) {
+	var rows []helpRow
+	for _, st := range s.list {
+		if names != nil && !slices.Contains(names, st.name) {
+			continue
+		}
+		r := helpRow{head: st.env + " (environment only)", text: st.usage}
+		if !st.envOnly {
+			r.head = "--" + st.name
+			if st.kind != kindBool {
+				r.head += " " + st.kind.typ
+			}
+			r.text = st.env + ": " + st.usage
+		}
+		if d := st.defaultFor(command); d != "" {
+			r.def = "default " + d
+		}
+		if command == "" {
+			for _, c := range slices.Sorted(mapKeys(st.defFor)) {
+				r.def += fmt.Sprintf(" (%s %s)", c, st.defFor[c])
+			}
+		}
+		rows = append(rows, r)
+	}
+	printRows(w, rows)
+}
+
+func mapKeys(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for k := range m {
+			if !yield(k) {
+				return
+			}
+		}
+	}
+}
+
+// wrap splits text into lines of at most width bytes, between words.
+func wrap(text string, width int) []string {
+	var lines []string
+	line := ""
+	for _, word := range strings.Fields(text) {
+		if line != "" && len(line)+1+len(word) > width {
+			lines = append(lines, line)
+			line = ""
+		}
+		if line != "" {
+			line += " "
+		}
+		line += word
+	}
+	if line != "" {
+		lines = append(lines, line)
+	}
+	return lines
+}
+
+// markdownSettings is the README's table of the settings.
+func (s *settings) markdownSettings() string {
+	var b strings.Builder
+	b.WriteString("| flag | environment | default | meaning |\n|---|---|---|---|\n")
+	for _, st := range s.list {
+		flagCol := "—"
+		if !st.envOnly {
+			flagCol = "`--" + st.name + "`"
+			if st.kind != kindBool {
+				flagCol = "`--" + st.name + " " + st.kind.typ + "`"
+			}
+		}
+		def := "—"
+		if st.def != "" {
+			def = "`" + st.def + "`"
+		}
+		for _, c := range slices.Sorted(mapKeys(st.defFor)) {
+			def += fmt.Sprintf(" (%s: `%s`)", c, st.defFor[c])
+		}
+		fmt.Fprintf(&b, "| %s | `%s` | %s | %s |\n", flagCol, st.env, def, strings.ReplaceAll(st.usage, "|", "\\|"))
+	}
+	return b.String()
 }

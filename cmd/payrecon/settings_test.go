@@ -58,15 +58,26 @@ var settingsOfNoConfig = map[string]string{
 	// rhttp.Config.Addr has the same default, "127.0.0.1:8080", but
 	// reconcile/http does not export it yet; `fakeprovider` listens on
 	// --addr too.
-	"addr":       "a listen address",
-	"provider":   "which provider to build",
-	"worker":     "which parts `serve` runs",
-	"webhooks":   "which parts `serve` runs",
-	"api":        "which parts `serve` runs",
-	"api-token":  "a secret: no default",
-	"ops-token":  "a secret: no default",
-	"log-level":  "the command's logger",
-	"log-format": "the command's logger",
+	"addr":                       "a listen address",
+	"provider":                   "which provider to build",
+	"worker":                     "which parts `serve` runs",
+	"webhooks":                   "which parts `serve` runs",
+	"api":                        "which parts `serve` runs",
+	"api-token":                  "a secret: no default",
+	"ops-token":                  "a secret: no default",
+	"stripe-secret-key":          "a secret: no default",
+	"stripe-webhook-secret":      "a secret: no default",
+	"database-url-file":          "a secret's file",
+	"api-token-file":             "a secret's file",
+	"ops-token-file":             "a secret's file",
+	"metrics-addr":               "a listen address; empty leaves rhttp.Config.MetricsAddr zero (/metrics on --addr)",
+	"metrics-token":              "a secret: no default",
+	"metrics-token-file":         "a secret's file",
+	"stripe-secret-key-file":     "a secret's file",
+	"stripe-webhook-secret-file": "a secret's file",
+	"config":                     "where the settings come from",
+	"log-level":                  "the command's logger",
+	"log-format":                 "the command's logger",
 }
 
 // defaultSettings returns the settings resolved from no flag and no
@@ -82,7 +93,9 @@ func defaultSettings(t *testing.T) *settings {
 	if err := fs.Parse(nil); err != nil {
 		t.Fatal(err)
 	}
-	s.resolve(fs)
+	if err := s.resolve(fs, ""); err != nil {
+		t.Fatal(err)
+	}
 	return s
 }
 

@@ -1,0 +1,202 @@
+package main
+
+import (
+	"errors"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/payrecon/payrecon/internal/pgtest"
+)
+
+// TestRedactDatabaseURL: every form a database password takes is masked,
+// and nothing else is.
+func TestRedactDatabaseURL(t *testing.T) {
+	for _, tt := range []struct{ name, in, want string }{
+		{"userinfo", "postgres://app:s3cret@db.example:5432/payrecon?sslmode=require", "postgres://app:xxxxx@db.example:5432/payrecon?sslmode=require"},
+		{"postgresql scheme", "postgresql://app:s3cret@db/payrecon", "postgresql://app:xxxxx@db/payrecon"},
+		{"empty user", "postgres://:s3cret@db/payrecon", "postgres://:xxxxx@db/payrecon"},
+		{"percent-encoded password", "postgres://app:s3%40cr%2Fet@db/payrecon", "postgres://app:xxxxx@db/payrecon"},
+		{"query password", "postgres://app@db/payrecon?password=s3cret&sslmode=disable", "postgres://app@db/payrecon?password=xxxxx&sslmode=disable"},
+		{"query password last", "postgres://app@db/payrecon?sslmode=disable&password=s3cret", "postgres://app@db/payrecon?sslmode=disable&password=xxxxx"},
+		{"sslpassword", "postgres://app@db/payrecon?sslkey=/k.pem&sslpassword=s3cret", "postgres://app@db/payrecon?sslkey=/k.pem&sslpassword=xxxxx"},
+		{"encoded parameter name", "postgres://app@db/payrecon?pass%77ord=s3cret", "postgres://app@db/payrecon?pass%77ord=xxxxx"},
+		{"capitals", "postgres://app@db/payrecon?PASSWORD=s3cret", "postgres://app@db/payrecon?PASSWORD=xxxxx"},
+		{"both", "postgres://app:one@db/payrecon?password=two", "postgres://app:xxxxx@db/payrecon?password=xxxxx"},
+		{"unencoded @ in the password", "postgres://app:s3@cret@db/payrecon", "postgres://app:xxxxx@db/payrecon"},
+		{"unencoded / in the password", "postgres://app:s3/cret@db/payrecon", "postgres://app:xxxxx@db/payrecon"},
+		{"unencoded # and ? in the password", "postgres://app:s3#c?ret@db/payrecon", "postgres://app:xxxxx@db/payrecon"},
+		{"unencoded : in the password", "postgres://app:s3:cret@db/payrecon", "postgres://app:xxxxx@db/payrecon"},
+		{"IPv6 host", "postgres://app:s3cret@[::1]:5432/payrecon", "postgres://app:xxxxx@[::1]:5432/payrecon"},
+		{"several hosts", "postgres://app:s3cret@h1:5432,h2:5433/payrecon", "postgres://app:xxxxx@h1:5432,h2:5433/payrecon"},
+		{"an @ in a query value", "postgres://app@db:5432/payrecon?password=s3@cret", "postgres://app@db:5432/payrecon?password=xxxxx"},
+		{"no password", "postgres://app@db:5432/payrecon?sslmode=disable", "postgres://app@db:5432/payrecon?sslmode=disable"},
+		{"key=value", "host=db user=app password=s3cret dbname=payrecon", "host=db user=app password=xxxxx dbname=payrecon"},
+		{"key=value quoted", `host=db password='s3 cr\'et' dbname=payrecon`, "host=db password=xxxxx dbname=payrecon"},
+		{"key=value spaces around =", "host=db password = s3cret dbname=payrecon", "host=db password = xxxxx dbname=payrecon"},
+		{"key=value sslpassword", "host=db sslpassword=s3cret", "host=db sslpassword=xxxxx"},
+		{"key=value escaped space", `password=s3\ cret host=db`, "password=xxxxx host=db"},
+		{"key=value unterminated quote", "host=db password='s3cret dbname=payrecon", "host=db password=xxxxx"},
+		{"no scheme", "app:s3cret@db/payrecon", "app:xxxxx@db/payrecon"},
+		{"other scheme", "mysql://app:s3cret@db/payrecon", "mysql://app:xxxxx@db/payrecon"},
+		{"no scheme, a query", "db/payrecon?pass%77ord=s3cret&x=1", "db/payrecon?pass%77ord=xxxxx"},
+		{"a :// that is no scheme's", "?password=s3cret://", "?password=xxxxx"},
+		{"sqlite", "sqlite:/var/lib/pay:recon/@x/p.db", "sqlite:/var/lib/pay:recon/@x/p.db"},
+		{"empty", "", ""},
+	} {
+		if got := redactDatabaseURL(tt.in); got != tt.want {
+			t.Errorf("%s: redactDatabaseURL(%q) = %q, want %q", tt.name, tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestRedactionHidesWhatPgxReads: for each form, the password pgx would
+// send (its parser is the one postgres.Open uses) is not in the redacted
+// form.
+func TestRedactionHidesWhatPgxReads(t *testing.T) {
+	t.Setenv("PGPASSFILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("PGSERVICEFILE", filepath.Join(t.TempDir(), "none"))
+	t.Setenv("PGPASSWORD", "")
+	for _, s := range []string{
+		"postgres://app:s3cret-one@db/payrecon",
+		"postgres://app:s3%40cr%2Fet-two@db/payrecon",
+		"postgres://app@db/payrecon?password=s3cret-three",
+		"postgres://app@db/payrecon?pass%77ord=s3cret-four",
+		"postgres://app:s3cret-five@[::1]:5432,h2/payrecon",
+		"host=db user=app password=s3cret-six dbname=payrecon",
+		`host=db password='s3cret seven\'s' dbname=payrecon`,
+		`host=db password = s3cret\ eight`,
+	} {
+		cfg, err := pgconn.ParseConfig(s)
+		if err != nil {
+			t.Fatalf("pgx cannot parse %q: %v", s, err)
+		}
+		if cfg.Password == "" {
+			t.Fatalf("pgx reads no password in %q", s)
+		}
+		if got := redactDatabaseURL(s); strings.Contains(got, cfg.Password) {
+			t.Errorf("redactDatabaseURL(%q) = %q shows pgx's password %q", s, got, cfg.Password)
+		}
+	}
+}
+
+// TestDatabasePasswordNeverShown: wherever --database-url is refused,
+// logged or fails to connect, in every form and from every source, the
+// password is not in the output.
+func TestDatabasePasswordNeverShown(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	const pw = "Pw0rd-never-shown"
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		url  string
+		code int
+		want string
+	}{
+		{"host=db user=app password=" + pw + " dbname=payrecon", 2, "key=value connection string is not supported"},
+		{"host=db password='" + pw + " x' dbname=payrecon", 2, "password=xxxxx"},
+		{"mysql://app:" + pw + "@db/payrecon", 2, "mysql://app:xxxxx@db/payrecon"},
+		{"postgres://app:" + pw + "@127.0.0.1:1/payrecon", 1, "cannot reach database"},
+		{"postgres://app@127.0.0.1:1/payrecon?password=" + pw, 1, "cannot reach database"},
+		{"postgres://app@127.0.0.1:1/payrecon?sslmode=disable&sslpassword=" + pw, 1, "cannot reach database"},
+		{"postgres://app:" + pw + "@127.0.0.1:notaport/payrecon", 1, "payrecon"},
+	} {
+		file := filepath.Join(dir, "db-url")
+		write(t, file, tc.url+"\n")
+		conf := filepath.Join(dir, "payrecon.conf")
+		write(t, conf, "database-url "+tc.url+"\n")
+		for source, run1 := range map[string]func() (int, string, string){
+			"flag": func() (int, string, string) { return run(t, nil, "ops", "list", "--database-url", tc.url) },
+			"env": func() (int, string, string) {
+				return run(t, map[string]string{"PAYRECON_DATABASE_URL": tc.url}, "ops", "list")
+			},
+			"file": func() (int, string, string) {
+				return run(t, map[string]string{"PAYRECON_DATABASE_URL_FILE": file}, "ops", "list")
+			},
+			"config": func() (int, string, string) { return run(t, nil, "ops", "list", "--config", conf) },
+		} {
+			code, out, stderr := run1()
+			unsetenv(t, "PAYRECON_DATABASE_URL", "PAYRECON_DATABASE_URL_FILE")
+			if strings.Contains(stderr+out, pw) {
+				t.Errorf("%s %q: the password is shown:\n%s", source, tc.url, stderr)
+			}
+			if code != tc.code || !strings.Contains(stderr, tc.want) {
+				t.Errorf("%s %q: exit %d, want %d with %q:\n%s", source, tc.url, code, tc.code, tc.want, stderr)
+			}
+		}
+	}
+
+	// The startup log names the store, its password redacted, in both
+	// forms.
+	base, err := url.Parse(pgtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	withUser := *base
+	withUser.User = url.UserPassword(base.User.Username(), pw)
+	withQuery := *base
+	q := withQuery.Query()
+	q.Set("password", pw)
+	withQuery.RawQuery = q.Encode()
+	for _, u := range []string{withUser.String(), withQuery.String()} {
+		code, out, stderr := run(t, nil, "migrate", "--database-url", u)
+		if code != 0 || !strings.Contains(stderr, `msg="store opened" store=postgres database=`) {
+			t.Fatalf("migrate %s: exit %d:\n%s%s", redactDatabaseURL(u), code, out, stderr)
+		}
+		if strings.Contains(stderr+out, pw) || !strings.Contains(stderr, "xxxxx") {
+			t.Errorf("migrate: the log shows the password, or no redacted URL:\n%s", stderr)
+		}
+	}
+}
+
+// TestScrubPasswords: an error text that holds the password (in any form
+// it has in the URL) is masked, and the error still wraps its cause.
+func TestScrubPasswords(t *testing.T) {
+	cause := errors.New("boom")
+	const u = "postgres://app:s3%40cret@db/payrecon?sslpassword='q'"
+	err := scrubPasswords(wrapErr("dial app:s3%40cret and s3@cret failed", cause), u)
+	if strings.Contains(err.Error(), "s3%40cret") || strings.Contains(err.Error(), "s3@cret") || !errors.Is(err, cause) {
+		t.Errorf("scrubbed: %v (wraps the cause: %v)", err, errors.Is(err, cause))
+	}
+	if scrubPasswords(nil, u) != nil {
+		t.Error("nil is not nil")
+	}
+	plain := errors.New("nothing secret")
+	if scrubPasswords(plain, u) != plain {
+		t.Error("an error without the password is not returned as it is")
+	}
+}
+
+type wrapped struct {
+	msg   string
+	cause error
+}
+
+func (w *wrapped) Error() string { return w.msg }
+func (w *wrapped) Unwrap() error { return w.cause }
+
+func wrapErr(msg string, cause error) error { return &wrapped{msg, cause} }
+
+// TestParseDatabaseURL: the forms payrecon accepts, and the ones it
+// refuses.
+func TestParseDatabaseURL(t *testing.T) {
+	for in, want := range map[string]databaseURL{
+		"":                             {kind: "sqlite"},
+		"sqlite:/tmp/p.db":             {kind: "sqlite", path: "/tmp/p.db"},
+		"sqlite:rel/p.db":              {kind: "sqlite", path: "rel/p.db"},
+		"postgres://app@db/payrecon":   {kind: "postgres", url: "postgres://app@db/payrecon"},
+		"postgresql://app@db/payrecon": {kind: "postgres", url: "postgresql://app@db/payrecon"},
+	} {
+		got, err := parseDatabaseURL(in)
+		if err != nil || got != want {
+			t.Errorf("parseDatabaseURL(%q) = %+v, %v; want %+v", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"sqlite:", "mysql://app@db", "host=db password=x", "db.example:5432", "postgres://app\x00@db"} {
+		if _, err := parseDatabaseURL(in); err == nil {
+			t.Errorf("parseDatabaseURL(%q) accepts it", in)
+		}
+	}
+}
