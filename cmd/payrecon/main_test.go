@@ -87,9 +87,11 @@ func TestDemoEndToEnd(t *testing.T) {
 			t.Errorf("%s: timeline has %d lines", r.Scenario, len(r.Timeline))
 		}
 		// The clock stands still until the wrong amount's webhook is
-		// judged: its purchase never gets a replay.
-		if r.Scenario == "webhook with a wrong amount" && r.Creates != 1 {
-			t.Errorf("%s: %d create calls, want 1", r.Scenario, r.Creates)
+		// judged: its purchase never gets a replay. (Its first create may
+		// not have been sent at all, when a loaded machine let the
+		// simulated clock pass the lease before the call.)
+		if r.Scenario == "webhook with a wrong amount" && r.Creates > 1 {
+			t.Errorf("%s: %d create calls, want at most 1: no replay after the webhook was judged", r.Scenario, r.Creates)
 		}
 	}
 
