@@ -1,0 +1,68 @@
+package fakeprovider
+
+import (
+	"slices"
+	"time"
+)
+
+// The change log of the ledger, which a Server turns into webhooks, and
+// the settling of charges that are not final yet.
+
+// add appends e, just made, to the ledger and logs its creation. Call with
+// f.mu held.
+func (f *Fake) add(e *entry, silent bool) {
+	f.ledger = append(f.ledger, e)
+	f.byID[e.ID] = e
+	if !e.SettlesAt.IsZero() {
+		f.unsettled = append(f.unsettled, e)
+	}
+	f.record(e, e.CreatedAt, true, silent)
+}
+
+// record logs e's change to its current status for every Server that
+// watches. Call with f.mu held.
+func (f *Fake) record(e *entry, at time.Time, created, silent bool) {
+	for _, l := range f.watchers {
+		l.changes = append(l.changes, change{c: e.Charge, status: e.Status, at: at, created: created, silent: silent})
+	}
+}
+
+// watch returns a new change log that records every change from now on.
+func (f *Fake) watch() *changeLog {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := &changeLog{}
+	f.watchers = append(f.watchers, l)
+	return l
+}
+
+// unwatch stops recording changes to l.
+func (f *Fake) unwatch(l *changeLog) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.watchers = slices.DeleteFunc(f.watchers, func(w *changeLog) bool { return w == l })
+}
+
+// settle moves a charge that is not final yet (processing, or declined
+// before a late approval) to its final status once its time has come, and
+// logs the change as made at SettlesAt. Call with f.mu held.
+func (f *Fake) settle(e *entry, now time.Time) {
+	if !e.SettlesAt.IsZero() && e.Status != e.FinalStatus && !now.Before(e.SettlesAt) {
+		e.Status = e.FinalStatus
+		f.record(e, e.SettlesAt, false, false)
+	}
+}
+
+// settleDue settles every charge whose time has come, in creation order,
+// and forgets those settled. Call with f.mu held.
+func (f *Fake) settleDue(now time.Time) {
+	still := f.unsettled[:0]
+	for _, e := range f.unsettled {
+		f.settle(e, now)
+		if e.Status != e.FinalStatus {
+			still = append(still, e)
+		}
+	}
+	clear(f.unsettled[len(still):])
+	f.unsettled = still
+}
