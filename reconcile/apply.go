@@ -12,13 +12,26 @@ import (
 
 // callAndApply makes one provider call for p and applies its answer.
 func (s *Service) callAndApply(ctx context.Context, l Lease, p Purchase, op provider.Op, src Source, cause Cause) (bool, error) {
+	a, ans, err := s.call(ctx, l, p, op, src)
+	if err != nil {
+		return false, err
+	}
+	// The answer is applied even if the worker is stopping: it is the
+	// only record of what the provider did.
+	return s.apply(context.WithoutCancel(ctx), l, p, cause, a, ans)
+}
+
+// call makes one provider call for p under l and returns the attempt that
+// records it and the answer for the judge. It returns ErrLeaseLost,
+// without calling, when the lease has no time left for the call.
+func (s *Service) call(ctx context.Context, l Lease, p Purchase, op provider.Op, src Source) (Attempt, Answer, error) {
 	// The call must end while the lease still holds, with time left to
 	// commit its answer: a call that outlived its lease could race the
 	// worker that took the job over.
 	start := s.leaseNow(l)
 	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(start)-s.leaseCommitMargin())
 	if timeout <= 0 {
-		return false, fmt.Errorf("reconcile: purchase %s: no time left on the lease for a provider call: %w", p.ID, ErrLeaseLost)
+		return Attempt{}, Answer{}, fmt.Errorf("reconcile: purchase %s: no time left on the lease for a provider call: %w", p.ID, ErrLeaseLost)
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	res, err := s.callProvider(callCtx, op, p)
@@ -46,9 +59,7 @@ func (s *Service) callAndApply(ctx context.Context, l Lease, p Purchase, op prov
 	}
 	ans := answerOf(src, outcome, res)
 	ans.At = start
-	// The answer is applied even if the worker is stopping: it is the
-	// only record of what the provider did.
-	return s.apply(context.WithoutCancel(ctx), l, p, cause, a, ans)
+	return a, ans, nil
 }
 
 // callProvider sends op for p: the stored create (never a new one), a
@@ -119,9 +130,9 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause
 		if ans.Owner, err = ownerOf(ctx, tx, ans.PaymentID); err != nil {
 			return err
 		}
-		v = Judge(p, ans)
-		a.At = now
 		if p.State != before.State {
+			v = Judge(p, ans)
+			a.At = now
 			// Another writer moved the purchase while the call was out.
 			a.Applied = false
 			a.Note = joinNote(a.Note, fmt.Sprintf("not applied: the purchase moved %s→%s meanwhile; verdict %s", before.State, p.State, v))
@@ -130,32 +141,23 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause
 			}
 			return tx.InsertAttempt(ctx, a)
 		}
-		var (
-			done  bool
-			runAt time.Time
-		)
-		next, done, runAt = s.decide(l, before, p, a, ans, v, now)
-		a.Applied = v.Kind == VerdictApply
-		if v.Kind != VerdictApply {
-			a.Note = joinNote(a.Note, "verdict "+v.String())
-		}
-		evidence := fmt.Sprintf("%s: outcome=%s status=%s payment=%s", a.Op, a.Outcome, a.Status, a.PaymentID)
-		if a.Error != "" {
-			evidence += " error=" + a.Error
-		}
-		if v.Kind != VerdictApply {
-			evidence += "; " + v.String()
+		var mv Move
+		mv, v = s.answerMove(l, before, p, cause, a, ans, now)
+		next = mv.To
+		var evidence string
+		if mv.Transition != nil {
+			evidence = mv.Transition.Evidence
 		}
 		if err := s.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, cause, evidence); err != nil {
 			return err
 		}
-		if err := tx.InsertAttempt(ctx, a); err != nil {
+		if err := tx.InsertAttempt(ctx, *mv.Attempt); err != nil {
 			return err
 		}
-		if done {
-			return tx.CompleteJob(ctx, p.ID, now)
+		if mv.Job == JobComplete {
+			return tx.CompleteJob(ctx, p.ID, mv.RunAt)
 		}
-		return tx.RescheduleJob(ctx, p.ID, runAt)
+		return tx.RescheduleJob(ctx, p.ID, mv.RunAt)
 	})
 	if err != nil {
 		return false, err
@@ -168,6 +170,50 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause
 		s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", next.EscalationReason, "verdict", v.String())
 	}
 	return true, nil // the job is complete or scheduled: this run is over
+}
+
+// answerMove judges an answer about p, the purchase as it is now (in
+// before's state: the one the worker left it in when it made the call),
+// and returns the move that applies the verdict at now: the purchase's
+// next version, the transition if its state changes, the attempt (a)
+// marked applied or not, and the job complete or rescheduled.
+func (s *Service) answerMove(l Lease, before, p Purchase, cause Cause, a Attempt, ans Answer, now time.Time) (Move, Verdict) {
+	v := Judge(p, ans)
+	a.At = now
+	next, done, runAt := s.decide(l, before, p, a, ans, v, now)
+	a.Applied = v.Kind == VerdictApply
+	if v.Kind != VerdictApply {
+		a.Note = joinNote(a.Note, "verdict "+v.String())
+	}
+	mv := Move{Lease: l, From: p, To: next, Attempt: &a, Job: JobReschedule, RunAt: runAt}
+	if done {
+		mv.Job, mv.RunAt = JobComplete, now
+	}
+	if next.State != p.State {
+		evidence := fmt.Sprintf("%s: outcome=%s status=%s payment=%s", a.Op, a.Outcome, a.Status, a.PaymentID)
+		if a.Error != "" {
+			evidence += " error=" + a.Error
+		}
+		if v.Kind != VerdictApply {
+			evidence += "; " + v.String()
+		}
+		mv.Transition = s.transition(l, p, next, cause, evidence)
+	}
+	return mv, v
+}
+
+// transition is the audit record of s's move of p to next under l.
+func (s *Service) transition(l Lease, p, next Purchase, cause Cause, evidence string) *TransitionRecord {
+	return &TransitionRecord{
+		PurchaseID: p.ID,
+		From:       p.State,
+		To:         next.State,
+		Cause:      cause,
+		Evidence:   evidence,
+		Actor:      s.cfg.WorkerID,
+		LeaseToken: l.Token,
+		At:         next.UpdatedAt,
+	}
 }
 
 // decide turns the judge's verdict on an answer about p (in the state the

@@ -59,6 +59,13 @@ type Config struct {
 	// Concurrency is how many jobs one worker runs at once. Default 4.
 	Concurrency int
 
+	// ApplyWindow is how long the worker holds the first provider answer
+	// back while calls are still out, so that the answers that follow
+	// are applied with it in one transaction (a group is written at once
+	// when no call is out, or when it reaches BatchSize or Concurrency,
+	// whichever is larger). Default 2ms.
+	ApplyWindow time.Duration
+
 	// PollInterval is the wait between polls when no job is due.
 	// Default 1s.
 	PollInterval time.Duration
@@ -133,6 +140,7 @@ func DefaultConfig() Config {
 		KeyReplayMargin:      time.Hour,
 		BatchSize:            16,
 		Concurrency:          4,
+		ApplyWindow:          2 * time.Millisecond,
 		PollInterval:         time.Second,
 		ShutdownGrace:        15 * time.Second,
 		MaxAmount:            99_999_999,
@@ -173,6 +181,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Concurrency == 0 {
 		c.Concurrency = def.Concurrency
 	}
+	setDuration(&c.ApplyWindow, def.ApplyWindow)
 	setDuration(&c.PollInterval, def.PollInterval)
 	setDuration(&c.ShutdownGrace, def.ShutdownGrace)
 	if c.MaxAmount == 0 {
@@ -226,7 +235,7 @@ func (c Config) withDefaults() (Config, error) {
 		"lease duration": c.LeaseDuration, "provider timeout": c.ProviderTimeout,
 		"max uncertain age": c.MaxUncertainAge, "escalated interval": c.EscalatedInterval,
 		"key retention": c.KeyRetention, "key replay margin": c.KeyReplayMargin,
-		"poll interval": c.PollInterval, "shutdown grace": c.ShutdownGrace,
+		"poll interval": c.PollInterval, "shutdown grace": c.ShutdownGrace, "apply window": c.ApplyWindow,
 		"audit chunk": c.AuditChunk, "audit overlap": c.AuditOverlap, "audit settle": c.AuditSettle,
 		"audit first window": c.AuditFirstWindow, "audit list timeout": c.AuditListTimeout,
 	} {

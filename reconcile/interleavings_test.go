@@ -44,14 +44,33 @@ type hookTx struct {
 
 func (t hookTx) GetPurchase(ctx context.Context, id string) (reconcile.Purchase, error) {
 	p, err := t.Tx.GetPurchase(ctx, id)
-	if err == nil && id == t.h.watch && (t.h.when == nil && p.State.Terminal() && p.Doubt == "" || t.h.when != nil && t.h.when(p)) {
-		t.h.mu.Lock()
-		if t.h.onRead != nil {
-			t.h.pending, t.h.onRead = t.h.onRead, nil
-		}
-		t.h.mu.Unlock()
+	if err == nil {
+		t.h.read(p)
 	}
 	return p, err
+}
+
+// ClaimJobs counts the purchases a claim reads with its leases as reads.
+func (h *hookStore) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	leases, err := h.Store.ClaimJobs(ctx, owner, limit, leaseFor)
+	for _, l := range leases {
+		if l.Purchase != nil {
+			h.read(*l.Purchase)
+		}
+	}
+	return leases, err
+}
+
+// read arms the hook when p is the watched purchase in the state it waits
+// for.
+func (h *hookStore) read(p reconcile.Purchase) {
+	if p.ID == h.watch && (h.when == nil && p.State.Terminal() && p.Doubt == "" || h.when != nil && h.when(p)) {
+		h.mu.Lock()
+		if h.onRead != nil {
+			h.pending, h.onRead = h.onRead, nil
+		}
+		h.mu.Unlock()
+	}
 }
 
 // A doubt raised between the worker's read of a final purchase and its

@@ -229,6 +229,40 @@ type Job struct {
 	DoneAt         time.Time
 }
 
+// JobAction is what a Move does to its purchase's job.
+type JobAction int
+
+// The job actions of a Move.
+const (
+	// JobKeep leaves the job and its lease as they are: the worker goes
+	// on under the lease (the intent before a provider call).
+	JobKeep JobAction = iota
+	// JobComplete releases the lease and marks the job done at RunAt.
+	JobComplete
+	// JobReschedule releases the lease and makes the job due at RunAt.
+	JobReschedule
+)
+
+// Move is one member of a batched, fenced write (Tx.ApplyMoves): the
+// purchase goes from From to To, with the transition and the provider
+// attempt that record it and what becomes of its job, if and only if
+// Lease is still the job's current, unexpired lease and the purchase is
+// still at From's state and version.
+type Move struct {
+	Lease Lease
+	// From is the purchase as the writer read it; To is what it writes
+	// (the fields UpdatePurchase writes), stored at From.Version+1.
+	From, To Purchase
+	// Transition is appended when set; it must record From.State →
+	// To.State, and it must be set whenever they differ.
+	Transition *TransitionRecord
+	// Attempt is appended when set.
+	Attempt *Attempt
+	// Job and RunAt say what becomes of the job.
+	Job   JobAction
+	RunAt time.Time
+}
+
 // Lease is a worker's claim on one job. Every write made under it is fenced
 // by Token.
 type Lease struct {
@@ -245,6 +279,11 @@ type Lease struct {
 	// measures every protocol time from it (plus the time elapsed on its
 	// own clock since), never from its own wall clock.
 	Now time.Time
+	// Purchase is the purchase as the claim read it, in the claiming
+	// statement, so that the first step needs no read of its own; nil
+	// when the claim did not read it. It may be stale by the time it is
+	// used: every write made from it is conditional on its version.
+	Purchase *Purchase
 
 	// local is the worker's own clock reading when it got the lease.
 	local time.Time

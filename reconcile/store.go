@@ -33,8 +33,11 @@ type Store interface {
 	// leased) or whose lease expired (lease_expires_at <= now), now being
 	// the store's clock, giving each a new fencing token greater than any
 	// before it, owner as its owner and now+leaseFor as its expiry.
-	// Concurrent callers never receive the same job. Due jobs come oldest
-	// run_at first. Each Lease's Now is the store's time of the claim.
+	// Concurrent callers never receive the same job. Jobs whose lease
+	// expired are taken first (their purchases may be mid-call), then due
+	// jobs oldest run_at first; the leases come back in run_at order.
+	// Each Lease's Now is the store's time of the claim, and its Purchase
+	// the purchase as the claim read it.
 	ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Lease, error)
 
 	// ClaimExpiredJobs is ClaimJobs restricted to jobs whose lease expired
@@ -78,6 +81,24 @@ type Tx interface {
 
 	// GetPurchase returns the purchase with id, or ErrNotFound.
 	GetPurchase(ctx context.Context, id string) (Purchase, error)
+
+	// FindPurchases returns, in one read, the purchases whose id is in
+	// ids or whose provider payment id is in paymentIDs, each once, in no
+	// particular order; unknown ids and empty strings find nothing. A
+	// batch of answers reads what its judge needs with it.
+	FindPurchases(ctx context.Context, ids, paymentIDs []string) ([]Purchase, error)
+
+	// ApplyMoves writes a batch of fenced moves set-based (a statement
+	// per table, not per move) and reports which it applied. A move
+	// applies only if its lease is still the job's current one, unexpired
+	// by the store's clock, and its purchase is still at From's state and
+	// version; a move that does not match writes nothing, and the others
+	// are unaffected. Moves must name distinct purchases. The database
+	// guards still hold: if any move is refused (ErrForbiddenTransition,
+	// ErrDuplicate for a payment id another purchase holds, ...), the
+	// call writes nothing and returns that error, and the transaction
+	// stays usable; the caller then writes the moves one by one.
+	ApplyMoves(ctx context.Context, moves []Move) (applied []bool, err error)
 
 	// FindPurchaseByPaymentID returns the purchase whose provider payment id
 	// is paymentID, or ErrNotFound.

@@ -31,7 +31,22 @@ func (s *Service) Work(ctx context.Context) error {
 	var wg sync.WaitGroup
 	slots := make(chan struct{}, s.cfg.Concurrency)
 	wake := make(chan struct{}, 1)
-	log.Info("worker started", "concurrency", s.cfg.Concurrency, "lease", s.cfg.LeaseDuration)
+	// spawn runs one claimed job's work in a free slot.
+	spawn := func(f func()) {
+		slots <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f()
+			<-slots
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+		}()
+	}
+	ap := s.startApplier()
+	log.Info("worker started", "concurrency", s.cfg.Concurrency, "batch", s.cfg.BatchSize, "lease", s.cfg.LeaseDuration)
 
 	timer := time.NewTimer(0)
 	defer timer.Stop()
@@ -48,19 +63,8 @@ func (s *Service) Work(ctx context.Context) error {
 				log.Error("claim jobs", "err", err)
 			}
 		}
-		for _, l := range leases {
-			slots <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				_ = s.Process(workCtx, l) // logged inside
-				<-slots
-				select {
-				case wake <- struct{}{}:
-				default:
-				}
-			}()
-		}
+		// Every lease takes one slot: there are free of them.
+		s.runBatch(workCtx, leases, ap, spawn)
 		if len(leases) == free && free > 0 {
 			continue // more may be due: claim again at once
 		}
@@ -84,6 +88,7 @@ func (s *Service) Work(ctx context.Context) error {
 		cancelWork()
 		<-finished
 	}
+	ap.stop()
 	released, err := s.store.ReleaseLeases(context.WithoutCancel(ctx), s.cfg.WorkerID)
 	if err != nil {
 		return fmt.Errorf("reconcile: release leases: %w", err)
@@ -105,20 +110,22 @@ func (s *Service) RunOnce(ctx context.Context) (int, error) {
 }
 
 // processAll works leases, Config.Concurrency at a time, so that none
-// waits in line while its lease runs out.
+// waits in line while its lease runs out, the batched way (runBatch).
 func (s *Service) processAll(ctx context.Context, leases []Lease) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.Concurrency)
-	for _, l := range leases {
+	ap := s.startApplier()
+	s.runBatch(ctx, leases, ap, func(f func()) {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			_ = s.Process(ctx, l) // logged inside
+			f()
 		}()
-	}
+	})
 	wg.Wait()
+	ap.stop()
 }
 
 func (s *Service) claim(ctx context.Context, n int) ([]Lease, error) {
@@ -167,13 +174,8 @@ func (s *Service) Process(ctx context.Context, l Lease) error {
 	for range maxStepsPerRun {
 		done, err := s.step(ctx, &l)
 		switch {
-		case errors.Is(err, ErrLeaseLost):
-			s.cfg.Observer.LeaseLost()
-			log.Warn("lease lost: leaving the purchase to its new owner")
-			return err
 		case err != nil:
-			log.Error("job failed; it will be retried when its lease expires", "err", err)
-			return err
+			return s.runFailed(l, err)
 		case done:
 			return nil
 		}
@@ -206,11 +208,29 @@ func (s *Service) Process(ctx context.Context, l Lease) error {
 	return err
 }
 
+// runFailed logs and counts the error that stopped a run under l, and
+// returns it.
+func (s *Service) runFailed(l Lease, err error) error {
+	log := s.cfg.Logger.With("purchase", l.PurchaseID, "lease_token", l.Token)
+	if errors.Is(err, ErrLeaseLost) {
+		s.cfg.Observer.LeaseLost()
+		log.Warn("lease lost: leaving the purchase to its new owner")
+		return err
+	}
+	log.Error("job failed; it will be retried when its lease expires", "err", err)
+	return err
+}
+
 // step makes one move. It returns done when the job needs nothing more
 // until its next scheduled run.
 func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
-	p, err := s.read(ctx, l.PurchaseID)
-	if err != nil {
+	var p Purchase
+	if l.Purchase != nil {
+		// The claim read it: the first step needs no read of its own.
+		// Every write is conditional on its version, so a purchase
+		// changed since only costs a read and a step more.
+		p, l.Purchase = *l.Purchase, nil
+	} else if p, err = s.read(ctx, l.PurchaseID); err != nil {
 		return false, err
 	}
 	// A takeover means the previous worker may have died inside a provider
@@ -240,7 +260,7 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 			return true, s.hold(ctx, *l, p)
 		}
 		// Nothing was sent yet, even if a previous worker died: submit.
-		return s.submit(ctx, *l, p)
+		return s.advance(ctx, s.submitIntent(*l, p))
 	case statemachine.Submitted:
 		if l.TakenOver {
 			// The previous worker died or stalled during its call: the
@@ -271,7 +291,7 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 		return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
 			"previous lease expired while reconciling")
 	case statemachine.Uncertain:
-		return s.reconcile(ctx, *l, p)
+		return s.advance(ctx, s.reconcileIntent(*l, p))
 	default:
 		return false, fmt.Errorf("reconcile: purchase %s in unknown state %q", p.ID, p.State)
 	}
@@ -360,12 +380,41 @@ func (s *Service) keyReplayable(p Purchase, now time.Time) bool {
 	return now.Before(deadline)
 }
 
-// submit stores the provider request, its hash and the stable key while
-// moving created→submitted, and only after that commit calls the provider.
-// The request is of the current version (a merchant-initiated, off-session
-// charge); a request stored earlier keeps its own version, so that every
-// later call replays exactly what was stored.
-func (s *Service) submit(ctx context.Context, l Lease, p Purchase) (bool, error) {
+// intent is a move made before a provider call, and the call it
+// announces: created→submitted storing the request, or
+// uncertain→reconciling naming the check.
+type intent struct {
+	l        Lease
+	p, next  Purchase // the purchase as read, and as the intent writes it
+	cause    Cause    // the intent's transition
+	evidence string
+	op       provider.Op
+	src      Source
+	answer   Cause // the cause of the move that applies the answer
+}
+
+// intentOf returns the intent of the step that moves p under l when that
+// step is a provider call (a first submit, or a check of an uncertain
+// purchase), and false for every other step.
+func (s *Service) intentOf(l Lease, p Purchase) (intent, bool) {
+	if !p.State.Terminal() && !p.Escalated() && l.Checks > s.cfg.MaxAttempts {
+		return intent{}, false // see step: escalated first
+	}
+	switch {
+	case p.State == statemachine.Created && !p.EscalationReason.ChargeMayExist():
+		return s.submitIntent(l, p), true
+	case p.State == statemachine.Uncertain:
+		return s.reconcileIntent(l, p), true
+	}
+	return intent{}, false
+}
+
+// submitIntent stores the provider request, its hash and the stable key
+// while moving created→submitted; only after that commit is the provider
+// called. The request is of the current version (a merchant-initiated,
+// off-session charge); a request stored earlier keeps its own version, so
+// that every later call replays exactly what was stored.
+func (s *Service) submitIntent(l Lease, p Purchase) intent {
 	now := s.leaseNow(l)
 	req := provider.CreateRequest{
 		IdempotencyKey: ProviderKeyFor(p.ID),
@@ -384,20 +433,19 @@ func (s *Service) submit(ctx context.Context, l Lease, p Purchase) (bool, error)
 	next.ParamsHash = req.Hash()
 	next.FirstAttemptAt = now
 	next.UpdatedAt = now
-	ok, err := s.write(ctx, l, p, next, CauseSubmit, "stored request "+next.ParamsHash[:12]+" under key "+req.IdempotencyKey)
-	if err != nil || !ok {
-		return false, err
+	return intent{
+		l: l, p: p, next: next,
+		cause: CauseSubmit, evidence: "stored request " + next.ParamsHash[:12] + " under key " + req.IdempotencyKey,
+		op: provider.OpCreate, src: SourceCreate, answer: CauseSubmitResponse,
 	}
-	next.Version++
-	return s.callAndApply(ctx, l, next, provider.OpCreate, SourceCreate, CauseSubmitResponse)
 }
 
-// reconcile resolves an uncertain purchase by the safest means available:
-// a status query when the provider's id is known, else a replay of the
-// stored create under the same key while the provider retains it, else a
-// search by metadata. It never makes a new key, and never replays while a
-// finding says a charge may already exist.
-func (s *Service) reconcile(ctx context.Context, l Lease, p Purchase) (bool, error) {
+// reconcileIntent resolves an uncertain purchase by the safest means
+// available: a status query when the provider's id is known, else a
+// replay of the stored create under the same key while the provider
+// retains it, else a search by metadata. It never makes a new key, and
+// never replays while a finding says a charge may already exist.
+func (s *Service) reconcileIntent(l Lease, p Purchase) intent {
 	op, src, cause := provider.OpSearch, SourceSearch, CauseSearch
 	switch {
 	case p.ProviderPaymentID != "":
@@ -408,12 +456,22 @@ func (s *Service) reconcile(ctx context.Context, l Lease, p Purchase) (bool, err
 	next := p
 	next.State = statemachine.Reconciling
 	next.UpdatedAt = s.leaseNow(l)
-	ok, err := s.write(ctx, l, p, next, cause, "checking by "+string(op))
+	return intent{
+		l: l, p: p, next: next,
+		cause: cause, evidence: "checking by " + string(op),
+		op: op, src: src, answer: cause,
+	}
+}
+
+// advance writes in and, once it has committed, makes its call and
+// applies the answer.
+func (s *Service) advance(ctx context.Context, in intent) (bool, error) {
+	ok, err := s.write(ctx, in.l, in.p, in.next, in.cause, in.evidence)
 	if err != nil || !ok {
 		return false, err
 	}
-	next.Version++
-	return s.callAndApply(ctx, l, next, op, src, cause)
+	in.next.Version++
+	return s.callAndApply(ctx, in.l, in.next, in.op, in.src, in.answer)
 }
 
 // confirm settles a doubt about a final state: a newer answer contradicted

@@ -26,6 +26,7 @@ package sqlstore
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/payrecon/payrecon/provider"
@@ -299,4 +300,83 @@ func UnmarshalRequest(purchaseID string, b []byte) (*provider.CreateRequest, err
 		return nil, fmt.Errorf("decode provider_request of %s: %w", purchaseID, err)
 	}
 	return r, nil
+}
+
+// Qualified returns columns, a comma-separated list, with each column
+// qualified by alias ("p" makes "p.id, p.customer, ..."), for a
+// statement that reads the columns of a joined table.
+func Qualified(alias, columns string) string {
+	parts := strings.Split(columns, ",")
+	for i, c := range parts {
+		parts[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// After returns a Row whose Scan fills lead first and then the
+// destinations its caller gives, so that a scan function written for a
+// table's columns reads a row that has other columns before them.
+func After(row Row, lead ...any) Row { return afterRow{row, lead} }
+
+type afterRow struct {
+	row  Row
+	lead []any
+}
+
+func (r afterRow) Scan(dest ...any) error {
+	return r.row.Scan(append(append([]any{}, r.lead...), dest...)...)
+}
+
+// NonEmpty returns ss without its empty strings.
+func NonEmpty(ss []string) []string {
+	out := make([]string, 0, len(ss))
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// CheckMoves returns why moves is not a batch Tx.ApplyMoves can write,
+// or nil: each move names one purchase (From and To the same), no
+// purchase twice, a transition exactly when the state changes and
+// recording that change, and a time for a job it completes or
+// reschedules.
+func CheckMoves(moves []reconcile.Move) error {
+	seen := make(map[string]bool, len(moves))
+	for _, mv := range moves {
+		id := mv.From.ID
+		switch {
+		case id == "" || mv.To.ID != id:
+			return fmt.Errorf("a move from purchase %q writes purchase %q", id, mv.To.ID)
+		case seen[id]:
+			return fmt.Errorf("purchase %s is moved twice in one batch", id)
+		case mv.Lease.PurchaseID != id:
+			return fmt.Errorf("the move of purchase %s is fenced by the lease of job %q", id, mv.Lease.PurchaseID)
+		case (mv.From.State != mv.To.State) != (mv.Transition != nil):
+			return fmt.Errorf("purchase %s: %s -> %s needs a transition exactly when the state changes", id, mv.From.State, mv.To.State)
+		case mv.Transition != nil && (mv.Transition.PurchaseID != id || mv.Transition.From != mv.From.State || mv.Transition.To != mv.To.State):
+			return fmt.Errorf("purchase %s: the transition recorded (%s -> %s) is not the move (%s -> %s)", id, mv.Transition.From, mv.Transition.To, mv.From.State, mv.To.State)
+		case mv.Attempt != nil && mv.Attempt.PurchaseID != id:
+			return fmt.Errorf("purchase %s: the attempt recorded is of purchase %q", id, mv.Attempt.PurchaseID)
+		case mv.Job != reconcile.JobKeep && mv.RunAt.IsZero():
+			return fmt.Errorf("purchase %s: a job completed or rescheduled needs a time", id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// AppliedOf reports, for each move, whether its purchase is among moved.
+func AppliedOf(moves []reconcile.Move, moved []string) []bool {
+	in := make(map[string]bool, len(moved))
+	for _, id := range moved {
+		in[id] = true
+	}
+	applied := make([]bool, len(moves))
+	for i, mv := range moves {
+		applied[i] = in[mv.From.ID]
+	}
+	return applied
 }

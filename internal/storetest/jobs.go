@@ -47,17 +47,24 @@ func claim(t *testing.T, s *testStore, owner string, limit int, now time.Time, l
 	if err != nil {
 		t.Fatalf("ClaimJobs(%s, %d) at %s: %v", owner, limit, now, err)
 	}
-	checkLeaseNow(t, leases, now)
+	checkLeaseNow(t, s, leases, now)
 	return leases
 }
 
-// checkLeaseNow fails unless every lease's Now is now, in UTC.
-func checkLeaseNow(t *testing.T, leases []reconcile.Lease, now time.Time) {
+// checkLeaseNow fails unless every lease's Now is now, in UTC, and its
+// Purchase is its purchase as stored; it then clears each Purchase, so
+// that tests compare the leases alone.
+func checkLeaseNow(t *testing.T, s reconcile.Store, leases []reconcile.Lease, now time.Time) {
 	t.Helper()
-	for _, l := range leases {
+	for i, l := range leases {
 		if !l.Now.Equal(now) || l.Now.Location() != time.UTC {
 			t.Fatalf("lease of %s granted at store time %s: Now = %s, want it in UTC", l.PurchaseID, now, l.Now)
 		}
+		if l.Purchase == nil {
+			t.Fatalf("lease of %s: no purchase read with the claim", l.PurchaseID)
+		}
+		equal(t, "purchase read with the lease of "+l.PurchaseID, *l.Purchase, getPurchase(t, s, l.PurchaseID))
+		leases[i].Purchase = nil
 	}
 }
 
@@ -433,7 +440,7 @@ func testConcurrentClaims(t *testing.T, s *testStore) {
 		t.Fatalf("%d jobs handed out, want %d", len(seen), jobs)
 	}
 	for _, leases := range got {
-		checkLeaseNow(t, leases, now)
+		checkLeaseNow(t, s, leases, now)
 	}
 	if rest := claim(t, s, "w-late", jobs, now, time.Minute); len(rest) != 0 {
 		t.Fatalf("%d jobs still claimable after the race", len(rest))
@@ -449,7 +456,7 @@ func testClaimExpiredJobs(t *testing.T, s *testStore) {
 		if err != nil {
 			t.Fatalf("ClaimExpiredJobs(%s, %d) at %s: %v", owner, limit, now, err)
 		}
-		checkLeaseNow(t, leases, now)
+		checkLeaseNow(t, s, leases, now)
 		return leases
 	}
 
@@ -523,7 +530,9 @@ func testClaimJob(t *testing.T, s *testStore) {
 		s.clock.Set(now)
 		l, err := s.ClaimJob(t.Context(), id, owner, leaseFor)
 		if err == nil {
-			checkLeaseNow(t, []reconcile.Lease{l}, now)
+			leases := []reconcile.Lease{l}
+			checkLeaseNow(t, s, leases, now)
+			l = leases[0]
 		}
 		return l, err
 	}

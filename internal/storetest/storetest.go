@@ -97,6 +97,8 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"ConcurrentClaims", withStore(testConcurrentClaims)},
 		{"ClaimExpiredJobs", withStore(testClaimExpiredJobs)},
 		{"ClaimJob", withStore(testClaimJob)},
+		// moves.go
+		{"ApplyMoves", testApplyMoves},
 		// inbox.go, idempotency_keys.go, operator_actions.go, sweep_locks.go
 		{"Inbox", testInbox},
 		{"IdempotencyKeys", testIdempotencyKeys},

@@ -13,46 +13,70 @@ import (
 	"github.com/payrecon/payrecon/reconcile"
 )
 
-// claimSQL returns the statement that leases the open jobs matching
-// which (a condition on jobs, reading the clock with nowSQL) in one
-// statement. SKIP LOCKED makes concurrent claimers take disjoint rows; it
-// also skips a job whose lease a transaction is checking (CheckLease
-// locks the row), so a lease cannot be taken over between that check and
-// the commit. It returns, with each lease, whether the job was still
-// leased (its lease expired without being released) and the clock's time
-// the claim judged by.
-func claimSQL(which string) string {
+// claimSQL returns the statement that leases the jobs cand selects (a
+// set of CTEs ending in cand(purchase_id, taken), reading the clock with
+// nowSQL and locking what they select FOR UPDATE SKIP LOCKED) and reads
+// their purchases, in one statement. SKIP LOCKED makes concurrent
+// claimers take disjoint rows; it also skips a job whose lease a
+// transaction is checking (CheckLease locks the row), so a lease cannot
+// be taken over between that check and the commit. It returns, with each
+// lease, whether the job was still leased (its lease expired without
+// being released), the clock's time the claim judged by and the purchase.
+func claimSQL(cand string) string {
 	return `
-WITH cand AS (
-    SELECT purchase_id, lease_owner AS prev_owner
-    FROM jobs
-    WHERE done_at IS NULL
-      AND (` + which + `)
-    ORDER BY run_at, purchase_id
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
+WITH ` + cand + `
 UPDATE jobs AS j
 SET lease_owner = $3,
     lease_token = j.lease_token + 1,
     lease_expires_at = ` + nowSQL + ` + $4::interval,
     checks = j.checks + 1
-FROM cand
+FROM cand JOIN purchases AS p ON p.id = cand.purchase_id
 WHERE j.purchase_id = cand.purchase_id
-RETURNING j.purchase_id, j.run_at, j.lease_token, j.lease_expires_at, j.checks, cand.prev_owner IS NOT NULL, ` + nowSQL
+RETURNING j.purchase_id, j.run_at, j.lease_token, j.lease_expires_at, j.checks, cand.taken, ` + nowSQL + `,
+    ` + sqlstore.Qualified("p", purchaseColumns)
 }
 
-// expiredLease matches a job whose lease expired without being released.
-const expiredLease = `lease_owner IS NOT NULL AND lease_expires_at <= ` + nowSQL
+// expiredCand selects, oldest expiry first, up to $2 open jobs whose lease
+// expired without being released, from the partial index
+// jobs_leased_idx.
+const expiredCand = `expired AS (
+    SELECT purchase_id FROM jobs
+    WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ` + nowSQL + `
+    ORDER BY lease_expires_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`
+
+// dueCand selects up to $2 open, unleased jobs that are due, in the order
+// of the partial index jobs_due_idx (run_at, purchase_id): the scan stops
+// after $2 rows however many jobs share one run_at, with no sort of the
+// open jobs.
+const dueCand = `due AS (
+    SELECT purchase_id FROM jobs
+    WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ` + nowSQL + `
+    ORDER BY run_at, purchase_id
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`
 
 var (
-	// claimDueSQL leases jobs that are due or whose lease expired.
-	claimDueSQL = claimSQL(`(lease_owner IS NULL AND run_at <= ` + nowSQL + `) OR (` + expiredLease + `)`)
+	// claimDueSQL leases jobs whose lease expired, then jobs that are due.
+	claimDueSQL = claimSQL(expiredCand + `, ` + dueCand + `, cand AS (
+    (SELECT purchase_id, true AS taken FROM expired)
+    UNION ALL
+    (SELECT purchase_id, false FROM due)
+    LIMIT $2
+)`)
 	// claimExpiredSQL leases only jobs whose lease expired.
-	claimExpiredSQL = claimSQL(expiredLease)
+	claimExpiredSQL = claimSQL(expiredCand + `, cand AS (SELECT purchase_id, true AS taken FROM expired)`)
 	// claimOneSQL leases the job of purchase $5, due or not, unless it is
-	// leased and the lease has not expired.
-	claimOneSQL = claimSQL(`purchase_id = $5 AND (lease_owner IS NULL OR lease_expires_at <= ` + nowSQL + `)`)
+	// done, or leased and the lease has not expired.
+	claimOneSQL = claimSQL(`cand AS (
+    SELECT purchase_id, lease_owner IS NOT NULL AS taken FROM jobs
+    WHERE purchase_id = $5 AND done_at IS NULL AND (lease_owner IS NULL OR lease_expires_at <= ` + nowSQL + `)
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)`)
 )
 
 // ClaimJobs implements reconcile.Store. It judges due and expired by the
@@ -126,10 +150,12 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 	var got []claimed
 	for rows.Next() {
 		var c claimed
-		if err := rows.Scan(&c.lease.PurchaseID, &c.runAt, &c.lease.Token, &c.lease.ExpiresAt, &c.lease.Checks, &c.lease.TakenOver, &c.lease.Now); err != nil {
+		p, err := scanPurchase(sqlstore.After(rows, &c.lease.PurchaseID, &c.runAt, &c.lease.Token, &c.lease.ExpiresAt, &c.lease.Checks, &c.lease.TakenOver, &c.lease.Now))
+		if err != nil {
 			rows.Close()
 			return nil, wrap(err, "%s for %s", what, owner)
 		}
+		c.lease.Purchase = &p
 		c.lease.Owner = owner
 		c.lease.ExpiresAt = c.lease.ExpiresAt.UTC()
 		c.lease.Now = c.lease.Now.UTC()

@@ -1,26 +1,39 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/payrecon/payrecon/internal/sqlstore"
 	"github.com/payrecon/payrecon/reconcile"
 )
 
-// claimWhere selects the jobs ClaimJobs may lease at ?1 (now): open, and
-// either due and not leased or leased with an expired lease.
-const claimWhere = `done_at IS NULL
-  AND ((lease_owner IS NULL AND run_at <= ?1)
-    OR (lease_owner IS NOT NULL AND lease_expires_at <= ?1))`
+// expiredCand selects, oldest expiry first, up to ?2 open jobs whose
+// lease expired at ?1 (now) without being released, from the partial
+// index jobs_leased_idx.
+const expiredCand = `SELECT purchase_id, 1 AS taken FROM jobs
+WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1
+ORDER BY lease_expires_at
+LIMIT ?2`
 
-// expiredWhere selects the jobs ClaimExpiredJobs may lease at ?1: open,
-// with a lease that expired without being released.
-const expiredWhere = `done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1`
+// claimCand selects what ClaimJobs leases at ?1: jobs whose lease
+// expired, then open, unleased jobs due at ?1 in the order of the partial
+// index jobs_due_idx (run_at, purchase_id), which the scan reads off the
+// front however many jobs share one run_at.
+const claimCand = `SELECT * FROM (` + expiredCand + `)
+UNION ALL
+SELECT * FROM (SELECT purchase_id, 0 AS taken FROM jobs
+    WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ?1
+    ORDER BY run_at, purchase_id
+    LIMIT ?2)
+LIMIT ?2`
 
 // ClaimJobs implements reconcile.Store. It judges due and expired by the
 // store's clock, read once it holds the write lock, and returns that time
@@ -29,14 +42,14 @@ const expiredWhere = `done_at IS NULL AND lease_owner IS NOT NULL AND lease_expi
 // was never released (it expired) comes back with TakenOver set. The
 // leases come in run_at order, oldest first.
 func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
-	return s.claim(ctx, "claim jobs", claimWhere, owner, limit, leaseFor)
+	return s.claim(ctx, "claim jobs", claimCand, owner, limit, leaseFor)
 }
 
 // ClaimExpiredJobs implements reconcile.Store: ClaimJobs restricted to
 // jobs whose lease expired at the store's now without being released.
 // Every lease it returns has TakenOver set.
 func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
-	return s.claim(ctx, "claim expired jobs", expiredWhere, owner, limit, leaseFor)
+	return s.claim(ctx, "claim expired jobs", expiredCand, owner, limit, leaseFor)
 }
 
 // ClaimJob implements reconcile.Store: it leases purchaseID's job, due or
@@ -78,6 +91,11 @@ RETURNING lease_token, checks`, purchaseID, owner, l.ExpiresAt.UnixMicro()).Scan
 		if err != nil {
 			return wrap(err, "%s for %s", what, owner)
 		}
+		p, err := t.GetPurchase(ctx, purchaseID)
+		if err != nil {
+			return err
+		}
+		l.Purchase = &p
 		return nil
 	})
 	if err != nil {
@@ -86,9 +104,10 @@ RETURNING lease_token, checks`, purchaseID, owner, l.ExpiresAt.UnixMicro()).Scan
 	return l, nil
 }
 
-// claim leases the jobs matching where (a condition on jobs, reading the
-// clock as ?1) and returns their leases in run_at order.
-func (s *Store) claim(ctx context.Context, what, where, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+// claim leases the jobs cand selects (purchase_id, taken: a statement
+// reading the clock as ?1 and the limit as ?2) and returns their leases in
+// run_at order, each with its purchase.
+func (s *Store) claim(ctx context.Context, what, cand, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	if err := dialect.CheckClaim(what, owner, limit, leaseFor); err != nil {
 		return nil, err
 	}
@@ -103,10 +122,7 @@ func (s *Store) claim(ctx context.Context, what, where, owner string, limit int,
 		expires := fromMicros(now.Add(leaseFor).UnixMicro())
 		// The write lock is ours until commit: what this reads is what
 		// the UPDATE below leases, and nobody else can claim it between.
-		rows, err := tx.QueryContext(ctx, `SELECT purchase_id, lease_owner IS NOT NULL FROM jobs
-WHERE `+where+`
-ORDER BY run_at, purchase_id
-LIMIT ?2`, now.UnixMicro(), limit)
+		rows, err := tx.QueryContext(ctx, cand, now.UnixMicro(), limit)
 		if err != nil {
 			return fail(err)
 		}
@@ -136,19 +152,20 @@ SET lease_owner = ?1,
     lease_expires_at = ?2,
     checks = checks + 1
 WHERE purchase_id IN (SELECT value FROM json_each(?3))
-RETURNING purchase_id, lease_token, checks`, owner, expires.UnixMicro(), string(list))
+RETURNING purchase_id, lease_token, checks, run_at`, owner, expires.UnixMicro(), string(list))
 		if err != nil {
 			return fail(err)
 		}
 		type claimed struct {
 			token  int64
 			checks int
+			runAt  int64
 		}
 		got := make(map[string]claimed, len(ids))
 		for rows.Next() {
 			var id string
 			var c claimed
-			if err := rows.Scan(&id, &c.token, &c.checks); err != nil {
+			if err := rows.Scan(&id, &c.token, &c.checks, &c.runAt); err != nil {
 				rows.Close()
 				return fail(err)
 			}
@@ -163,6 +180,26 @@ RETURNING purchase_id, lease_token, checks`, owner, expires.UnixMicro(), string(
 				return fmt.Errorf("%s: %s for %s: job %s was selected but not leased", dialect, what, owner, leases[i].PurchaseID)
 			}
 			leases[i].Token, leases[i].Checks = c.token, c.checks
+		}
+		// The leases in run_at order, as the store promises, each with its
+		// purchase read under the same write lock.
+		slices.SortStableFunc(leases, func(a, b reconcile.Lease) int {
+			if c := cmp.Compare(got[a.PurchaseID].runAt, got[b.PurchaseID].runAt); c != 0 {
+				return c
+			}
+			return strings.Compare(a.PurchaseID, b.PurchaseID)
+		})
+		t := &txn{tx: tx, now: s.now}
+		ps, err := t.FindPurchases(ctx, ids, nil)
+		if err != nil {
+			return err
+		}
+		byID := make(map[string]*reconcile.Purchase, len(ps))
+		for i := range ps {
+			byID[ps[i].ID] = &ps[i]
+		}
+		for i := range leases {
+			leases[i].Purchase = byID[leases[i].PurchaseID]
 		}
 		return nil
 	})
