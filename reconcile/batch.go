@@ -27,6 +27,7 @@ func (s *Service) runBatch(ctx context.Context, leases []Lease, ap *applier, spa
 	for _, l := range leases {
 		if l.Purchase != nil {
 			if in, ok := s.intentOf(l, *l.Purchase); ok {
+				in.l.Purchase = nil // spent: later steps read afresh
 				intents = append(intents, in)
 				continue
 			}
