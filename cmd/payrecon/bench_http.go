@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// benchHTTPTimeout bounds one request of an HTTP bench.
+const benchHTTPTimeout = time.Minute
+
+// benchClient is the HTTP client of an HTTP bench: clients connections
+// at most, kept alive.
+func benchClient(clients int) *http.Client {
+	return &http.Client{Timeout: benchHTTPTimeout, Transport: &http.Transport{
+		MaxIdleConns: clients, MaxIdleConnsPerHost: clients, MaxConnsPerHost: clients, IdleConnTimeout: time.Minute,
+	}}
+}
+
+// post sends body to url with headers and returns the answer's status,
+// headers and body.
+func post(ctx context.Context, client *http.Client, url string, body []byte, headers map[string]string) (int, http.Header, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, data, err
+}
+
+// oneLine shortens an answer's body for an error message.
+func oneLine(body []byte) string {
+	s := strings.Join(strings.Fields(string(body)), " ")
+	if len(s) > 200 {
+		s = s[:200] + "…"
+	}
+	return s
+}
+
+func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
+	b, err := newBench(e, "webhooks", "events", args, true)
+	if err != nil {
+		return err
+	}
+	r, n := b.report, b.opts.n
+	st, err := b.begin(ctx)
+	if err != nil {
+		return err
+	}
+	events, fake, setup, err := b.pendingEvents(ctx, st)
+	st.Close()
+	if err != nil {
+		return err
+	}
+	r.Setup = &setup
+
+	before, err := b.counters(ctx)
+	if err != nil {
+		return err
+	}
+	secret := "whsec_payrecon_bench_" + randomHex(16)
+	app, err := b.startApp(ctx, appOptions{webhooks: true}, map[string]string{"stripe-webhook-secret": secret})
+	if err != nil {
+		return err
+	}
+	client := benchClient(b.opts.clients)
+	url := app.base + "/webhooks/stripe"
+	var done atomic.Int64
+	p := startProgress(b.e.stderr, "webhooks", "events", n, done.Load)
+	d := drive(ctx, n, b.opts.clients, b.opts.rate, &done, func(ctx context.Context, i int) (string, error) {
+		ev := events[i]
+		// Signed at the moment it is sent, as Stripe and the fake sign.
+		status, _, body, err := post(ctx, client, url, ev.Payload, map[string]string{
+			"Stripe-Signature": fakeprovider.SignatureHeader(ev.Payload, secret, time.Now()),
+		})
+		if err != nil {
+			return "", err
+		}
+		if status != http.StatusOK {
+			return "", fmt.Errorf("event %s: HTTP %d: %s", ev.ID, status, oneLine(body))
+		}
+		var answer struct{ Outcome string }
+		if err := json.Unmarshal(body, &answer); err != nil || answer.Outcome == "" {
+			return "", fmt.Errorf("event %s: an answer without an outcome: %s", ev.ID, oneLine(body))
+		}
+		return answer.Outcome, nil
+	})
+	p.end()
+	client.CloseIdleConnections()
+	if err := app.stop(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.afterDrive(d, "signed events POSTed to /webhooks/stripe and applied")
+	if got := d.outcomes[string(reconcile.EventApplied)]; got != n {
+		r.Problems = append(r.Problems, fmt.Sprintf("%d of %d events applied, want all", got, n))
+	}
+	after, err := b.counters(ctx)
+	if err != nil {
+		return err
+	}
+	if b.pg != nil {
+		r.DB = b.pg.delta(before, after)
+	}
+
+	ids := make([]string, len(events))
+	for i, ev := range events {
+		ids[i] = ev.PurchaseID
+	}
+	vs, err := b.open(ctx)
+	if err != nil {
+		return err
+	}
+	states, _, _, err := b.readBack(ctx, vs, ids)
+	vs.Close()
+	if err != nil {
+		return err
+	}
+	b.expectSucceeded(states, n)
+	r.Ledger = ledgerCheck(fake, ids)
+	return b.finish()
+}
+
+// pendingEvents makes, not timed, the purchases the webhook bench needs:
+// it creates them, and the worker charges each at the fake provider,
+// which loses every reply, so that each purchase is uncertain with its
+// charge made. Their payment_intent.succeeded events, as the fake renders
+// them, are returned in the order of the purchases: applied, each moves
+// its purchase uncertain → reconciling → succeeded.
+func (b *bench) pendingEvents(ctx context.Context, st reconcile.Store) ([]fakeprovider.WebhookEvent, *fakeprovider.Fake, benchPhase, error) {
+	n := b.opts.n
+	start := time.Now()
+	fake := fakeprovider.New(fakeprovider.Config{Faults: fakeprovider.Faults{LostReply: 1}})
+	// The server renders the event of every charge the fake makes, its
+	// payload byte for byte as it would POST it; every event is dropped,
+	// so that it sends none: the bench sends them, timed.
+	srv := fakeprovider.NewServer(fake, fakeprovider.ServerConfig{
+		WebhookURL: "http://127.0.0.1:9/webhooks/stripe", WebhookSecret: "whsec_unused",
+		WebhookFaults: fakeprovider.WebhookFaults{Drop: 1}, TickEvery: -1, SyncDelivery: true, Logger: b.e.log,
+	})
+	defer srv.Close()
+	loader, err := b.service(st, fake, nil, nil)
+	if err != nil {
+		return nil, nil, benchPhase{}, err
+	}
+	ids, _, err := b.load(ctx, loader, "set-up: create")
+	if err != nil {
+		return nil, nil, benchPhase{}, err
+	}
+	obs := newBenchObserver()
+	worker, err := b.service(st, fake, obs, func(c *reconcile.Config) {
+		// No second look at an uncertain purchase while the bench runs:
+		// the events must find them uncertain.
+		c.Backoff = []time.Duration{24 * time.Hour}
+	})
+	if err != nil {
+		return nil, nil, benchPhase{}, err
+	}
+	if _, err := b.work(ctx, worker, obs, obs.uncertain.Load, n, "set-up: charge, reply lost"); err != nil {
+		return nil, nil, benchPhase{}, err
+	}
+	srv.Tick()
+	byPurchase := map[string]fakeprovider.WebhookEvent{}
+	for _, ev := range srv.Events() {
+		if ev.Type == "payment_intent.succeeded" {
+			byPurchase[ev.PurchaseID] = ev
+		}
+	}
+	events := make([]fakeprovider.WebhookEvent, 0, n)
+	for _, id := range ids {
+		ev, ok := byPurchase[id]
+		if !ok {
+			return nil, nil, benchPhase{}, fmt.Errorf("set-up: the fake made no payment_intent.succeeded event for purchase %s", id)
+		}
+		events = append(events, ev)
+	}
+	phase := newPhase("purchases created and charged, the replies lost: uncertain, their payment_intent.succeeded events pending", n, time.Since(start))
+	return events, fake, phase, nil
+}
+
+func runBenchAPI(ctx context.Context, e *env, args []string) error {
+	b, err := newBench(e, "api", "requests", args, true)
+	if err != nil {
+		return err
+	}
+	r, n := b.report, b.opts.n
+	st, err := b.begin(ctx)
+	if err != nil {
+		return err
+	}
+	st.Close()
+
+	before, err := b.counters(ctx)
+	if err != nil {
+		return err
+	}
+	token := randomHex(16)
+	app, err := b.startApp(ctx, appOptions{api: true}, map[string]string{"api-token": "payrecon-bench:" + token})
+	if err != nil {
+		return err
+	}
+	client := benchClient(b.opts.clients)
+	url := app.base + "/v1/purchases"
+	run := randomHex(4) // keys of their own, run after run
+	ids := make([]string, n)
+	var done atomic.Int64
+	p := startProgress(b.e.stderr, "api", "requests", n, done.Load)
+	d := drive(ctx, n, b.opts.clients, b.opts.rate, &done, func(ctx context.Context, i int) (string, error) {
+		np := benchPurchase(i)
+		body, err := json.Marshal(map[string]any{"customer": np.Customer, "amount": np.Amount, "currency": np.Currency, "description": np.Description})
+		if err != nil {
+			return "", err
+		}
+		status, header, answer, err := post(ctx, client, url, body, map[string]string{
+			"Authorization":   "Bearer " + token,
+			"Idempotency-Key": fmt.Sprintf("payrecon-bench-%s-%d", run, i),
+		})
+		if err != nil {
+			return "", err
+		}
+		if status != http.StatusCreated {
+			return "", fmt.Errorf("HTTP %d: %s", status, oneLine(answer))
+		}
+		var created struct{ ID string }
+		if err := json.Unmarshal(answer, &created); err != nil || created.ID == "" {
+			return "", fmt.Errorf("an answer without a purchase id: %s", oneLine(answer))
+		}
+		ids[i] = created.ID
+		if header.Get("Idempotent-Replayed") != "" {
+			return "201 replayed", nil
+		}
+		return "201 created", nil
+	})
+	p.end()
+	client.CloseIdleConnections()
+	if err := app.stop(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	b.afterDrive(d, "purchases created by POST /v1/purchases")
+	if got := d.outcomes["201 created"]; got != n {
+		r.Problems = append(r.Problems, fmt.Sprintf("%d of %d requests created a purchase, want all", got, n))
+	}
+	after, err := b.counters(ctx)
+	if err != nil {
+		return err
+	}
+	if b.pg != nil {
+		r.DB = b.pg.delta(before, after)
+	}
+
+	// Not timed: the worker takes the new purchases to a final state, so
+	// that the database holds final purchases only, and the ledger shows
+	// whether each was charged once.
+	var made []string
+	for _, id := range ids {
+		if id != "" {
+			made = append(made, id)
+		}
+	}
+	ws, err := b.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	fake := fakeprovider.New(fakeprovider.Config{})
+	obs := newBenchObserver()
+	svc, err := b.service(ws, fake, obs, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := b.work(ctx, svc, obs, obs.final.Load, len(made), "after: burn-down (not timed)"); err != nil {
+		return err
+	}
+	r.Ledger = ledgerCheck(fake, made)
+	r.Notes = append(r.Notes, "after the timed run the worker took the new purchases to a final state against the fake provider (not timed), for the ledger check")
+	return b.finish()
+}

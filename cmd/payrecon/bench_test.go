@@ -1,0 +1,413 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/sqlite"
+)
+
+// benchN is the tiny N of the end-to-end runs: they check what the bench
+// reports, never how fast anything went.
+const benchN = 12
+
+// benchStores make a scratch database for a bench run, by store.
+var benchStores = []struct {
+	name  string
+	newDB func(t *testing.T) string
+}{
+	{"postgres", func(t *testing.T) string { t.Helper(); return pgtest.NewDatabase(t) }},
+	{"sqlite", func(t *testing.T) string { t.Helper(); return "sqlite:" + filepath.Join(t.TempDir(), "bench.db") }},
+}
+
+// TestBenchEndToEnd runs every bench subcommand with a tiny N on each
+// store and checks the report: its sections, the ledger check, the
+// database figures where Postgres has them, and the progress lines.
+func TestBenchEndToEnd(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	cases := []struct {
+		name     string
+		args     []string
+		label    string // of the measured phase's progress lines
+		outcome  string // what every event or request must come to
+		latency  []string
+		hasRSS   bool
+		openLoop bool
+	}{
+		{name: "burn-down", args: []string{"bench", "burn-down"}, label: "burn-down",
+			latency: []string{"created → final", "submitted → final"}, hasRSS: runtime.GOOS == "linux"},
+		{name: "webhooks closed loop", args: []string{"bench", "webhooks", "--clients", "3"}, label: "webhooks",
+			outcome: "applied", latency: []string{"sent → answered"}},
+		{name: "webhooks open loop", args: []string{"bench", "webhooks", "--clients", "3", "--rate", "2000"}, label: "webhooks",
+			outcome: "applied", latency: []string{"scheduled → answered"}, openLoop: true},
+		{name: "api closed loop", args: []string{"bench", "api", "--clients", "3"}, label: "api",
+			outcome: "201 created", latency: []string{"sent → answered"}},
+		{name: "api open loop", args: []string{"bench", "api", "--clients", "3", "--rate", "2000"}, label: "api",
+			outcome: "201 created", latency: []string{"scheduled → answered"}, openLoop: true},
+	}
+	for _, store := range benchStores {
+		for _, tc := range cases {
+			t.Run(store.name+"/"+tc.name, func(t *testing.T) {
+				db := store.newDB(t)
+				args := append(slices.Clone(tc.args), "--n", "12", "--database-url", db, "--json")
+				code, stdout, stderr := run(t, nil, args...)
+				if code != 0 {
+					t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+				}
+				var r benchReport
+				if err := json.Unmarshal([]byte(stdout), &r); err != nil {
+					t.Fatalf("the report is not JSON: %v\n%s", err, stdout)
+				}
+				checkBenchReport(t, r, store.name, tc.args[1])
+				if !strings.Contains(stderr, "bench: "+tc.label+": 12/12 ") {
+					t.Errorf("no progress line ending at 12/12 for %s in stderr:\n%s", tc.label, stderr)
+				}
+				var names []string
+				for _, l := range r.Latency {
+					names = append(names, l.Name)
+					if l.Count != benchN {
+						t.Errorf("latency %s over %d %s, want %d", l.Name, l.Count, r.Unit, benchN)
+					}
+				}
+				if !slices.Equal(names, tc.latency) {
+					t.Errorf("latency measures %q, want %q", names, tc.latency)
+				}
+				if tc.outcome != "" && (r.Outcomes[tc.outcome] != benchN || len(r.Outcomes) != 1) {
+					t.Errorf("outcomes %v, want %s %d", r.Outcomes, tc.outcome, benchN)
+				}
+				if (r.Late != nil) != tc.openLoop {
+					t.Errorf("late sends reported: %v, want it for an open loop only", r.Late != nil)
+				}
+				if (r.RSS != nil) != tc.hasRSS {
+					t.Errorf("RSS reported: %v, want %v", r.RSS != nil, tc.hasRSS)
+				}
+				if r.RSS != nil && (r.RSS.PeakKiB <= 0 || r.RSS.Samples == 0 || r.RSS.MinKiB > r.RSS.MaxKiB) {
+					t.Errorf("RSS %+v", *r.RSS)
+				}
+			})
+		}
+	}
+}
+
+// checkBenchReport checks what every report must hold.
+func checkBenchReport(t *testing.T, r benchReport, store, bench string) {
+	t.Helper()
+	if !r.OK || len(r.Problems) > 0 {
+		t.Errorf("report not OK: %q", r.Problems)
+	}
+	if r.Bench != bench || r.Store != store || r.N != benchN {
+		t.Errorf("report of %s on %s, n %d; want %s on %s, n %d", r.Bench, r.Store, r.N, bench, store, benchN)
+	}
+	if r.Run.Count != benchN || r.Run.Seconds <= 0 || r.Run.PerSecond <= 0 || r.Run.What == "" {
+		t.Errorf("run %+v", r.Run)
+	}
+	if bench != "api" && (r.Setup == nil || r.Setup.Count != benchN) {
+		t.Errorf("setup %+v, want %d purchases", r.Setup, benchN)
+	}
+	if l := r.Ledger; l == nil || !l.OK || l.Charges != benchN || l.Purchases != benchN {
+		t.Errorf("ledger %+v, want %d purchases charged once each", l, benchN)
+	}
+	for _, l := range r.Latency {
+		if !(0 <= l.P50ms && l.P50ms <= l.P90ms && l.P90ms <= l.P99ms && l.P99ms <= l.Maxms) {
+			t.Errorf("%s: percentiles out of order: %+v", l.Name, l)
+		}
+		sum := 0
+		for _, b := range l.Histogram {
+			sum += b.Count
+		}
+		if sum != l.Count || len(l.Histogram) == 0 {
+			t.Errorf("%s: the histogram counts %d of %d", l.Name, sum, l.Count)
+		}
+	}
+	notes := strings.Join(r.Notes, "\n")
+	switch store {
+	case "postgres":
+		if r.DB == nil || r.DB.Commits <= 0 {
+			t.Errorf("no commits counted on Postgres: %+v", r.DB)
+		} else if r.DB.Statements == nil && !strings.Contains(notes, "statements not counted") {
+			t.Errorf("no statements counted, and no note says why:\n%s", notes)
+		}
+		if !strings.Contains(notes, "round trips not counted") {
+			t.Errorf("no note on round trips:\n%s", notes)
+		}
+	case "sqlite":
+		if r.DB != nil {
+			t.Errorf("database figures on SQLite: %+v", *r.DB)
+		}
+		if !strings.Contains(notes, "not measured on SQLite") {
+			t.Errorf("no note on SQLite's figures:\n%s", notes)
+		}
+	}
+}
+
+// TestBenchTextReport: without --json the report is for a person: every
+// section, the histograms, the ledger's verdict.
+func TestBenchTextReport(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "bench.db")
+	code, stdout, stderr := run(t, nil, "bench", "burn-down", "--n", "12", "--database-url", db, "--concurrency", "2", "--batch-size", "5")
+	if code != 0 {
+		t.Fatalf("exit %d\n%s", code, stderr)
+	}
+	for _, want := range []string{
+		"payrecon bench burn-down: 12 purchases on sqlite (concurrency 2, batch size 5)\n",
+		"  setup ", "  burn-down     12 purchases in ", " purchases/s\n",
+		"created → final", "submitted → final", " p50 ", " p90 ", " p99 ", " max ",
+		"  histogram of created → final (12 purchases):\n", "  histogram of submitted → final (12 purchases):\n",
+		"  ledger        12 charges for 12 purchases, exactly one each: OK\n",
+		"not measured on SQLite",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the report lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "PROBLEM") || strings.Contains(stdout, "FAILED") {
+		t.Errorf("the report of a clean run shows a problem:\n%s", stdout)
+	}
+}
+
+// countPurchases counts the purchases in the SQLite database at url.
+func countPurchases(t *testing.T, url string) int {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, sqlite.Config{Path: strings.TrimPrefix(url, "sqlite:")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	total := 0
+	err = st.InTx(ctx, func(tx reconcile.Tx) error {
+		counts, err := tx.CountByState(ctx)
+		for _, n := range counts {
+			total += n
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return total
+}
+
+// TestBenchRefusesADatabaseNotItsOwn: a database that holds purchases is
+// refused unless --yes; one with a purchase not final is refused even
+// with --yes, and nothing is added to it.
+func TestBenchRefusesADatabaseNotItsOwn(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	benches := [][]string{{"bench", "burn-down"}, {"bench", "webhooks"}, {"bench", "api"}}
+
+	real := "sqlite:" + filepath.Join(t.TempDir(), "real.db")
+	if code, _, stderr := run(t, nil, "purchase", "create", "--database-url", real, "--amount", "300", "--currency", "usd", "--customer", "c"); code != 0 {
+		t.Fatalf("set-up: %s", stderr)
+	}
+	for _, bench := range benches {
+		for _, yes := range [][]string{nil, {"--yes"}} {
+			args := append(append(slices.Clone(bench), "--n", "3", "--database-url", real), yes...)
+			code, stdout, stderr := run(t, nil, args...)
+			if code != 1 || !strings.Contains(stderr, "refusing to run: the database holds 1 purchases, 1 of them not final") ||
+				!strings.Contains(stderr, "--yes does not override this") || stdout != "" {
+				t.Errorf("%v: exit %d, stderr %q, stdout %q; want exit 1, refused", args, code, stderr, stdout)
+			}
+		}
+	}
+	if n := countPurchases(t, real); n != 1 {
+		t.Errorf("the refused runs left %d purchases, want the 1 there was", n)
+	}
+
+	// A previous bench's database: final purchases only.
+	again := "sqlite:" + filepath.Join(t.TempDir(), "again.db")
+	if code, _, stderr := run(t, nil, "bench", "burn-down", "--n", "3", "--database-url", again, "--json"); code != 0 {
+		t.Fatalf("first run: exit %d\n%s", code, stderr)
+	}
+	want := 3
+	for _, bench := range benches {
+		args := append(slices.Clone(bench), "--n", "3", "--database-url", again, "--json")
+		code, _, stderr := run(t, nil, args...)
+		if code != 1 || !strings.Contains(stderr, "refusing to run: the database holds 3 purchases (all final)") || !strings.Contains(stderr, "--yes") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 1, refused, pointing at --yes", args, code, stderr)
+		}
+	}
+	for _, bench := range benches {
+		args := append(slices.Clone(bench), "--n", "3", "--database-url", again, "--json", "--yes")
+		if code, _, stderr := run(t, nil, args...); code != 0 {
+			t.Errorf("%v: exit %d\n%s", args, code, stderr)
+		}
+		want += 3
+	}
+	if n := countPurchases(t, again); n != want {
+		t.Errorf("%d purchases after the runs, want %d", n, want)
+	}
+}
+
+// TestBenchBadInputs: a bad command line exits 2 with a clear message and
+// a pointer to the help, before anything is opened.
+func TestBenchBadInputs(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	path := filepath.Join(t.TempDir(), "never.db")
+	db := []string{"--database-url", "sqlite:" + path}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"bench"}, "want bench burn-down | bench webhooks | bench api"},
+		{[]string{"bench", "nonsense"}, `unknown bench subcommand "nonsense": want burn-down, webhooks or api`},
+		{append([]string{"bench", "burn-down", "--n", "0"}, db...), "--n 0: want a number of purchases from 1 to"},
+		{append([]string{"bench", "webhooks", "--n", "-3"}, db...), "--n -3: want a number of events from 1 to"},
+		{append([]string{"bench", "api", "--n", "many"}, db...), `invalid value "many" for flag -n`},
+		{append([]string{"bench", "webhooks", "--rate", "-1"}, db...), "--rate -1: want a number of requests a second, or 0 for a closed loop"},
+		{append([]string{"bench", "api", "--rate", "NaN"}, db...), "--rate NaN"},
+		{append([]string{"bench", "api", "--clients", "0"}, db...), "--clients 0: want a number of clients from 1 to"},
+		{append([]string{"bench", "burn-down", "--rate", "5"}, db...), "flag provided but not defined: -rate"},
+		{append([]string{"bench", "burn-down", "extra"}, db...), `unexpected arguments ["extra"]`},
+		{[]string{"bench", "burn-down"}, "--database-url is required"},
+		{[]string{"bench", "api", "--database-url", "mysql://x"}, "want postgres://"},
+		{append([]string{"bench", "burn-down", "--provider", "stripe"}, db...), "--provider stripe: the bench runs against the in-process fake provider only"},
+		{append([]string{"bench", "webhooks", "--fake-faults", "timeout=0.5"}, db...), "--fake-faults: the bench's fake provider has no faults"},
+		{append([]string{"bench", "burn-down", "--concurrency", "0"}, db...), "--concurrency"},
+	}
+	for _, tt := range tests {
+		code, stdout, stderr := run(t, nil, tt.args...)
+		if code != 2 || !strings.Contains(stderr, tt.want) || !strings.Contains(stderr, "Run 'payrecon help bench") || stdout != "" {
+			t.Errorf("payrecon %s: exit %d, stderr %q; want exit 2 mentioning %q and the help", strings.Join(tt.args, " "), code, stderr, tt.want)
+		}
+	}
+	if _, err := os.Stat(path); !os.IsNotExist(err) {
+		t.Errorf("a refused command line opened the database: %v", err)
+	}
+}
+
+// TestBenchUnreachableDatabase: a database that cannot be reached is a
+// failure (exit 1), named without its password.
+func TestBenchUnreachableDatabase(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	code, stdout, stderr := run(t, nil, "bench", "burn-down", "--n", "3", "--database-url", "postgres://nobody:s3cret@127.0.0.1:1/none")
+	if code != 1 || !strings.Contains(stderr, "cannot reach database 127.0.0.1:1/none") || strings.Contains(stderr+stdout, "s3cret") {
+		t.Errorf("exit %d, stderr %q; want exit 1 naming the database, not its password", code, stderr)
+	}
+}
+
+// TestBenchLedgerCheck: the ledger passes with exactly one charge per
+// purchase and nothing else, and a failed check is loud and fails the
+// run.
+func TestBenchLedgerCheck(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name                       string
+		extra                      func(f *fakeprovider.Fake, ids []string)
+		ok                         bool
+		double, uncharged, foreign int
+	}{
+		{name: "one each", ok: true},
+		{name: "a second charge", double: 1, extra: func(f *fakeprovider.Fake, ids []string) {
+			f.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: ids[1], Amount: 300, Currency: "usd"})
+		}},
+		{name: "a charge for no purchase", foreign: 1, extra: func(f *fakeprovider.Fake, ids []string) {
+			f.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: "pur_other", Amount: 300, Currency: "usd"})
+		}},
+		{name: "a purchase not charged", uncharged: 1, extra: func(f *fakeprovider.Fake, ids []string) {}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := fakeprovider.New(fakeprovider.Config{})
+			ids := []string{"pur_a", "pur_b", "pur_c"}
+			charged := ids
+			if tt.uncharged > 0 {
+				charged = ids[:2]
+			}
+			for _, id := range charged {
+				if _, err := f.Create(ctx, benchCreateRequest(id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tt.extra != nil {
+				tt.extra(f, ids)
+			}
+			l := ledgerCheck(f, ids)
+			if l.OK != tt.ok || len(l.DoubleCharged) != tt.double || l.Uncharged != tt.uncharged || l.Foreign != tt.foreign {
+				t.Fatalf("ledger %+v", *l)
+			}
+			var out bytes.Buffer
+			b := &bench{e: &env{stdout: &out}, report: &benchReport{Bench: "burn-down", Store: "sqlite", N: 3, Unit: "purchases", Ledger: l}}
+			err := b.finish()
+			if tt.ok != (err == nil) {
+				t.Fatalf("finish: %v", err)
+			}
+			if !tt.ok && (!strings.Contains(err.Error(), "THE LEDGER CHECK FAILED") || !strings.Contains(out.String(), "ledger        FAILED")) {
+				t.Errorf("a failed ledger check is not loud: %v\n%s", err, out.String())
+			}
+		})
+	}
+}
+
+// benchCreateRequest is a create for purchase id, as the worker sends it.
+func benchCreateRequest(id string) provider.CreateRequest {
+	return provider.CreateRequest{IdempotencyKey: "payrecon-" + id, PurchaseID: id, Customer: "c", Amount: 300, Currency: "usd",
+		PaymentMethod: fakeprovider.PaymentMethodVisa, Version: provider.RequestOffSession}
+}
+
+// TestSummarise: nearest-rank percentiles, and a histogram from the first
+// bucket that holds a latency to the last.
+func TestSummarise(t *testing.T) {
+	var ds []time.Duration
+	for i := 1; i <= 100; i++ {
+		ds = append(ds, time.Duration(i)*time.Millisecond)
+	}
+	l := summarise("x", "", slices.Clone(ds))
+	if l.P50ms != 50 || l.P90ms != 90 || l.P99ms != 99 || l.Maxms != 100 || l.Count != 100 {
+		t.Errorf("percentiles %+v", l)
+	}
+	want := []benchBucket{{1, 1}, {2, 1}, {5, 3}, {10, 5}, {20, 10}, {50, 30}, {100, 50}}
+	if !slices.Equal(l.Histogram, want) {
+		t.Errorf("histogram %v, want %v", l.Histogram, want)
+	}
+	if one := summarise("x", "", []time.Duration{3 * time.Second}); one.P50ms != 3000 || one.Maxms != 3000 || len(one.Histogram) != 1 {
+		t.Errorf("one latency: %+v", one)
+	}
+	if none := summarise("x", "", nil); none.Count != 0 || len(none.Histogram) != 0 {
+		t.Errorf("no latency: %+v", none)
+	}
+}
+
+// TestDrive: every request is sent once, closed loop or open, its
+// outcome counted, and failures are reported, not timed.
+func TestDrive(t *testing.T) {
+	for _, rate := range []float64{0, 1e6} {
+		var mu sync.Mutex
+		seen := map[int]int{}
+		var done atomic.Int64
+		d := drive(context.Background(), 50, 4, rate, &done, func(ctx context.Context, i int) (string, error) {
+			mu.Lock()
+			seen[i]++
+			mu.Unlock()
+			if i%10 == 0 {
+				return "", os.ErrDeadlineExceeded
+			}
+			return "ok", nil
+		})
+		if len(seen) != 50 || done.Load() != 50 {
+			t.Errorf("rate %g: %d requests sent, %d done, want 50", rate, len(seen), done.Load())
+		}
+		for i, n := range seen {
+			if n != 1 {
+				t.Errorf("rate %g: request %d sent %d times", rate, i, n)
+			}
+		}
+		if d.outcomes["ok"] != 45 || d.outcomes["failed"] != 5 || d.failed != 5 || len(d.latencies) != 45 || len(d.failures) != maxFailuresShown {
+			t.Errorf("rate %g: outcomes %v, %d failed, %d latencies, %d failures shown", rate, d.outcomes, d.failed, len(d.latencies), len(d.failures))
+		}
+	}
+}
