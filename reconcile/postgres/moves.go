@@ -30,9 +30,10 @@ func (t *txn) FindPurchases(ctx context.Context, ids, paymentIDs []string) ([]re
 // one element per move: moveArrays), in one statement: it locks the jobs
 // whose lease is still the move's (FOR UPDATE, so that no claim takes one
 // over before commit), updates the purchases still at the move's state
-// and version, and for those alone appends the transitions and attempts
-// and completes or reschedules the jobs. It returns the ids of the
-// purchases it moved. The purchases' guard trigger and the audit's
+// and version, and for those alone (the rows upd returns, carrying what
+// the other writes need, so that none joins the arrays again) appends the
+// transitions and attempts and completes or reschedules the jobs. It
+// returns the ids of the purchases it moved. The purchases' guard trigger and the audit's
 // foreign keys check every row as they do for single writes.
 var applyMovesSQL = `
 WITH m AS (
@@ -76,27 +77,31 @@ WITH m AS (
         updated_at = m.updated_at
     FROM m JOIN leased ON leased.purchase_id = m.id
     WHERE p.id = m.id AND p.state = m.from_state AND p.version = m.version
-    RETURNING p.id
+    RETURNING p.id, m.from_state, m.state,
+        m.t_cause, m.t_evidence, m.t_actor, m.t_token, m.t_at,
+        m.a_op, m.a_key, m.a_outcome, m.a_payment_id, m.a_status, m.a_latency_ns,
+        m.a_error, m.a_actor, m.a_token, m.a_applied, m.a_note, m.a_at,
+        m.job, m.job_at
 ), tr AS (
     INSERT INTO transitions (purchase_id, from_state, to_state, cause, evidence, actor, lease_token, at)
-    SELECT m.id, m.from_state, m.state, m.t_cause, m.t_evidence, m.t_actor, m.t_token, m.t_at
-    FROM m JOIN upd ON upd.id = m.id
-    WHERE m.t_cause IS NOT NULL
+    SELECT id, from_state, state, t_cause, t_evidence, t_actor, t_token, t_at
+    FROM upd
+    WHERE t_cause IS NOT NULL
 ), at AS (
     INSERT INTO provider_attempts
         (purchase_id, op, idem_key, outcome, payment_id, status, latency_ns, error, actor, lease_token, applied, note, at)
-    SELECT m.id, m.a_op, m.a_key, m.a_outcome, m.a_payment_id, m.a_status, m.a_latency_ns,
-        m.a_error, m.a_actor, m.a_token, m.a_applied, m.a_note, m.a_at
-    FROM m JOIN upd ON upd.id = m.id
-    WHERE m.a_op IS NOT NULL
+    SELECT id, a_op, a_key, a_outcome, a_payment_id, a_status, a_latency_ns,
+        a_error, a_actor, a_token, a_applied, a_note, a_at
+    FROM upd
+    WHERE a_op IS NOT NULL
 ), jb AS (
     UPDATE jobs AS j SET
-        done_at = CASE WHEN m.job = 1 THEN m.job_at ELSE j.done_at END,
-        run_at = CASE WHEN m.job = 2 THEN m.job_at ELSE j.run_at END,
+        done_at = CASE WHEN upd.job = 1 THEN upd.job_at ELSE j.done_at END,
+        run_at = CASE WHEN upd.job = 2 THEN upd.job_at ELSE j.run_at END,
         lease_owner = NULL,
         lease_expires_at = NULL
-    FROM m JOIN upd ON upd.id = m.id
-    WHERE j.purchase_id = m.id AND m.job <> 0
+    FROM upd
+    WHERE j.purchase_id = upd.id AND upd.job <> 0
 )
 SELECT id FROM upd`
 
