@@ -126,11 +126,15 @@ func (t *txn) ListEscalated(ctx context.Context) ([]reconcile.Purchase, error) {
 }
 
 // CountByState implements reconcile.Tx. Every known state is in the map,
-// with 0 when no purchase is in it.
+// with 0 when no purchase is in it. It reads purchase_state_counts
+// (migration 00007), which triggers on purchases keep in the transaction
+// of every write: the sum of a state's 16 shards, read in one snapshot,
+// is the number of purchases in that state in the same snapshot. Its
+// cost does not grow with the number of purchases.
 func (t *txn) CountByState(ctx context.Context) (map[statemachine.State]int, error) {
 	counts := sqlstore.StateCounts()
 	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count purchases by state",
-		`SELECT state, count(*) FROM purchases GROUP BY state`); err != nil {
+		`SELECT state, sum(n)::bigint FROM purchase_state_counts GROUP BY state`); err != nil {
 		return nil, err
 	}
 	return counts, nil

@@ -69,7 +69,9 @@
 // audit records that is not in the table, whatever SQL path writes. A
 // refused write fails alone: RAISE(ABORT) and constraint failures undo
 // the statement, not the transaction, so the caller may go on reading and
-// writing and commit, as on PostgreSQL.
+// writing and commit, as on PostgreSQL. Row triggers keep the number of
+// purchases in each state in purchase_state_counts, one row per state,
+// which CountByState reads instead of counting the purchases.
 //
 // Driver errors are translated into reconcile's errors and wrapped with
 // %w, keeping SQLite's message: a unique constraint gives
