@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -253,6 +254,83 @@ VALUES ('pur_ok', 'succeeded', 'uncertain', 'webhook', 0)`)
 	if st := queryString(t, db, `SELECT state FROM purchases WHERE id = 'pur_ok'`); st != "succeeded" {
 		t.Fatalf("pur_ok state = %q; want succeeded", st)
 	}
+}
+
+// TestStateCountsFollowRawSQL writes purchases by SQL, many in one
+// statement, as a script would: the counts the triggers of migration
+// 00007 keep stay equal to a GROUP BY of the purchases, and a refused
+// statement or a rolled-back transaction counts nothing.
+func TestStateCountsFollowRawSQL(t *testing.T) {
+	t.Parallel()
+	s, path := newStore(t)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	plain := func() map[statemachine.State]int {
+		t.Helper()
+		m := map[statemachine.State]int{}
+		for _, st := range statemachine.States {
+			m[st] = 0
+		}
+		rows, err := db.QueryContext(ctx, `SELECT state, count(*) FROM purchases GROUP BY state`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var st string
+			var n int
+			if err := rows.Scan(&st, &n); err != nil {
+				t.Fatal(err)
+			}
+			m[statemachine.State(st)] = n
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	check := func(after string) {
+		t.Helper()
+		var got map[statemachine.State]int
+		err := s.InTx(ctx, func(tx reconcile.Tx) error {
+			var err error
+			got, err = tx.CountByState(ctx)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("CountByState: %v", err)
+		}
+		if want := plain(); !maps.Equal(got, want) {
+			t.Fatalf("after %s: CountByState = %v, a GROUP BY says %v", after, got, want)
+		}
+	}
+	for _, tc := range []struct{ name, sql string }{
+		{"1000 inserts", `WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < 1000)
+INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+SELECT 'pur_' || n, 'cus_1', 100, 'eur', 'created', 1, 0, 0 FROM i`},
+		{"256 moves", `UPDATE purchases SET state = 'submitted' WHERE rowid <= 256`},
+		{"moves to two states", `UPDATE purchases SET state = CASE WHEN id < 'pur_2' THEN 'succeeded' ELSE 'uncertain' END
+WHERE state = 'submitted'`},
+		{"a write that keeps every state", `UPDATE purchases SET version = version + 1, state = state`},
+		{"deletes", `DELETE FROM purchases WHERE id IN ('pur_1', 'pur_200', 'pur_999')`},
+	} {
+		exec(t, db, tc.sql)
+		check(tc.name)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE purchases SET state = 'succeeded' WHERE state = 'created'`); err == nil {
+		t.Fatal("created -> succeeded was not refused")
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE purchases SET state = 'submitted' WHERE state = 'created'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	check("a refusal and a rollback")
 }
 
 // TestRefusalUndoesOnlyTheStatement checks, in raw SQL, what the store's
