@@ -564,6 +564,66 @@ func TestListUnmatchedEventsPlan(t *testing.T) {
 	}
 }
 
+// TestPeriodicQueriesUseTheirIndexes: each query payrecon runs on a
+// schedule (the gauges, the escalation and rescue sweeps, the operator
+// list, the audit's window and watermark) reads an index that holds only
+// what it asks for, never every purchase (migration 00007 and before);
+// CountByState reads the counts, not the purchases. The plans are
+// SQLite's without statistics, as a store that never ran ANALYZE has
+// them.
+func TestPeriodicQueriesUseTheirIndexes(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	openFindings, findingsArgs := sqlite.ListFindingsSQL("", false, 0)
+	for _, tc := range []struct {
+		name   string
+		sql    string
+		args   []any
+		index  string // the plan reads it
+		noSort bool   // and needs no sort
+	}{
+		{"CountByState", sqlite.CountByStateSQL, nil, "purchase_state_counts", true},
+		{"CountEscalated", sqlite.CountEscalatedSQL, nil, "purchases_escalated_at_idx", true},
+		{"OldestUncertainSince", sqlite.OldestUncertainSinceSQL, nil, "purchases_uncertain_since_idx", true},
+		{"CountOpenFindings", sqlite.CountOpenFindingsSQL, nil, "audit_findings_open_idx", false},
+		{"ListOverdueUncertain", sqlite.ListOverdueUncertainSQL, []any{base.UnixMicro(), 500}, "purchases_overdue_idx", true},
+		{"ListEscalated", sqlite.ListEscalatedSQL, nil, "purchases_escalated_at_idx", false},
+		{"ListFindings(open)", openFindings, findingsArgs, "audit_findings_open_idx", true},
+		{"ListSubmittedBetween", sqlite.ListSubmittedBetweenSQL, []any{"succeeded", 0, base.UnixMicro()}, "purchases_first_attempt_idx", false},
+		{"GetAuditRun", sqlite.GetAuditRunSQL, []any{"scheduled"}, "PRIMARY KEY", true},
+		// The rescue sweep's candidates, as the claim of expired leases
+		// selects them: the few leased open jobs, not every open job.
+		{"ClaimExpiredJobs candidates", `SELECT purchase_id FROM jobs
+WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1
+ORDER BY lease_expires_at LIMIT ?2`, []any{base.UnixMicro(), 16}, "jobs_leased_idx", true},
+	} {
+		rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+tc.sql, tc.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notUsed int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		all := strings.Join(plan, "\n")
+		if !strings.Contains(all, tc.index) || (tc.noSort && strings.Contains(all, "TEMP B-TREE")) {
+			t.Errorf("%s does not read %s%s:\n%s", tc.name, tc.index, map[bool]string{true: " in order"}[tc.noSort], all)
+		}
+		if strings.Contains(all, "SCAN purchases") || strings.Contains(all, "purchases_state_idx") {
+			t.Errorf("%s reads every purchase:\n%s", tc.name, all)
+		}
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -1,5 +1,5 @@
 -- payrecon: how many purchases are in each state, kept by the database,
--- for PostgreSQL.
+-- and the indexes of the periodic reads, for PostgreSQL.
 --
 -- The metrics read the number of purchases per state every 15 seconds.
 -- Counting them (a GROUP BY over every purchase) grows with the table;
@@ -146,7 +146,29 @@ FROM purchase_states s
 CROSS JOIN generate_series(0, 15) AS shard (n)
 LEFT JOIN (SELECT state, count(*) AS n FROM purchases GROUP BY state) c ON c.state = s.state;
 
+-- The escalation sweep reads the purchases uncertain too long and not yet
+-- escalated, oldest first: this index holds only those still waiting for
+-- an answer, in the sweep's order, so that neither the settled purchases
+-- nor the escalated ones (which stay uncertain until an answer comes) are
+-- read, and no sort is needed. (The other periodic reads have theirs
+-- already: purchases_escalated_at_idx for the operator list and its
+-- count, purchases_uncertain_since_idx for the oldest uncertain purchase,
+-- jobs_leased_idx for the expired leases the rescue sweep claims,
+-- audit_findings_open_idx for the open findings and their count,
+-- purchases_first_attempt_idx for the audit's window.)
+CREATE INDEX purchases_overdue_idx ON purchases (uncertain_since, id)
+    WHERE state = 'uncertain' AND escalated_at IS NULL;
+
+-- purchases_state_idx served the count by state, which the counts above
+-- replace; every other read of purchases by state has an index of its
+-- own. Dropping it spares every move an insert into an index of every
+-- purchase.
+DROP INDEX purchases_state_idx;
+
 -- +goose Down
+
+CREATE INDEX purchases_state_idx ON purchases (state);
+DROP INDEX purchases_overdue_idx;
 
 DROP TRIGGER purchases_count_truncate ON purchases;
 DROP TRIGGER purchases_count_delete ON purchases;

@@ -1,5 +1,6 @@
 -- payrecon schema for SQLite, part 7: how many purchases are in each
--- state, kept by the database. It mirrors migrations/postgres/00007.
+-- state, kept by the database, and the indexes of the periodic reads. It
+-- mirrors migrations/postgres/00007.
 --
 -- The metrics read the number of purchases per state every 15 seconds.
 -- Counting them (a GROUP BY over every purchase) grows with the table;
@@ -61,7 +62,25 @@ BEGIN
 END;
 -- +goose StatementEnd
 
+-- The escalation sweep reads the purchases uncertain too long and not yet
+-- escalated, oldest first: this index holds only those still waiting for
+-- an answer, in the sweep's order, so that neither the settled purchases
+-- nor the escalated ones (which stay uncertain until an answer comes) are
+-- read.
+CREATE INDEX purchases_overdue_idx ON purchases (uncertain_since, id)
+    WHERE state = 'uncertain' AND escalated_at IS NULL;
+
+-- purchases_state_idx served the count by state, which the counts above
+-- replace; every other read of purchases by state has an index of its
+-- own (purchases_uncertain_since_idx, purchases_overdue_idx,
+-- purchases_first_attempt_idx), and without statistics SQLite's planner
+-- preferred this one, reading every open purchase.
+DROP INDEX purchases_state_idx;
+
 -- +goose Down
+
+CREATE INDEX purchases_state_idx ON purchases (state);
+DROP INDEX purchases_overdue_idx;
 
 DROP TRIGGER purchases_count_delete;
 DROP TRIGGER purchases_count_update;
