@@ -1,5 +1,10 @@
 package postgres
 
+import "github.com/jackc/pgx/v5/pgxpool"
+
+// PoolConfig is the pool's configuration Open builds from cfg.
+func PoolConfig(cfg Config) (*pgxpool.Config, error) { return poolConfig(cfg) }
+
 // ListUnmatchedEventsSQL is the query of ListUnmatchedEvents, for the test
 // of its plan.
 const ListUnmatchedEventsSQL = listUnmatchedEventsSQL
