@@ -664,9 +664,18 @@ func TestOpenErrors(t *testing.T) {
 		{Path: "file:payrecon.db?mode=memory"},
 		{Path: filepath.Join(dir, "what?.db")},
 		{Path: filepath.Join(dir, "x.db"), BusyTimeout: -time.Second},
+		{Path: filepath.Join(dir, "x.db"), Synchronous: "OFF"},
+		{Path: filepath.Join(dir, "x.db"), Synchronous: "EXTRA"},
+		{Path: filepath.Join(dir, "x.db"), Synchronous: "1"},
 	} {
 		if _, err := sqlite.Open(t.Context(), cfg); !errors.Is(err, reconcile.ErrInvalid) {
 			t.Errorf("Open(%+v) = %v, want ErrInvalid", cfg, err)
+		}
+	}
+	_, err = sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(dir, "x.db"), Synchronous: "off"})
+	for _, want := range []string{`Config.Synchronous "off"`, "FULL", "NORMAL"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open with synchronous off: %v, want an error mentioning %q", err, want)
 		}
 	}
 }
@@ -686,19 +695,27 @@ func TestOpenRelativePath(t *testing.T) {
 func TestConnectionSettings(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		busy     time.Duration
-		wantBusy string
-	}{{0, "5000"}, {250 * time.Millisecond, "250"}} {
-		s := openAt(t, sqlite.Config{Path: dbPath(t), BusyTimeout: tc.busy})
+		busy        time.Duration
+		synchronous string
+		wantBusy    string
+		wantSync    string // PRAGMA synchronous: 1 NORMAL, 2 FULL
+	}{
+		{0, "", "5000", "2"},
+		{250 * time.Millisecond, "FULL", "250", "2"},
+		{0, "NORMAL", "5000", "1"},
+		{0, "normal", "5000", "1"},
+	} {
+		cfg := sqlite.Config{Path: dbPath(t), BusyTimeout: tc.busy, Synchronous: tc.synchronous}
+		s := openAt(t, cfg)
 		db := s.DB()
 		for pragma, want := range map[string]string{
 			"journal_mode": "wal",
 			"foreign_keys": "1",
-			"synchronous":  "1", // NORMAL
+			"synchronous":  tc.wantSync,
 			"busy_timeout": tc.wantBusy,
 		} {
 			if got := queryString(t, db, "PRAGMA "+pragma); got != want {
-				t.Errorf("BusyTimeout %s: PRAGMA %s = %s, want %s", tc.busy, pragma, got, want)
+				t.Errorf("BusyTimeout %s, Synchronous %q: PRAGMA %s = %s, want %s", tc.busy, tc.synchronous, pragma, got, want)
 			}
 		}
 		if n := db.Stats().MaxOpenConnections; n != 1 {
