@@ -386,3 +386,70 @@ VALUES ('`+id+`', 'cus_1', 100, 'eur', 'created', 1, `+d.now+`, `+d.now+vals+`)`
 		})
 	}
 }
+
+// TestMigration7CountsPurchases applies 00007 to a database with
+// purchases in several states: it fills purchase_state_counts from them,
+// the triggers keep the counts from then on, and the Down drops them.
+// (Version 6 is the one before; UpTo stops at the last migration at or
+// below it.)
+func TestMigration7CountsPurchases(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d.name), func(t *testing.T) {
+			ctx := t.Context()
+			db := d.open(t)
+			p := newProvider(t, db, d.name, d.goose)
+			if _, err := p.UpTo(ctx, 6); err != nil {
+				t.Fatalf("up to 6: %v", err)
+			}
+			insert := func(id string, path ...string) {
+				t.Helper()
+				mustExec(t, db, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES ('`+id+`', 'cus_1', 100, 'eur', 'created', 1, `+d.now+`, `+d.now+`)`)
+				for _, st := range path {
+					mustExec(t, db, `UPDATE purchases SET state = '`+st+`' WHERE id = '`+id+`'`)
+				}
+			}
+			insert("pur_1")
+			insert("pur_2", "submitted")
+			insert("pur_3", "submitted", "succeeded")
+			insert("pur_4", "submitted", "succeeded")
+			insert("pur_5", "submitted", "uncertain", "reconciling")
+
+			counted := func() []string {
+				t.Helper()
+				return queryStrings(t, db, `SELECT state || '=' || CAST(sum(n) AS text) FROM purchase_state_counts GROUP BY state ORDER BY state`)
+			}
+			plain := func() []string {
+				t.Helper()
+				return queryStrings(t, db, `SELECT s.state || '=' || CAST(count(p.id) AS text)
+FROM purchase_states s LEFT JOIN purchases p ON p.state = s.state GROUP BY s.state ORDER BY s.state`)
+			}
+			if _, err := p.UpTo(ctx, 7); err != nil {
+				t.Fatalf("up to 7: %v", err)
+			}
+			want := []string{"created=1", "declined=0", "reconciling=1", "submitted=1", "succeeded=2", "uncertain=0"}
+			if got := counted(); !slices.Equal(got, want) {
+				t.Fatalf("after 00007: counts %v, want %v", got, want)
+			}
+			insert("pur_6", "submitted", "declined")
+			mustExec(t, db, `UPDATE purchases SET state = 'uncertain' WHERE state = 'reconciling'`)
+			if got, want := counted(), plain(); !slices.Equal(got, want) {
+				t.Fatalf("after writes: counts %v, a GROUP BY says %v", got, want)
+			}
+
+			if _, err := p.DownTo(ctx, 6); err != nil {
+				t.Fatalf("down to 6: %v", err)
+			}
+			if _, err := db.ExecContext(ctx, `SELECT 1 FROM purchase_state_counts`); err == nil {
+				t.Fatal("after 00007's Down, purchase_state_counts is still there")
+			}
+			insert("pur_7", "submitted")
+			if _, err := p.UpTo(ctx, 7); err != nil {
+				t.Fatalf("up to 7 again: %v", err)
+			}
+			if got, want := counted(), plain(); !slices.Equal(got, want) {
+				t.Fatalf("after 00007 again: counts %v, a GROUP BY says %v", got, want)
+			}
+		})
+	}
+}

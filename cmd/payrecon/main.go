@@ -48,7 +48,7 @@ type command struct {
 // command accepts every setting.
 var (
 	basicSettings    = []string{"config", "log-level", "log-format"}
-	storeSettings    = []string{"database-url", "database-url-file"}
+	storeSettings    = []string{"database-url", "database-url-file", "sqlite-synchronous"}
 	protocolSettings = []string{"worker-id", "lease-duration", "provider-timeout", "backoff", "max-attempts", "max-uncertain-age",
 		"escalated-interval", "key-retention", "key-replay-margin", "batch-size", "concurrency", "poll-interval", "shutdown-grace",
 		"max-amount", "audit-overlap", "audit-settle"}
@@ -82,7 +82,7 @@ func commands() []command {
 		{name: "demo", args: "[--keep] [--json] [--timeout DURATION]",
 			summary:  "a tour of every failure the protocol survives, in a minute",
 			about:    "A one-command tour: every failure the protocol survives, played against a fake Stripe over HTTP on a simulated clock, then the audit from the provider's side. It uses a temporary SQLite file unless --database-url is set.",
-			settings: join(basicSettings, []string{"database-url", "database-url-file"}), run: runDemo},
+			settings: join(basicSettings, storeSettings), run: runDemo},
 		{name: "migrate", summary: "apply the database schema; says from which version to which",
 			about:    "Applies every pending migration of the database schema and says what it did: \"migrated from version N to M\" or \"already at version M\". A Postgres database must be migrated with it before any other command runs against it; a SQLite file is migrated on first use by every command.",
 			settings: readSettings, run: runMigrate},

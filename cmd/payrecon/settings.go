@@ -22,6 +22,7 @@ import (
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/cron"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
+	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
 
 // setting is one configuration value with a flag, an environment variable
@@ -87,6 +88,7 @@ var (
 	kindCount       = &kind{typ: "int", check: checkCount}
 	kindBool        = &kind{typ: "bool", check: checkBool}
 	kindProvider    = &kind{typ: "fake|stripe", check: checkOneOf("fake", "stripe")}
+	kindSynchronous = &kind{typ: "FULL|NORMAL", check: checkSynchronous}
 	kindLevel       = &kind{typ: "level", check: checkLevel}
 	kindFormat      = &kind{typ: "text|json", check: checkOneOf("text", "json")}
 	kindSchedule    = &kind{typ: "schedule", check: checkSchedule}
@@ -154,6 +156,7 @@ func newSettings() *settings {
 	sw := cron.DefaultSweepConfig()
 	plain("config", "PAYRECON_CONFIG", "", kindPath, "a config file: one setting a line, its flag's name and its value (lease-duration 10m); # starts a comment")
 	secret("database-url", "PAYRECON_DATABASE_URL", kindDatabaseURL, "database: postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=… or sqlite:PATH (default: a SQLite file in the user's data directory)", "PAYRECON_DATABASE_URL_FILE")
+	plain("sqlite-synchronous", "PAYRECON_SQLITE_SYNCHRONOUS", sqlite.DefaultSynchronous, kindSynchronous, "SQLite's synchronous setting: FULL syncs every commit to disk; NORMAL only at checkpoints, so a power loss or OS crash can lose the last commits (the file stays consistent)")
 	add(&setting{name: "addr", env: "PAYRECON_ADDR", def: defaultAddr, kind: kindAddr, defFor: map[string]string{"worker": defaultWorkerAddr},
 		usage: "HTTP listen address of serve (webhooks, API, /ops, /metrics), of worker (/healthz, /readyz, /metrics; its own default, so that it runs beside serve) and of fakeprovider (its Stripe-compatible API)"})
 	plain("worker-id", "PAYRECON_WORKER_ID", "", kindString, "worker name in leases and the audit (default: host-pid)")
@@ -544,6 +547,13 @@ func checkOneOf(values ...string) func(string) error {
 		}
 		return nil
 	}
+}
+
+// checkSynchronous checks a SQLite synchronous setting as the store
+// does.
+func checkSynchronous(v string) error {
+	_, err := sqlite.ParseSynchronous(v)
+	return err
 }
 
 func checkLevel(v string) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/cron"
+	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
 
 // settingFields says, for every setting that configures a component,
@@ -49,6 +50,8 @@ var settingFields = map[string][]string{
 	"stripe-api-base":   {"stripe.Config.APIBase"},
 	"webhook-tolerance": {"stripe.WebhookConfig.Tolerance"},
 	"fake-faults":       {"fakeprovider.Config", "fakeprovider.ServerConfig"},
+
+	"sqlite-synchronous": {"sqlite.Config.Synchronous"},
 }
 
 // settingsOfNoConfig are the settings no component's config has a default
@@ -135,6 +138,7 @@ func TestFlagDefaultsAreTheConfigs(t *testing.T) {
 		"stripe.WebhookConfig":      stripe.WebhookConfig{Tolerance: tolerance},
 		"fakeprovider.Config":       fake,
 		"fakeprovider.ServerConfig": server,
+		"sqlite.Config":             sqlite.Config{Synchronous: s.str("sqlite-synchronous")},
 	}
 	want := map[string]any{
 		"reconcile.Config":     reconcile.DefaultConfig(),
@@ -145,6 +149,7 @@ func TestFlagDefaultsAreTheConfigs(t *testing.T) {
 		// configs zero, to fakeprovider.New's and NewServer's defaults.
 		"fakeprovider.Config":       fakeprovider.Config{},
 		"fakeprovider.ServerConfig": fakeprovider.ServerConfig{},
+		"sqlite.Config":             sqlite.Config{Synchronous: sqlite.DefaultSynchronous},
 	}
 
 	listed := map[string]bool{}

@@ -93,7 +93,7 @@ func openStoreFor(ctx context.Context, e *env, opts storeOptions) (*openedStore,
 				return nil, err
 			}
 		}
-		lite, err := sqlite.Open(ctx, sqlite.Config{Path: path, Now: opts.now})
+		lite, err := sqlite.Open(ctx, sqlite.Config{Path: path, Synchronous: e.settings.str("sqlite-synchronous"), Now: opts.now})
 		if err != nil {
 			return nil, err
 		}

@@ -85,6 +85,8 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"FindPurchaseByReference", withStore(testFindByReference)},
 		{"ListEscalated", withStore(testListEscalated)},
 		{"CountByState", withStore(testCountByState)},
+		{"CountByStateFollowsWrites", withStore(testCountByStateFollowsWrites)},
+		{"CountByStateConcurrentWriters", withStore(testCountByStateConcurrentWriters)},
 		{"CountEscalated", withStore(testCountEscalated)},
 		{"OldestUncertainSince", withStore(testOldestUncertainSince)},
 		{"ListOverdueUncertain", withStore(testListOverdueUncertain)},

@@ -6,7 +6,12 @@
 // allowed_transitions table, and a foreign key every transition the audit
 // records), any change to allowed_transitions, any UPDATE or DELETE of
 // the audit tables, and any change to an audit finding but its closing,
-// so the guarantees hold for every SQL path, not only this package.
+// so the guarantees hold for every SQL path, not only this package. For
+// the same reason the number of purchases in each state is kept by the
+// database: statement-level triggers on purchases add each statement's
+// per-state deltas to purchase_state_counts, sharded so that concurrent
+// writers do not wait for each other (see migration 00007), and
+// CountByState sums the shards instead of counting the purchases.
 //
 // Driver errors are translated into reconcile's errors and wrapped with
 // %w, keeping the database's own message: errors.Is(err,

@@ -1,8 +1,31 @@
 package postgres
 
+import "github.com/jackc/pgx/v5/pgxpool"
+
+// PoolConfig is the pool's configuration Open builds from cfg.
+func PoolConfig(cfg Config) (*pgxpool.Config, error) { return poolConfig(cfg) }
+
 // ListUnmatchedEventsSQL is the query of ListUnmatchedEvents, for the test
 // of its plan.
 const ListUnmatchedEventsSQL = listUnmatchedEventsSQL
 
 // ClaimDueSQL is the statement of ClaimJobs, for the test of its plan.
 var ClaimDueSQL = claimDueSQL
+
+// The queries payrecon runs on a schedule, for the tests of their plans
+// and BenchmarkPeriodicQueries.
+const (
+	CountByStateSQL         = countByStateSQL
+	CountEscalatedSQL       = countEscalatedSQL
+	OldestUncertainSinceSQL = oldestUncertainSinceSQL
+	CountOpenFindingsSQL    = countOpenFindingsSQL
+	ListOverdueUncertainSQL = listOverdueUncertainSQL
+	ListEscalatedSQL        = listEscalatedSQL
+	ListSubmittedBetweenSQL = listSubmittedBetweenSQL
+	GetAuditRunSQL          = getAuditRunSQL
+)
+
+// ListFindingsSQL is the query of ListFindings and its arguments.
+func ListFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, []any) {
+	return listFindingsSQL(purchaseID, includeClosed, limit)
+}

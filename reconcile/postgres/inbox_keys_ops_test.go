@@ -311,7 +311,7 @@ func TestRetentionQueriesUseTheirIndexes(t *testing.T) {
 		{`SELECT * FROM webhook_inbox WHERE outcome = 'unmatched' ORDER BY processed_at NULLS FIRST, received_at, provider, event_id LIMIT 10`, "webhook_inbox_unmatched_idx"},
 		{`SELECT * FROM webhook_inbox WHERE purchase_id = 'pur_1' ORDER BY received_at`, "webhook_inbox_purchase_idx"},
 		{`SELECT min(uncertain_since) FROM purchases WHERE state IN ('uncertain', 'reconciling')`, "purchases_uncertain_since_idx"},
-		{`SELECT id FROM purchases WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < now() ORDER BY uncertain_since LIMIT 10`, "purchases_uncertain_since_idx"},
+		{`SELECT id FROM purchases WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < now() ORDER BY uncertain_since LIMIT 10`, "purchases_overdue_idx"}, // 00007
 		{`SELECT purchase_id FROM jobs WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= now()`, "jobs_leased_idx"},
 		{`SELECT id FROM audit_findings WHERE closed_at IS NULL ORDER BY found_at, id LIMIT 10`, "audit_findings_open_idx"},
 		{`SELECT id FROM audit_findings WHERE purchase_id = 'pur_1' ORDER BY found_at, id`, "audit_findings_purchase_idx"},

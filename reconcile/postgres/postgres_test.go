@@ -316,6 +316,48 @@ func TestOpenInvalidConfig(t *testing.T) {
 	}
 }
 
+// TestPoolMaxConns: the pool's cap is Config.MaxConns when set, else the
+// URL's pool_max_conns (in a URL or a key=value DSN), else 8. No database
+// is needed: Open builds the pool's configuration first.
+func TestPoolMaxConns(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		cfg      postgres.Config
+		want     int32
+		wantErr  error
+		minConns int32
+	}{
+		{name: "default", cfg: postgres.Config{URL: "postgres://app@db/payrecon"}, want: postgres.DefaultMaxConns},
+		{name: "the URL's", cfg: postgres.Config{URL: "postgres://app@db/payrecon?sslmode=disable&pool_max_conns=20"}, want: 20},
+		{name: "the URL's, below the default", cfg: postgres.Config{URL: "postgres://app@db/payrecon?pool_max_conns=2"}, want: 2},
+		{name: "the DSN's", cfg: postgres.Config{URL: "host=db dbname=payrecon pool_max_conns=12"}, want: 12},
+		{name: "Config.MaxConns over the default", cfg: postgres.Config{URL: "postgres://app@db/payrecon", MaxConns: 3}, want: 3},
+		{name: "Config.MaxConns over the URL's", cfg: postgres.Config{URL: "postgres://app@db/payrecon?pool_max_conns=20", MaxConns: 3}, want: 3},
+		{name: "other pool parameters kept", cfg: postgres.Config{URL: "postgres://app@db/payrecon?pool_min_conns=2&pool_max_conns=5"}, want: 5, minConns: 2},
+		{name: "zero refused", cfg: postgres.Config{URL: "postgres://app@db/payrecon?pool_max_conns=0"}, wantErr: reconcile.ErrInvalid},
+		{name: "not a number refused", cfg: postgres.Config{URL: "postgres://app@db/payrecon?pool_max_conns=many"}, wantErr: reconcile.ErrInvalid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pcfg, err := postgres.PoolConfig(tc.cfg)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) {
+					t.Fatalf("PoolConfig(%+v) = %v, want %v", tc.cfg, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("PoolConfig(%+v): %v", tc.cfg, err)
+			}
+			if pcfg.MaxConns != tc.want || pcfg.MinConns != tc.minConns {
+				t.Fatalf("PoolConfig(%+v): MaxConns %d, MinConns %d; want %d, %d", tc.cfg, pcfg.MaxConns, pcfg.MinConns, tc.want, tc.minConns)
+			}
+			if _, ok := pcfg.ConnConfig.RuntimeParams["pool_max_conns"]; ok {
+				t.Fatal("pool_max_conns is sent to the server as a run-time parameter")
+			}
+		})
+	}
+}
+
 func TestErrorsNameTheFailure(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := t.Context()

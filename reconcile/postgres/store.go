@@ -24,8 +24,14 @@ type Config struct {
 	// URL is the database's connection string: a postgres:// URL or a
 	// key=value DSN, as accepted by pgx. Required; there is no default.
 	// The standard PG* environment variables fill in what it leaves out.
+	// Its pool_* parameters (pool_max_conns, pool_min_conns,
+	// pool_max_conn_lifetime, ...) configure the pool, as pgxpool reads
+	// them.
 	URL string
-	// MaxConns caps the connection pool. Default 8 (when 0).
+	// MaxConns caps the connection pool. When 0, the URL's
+	// pool_max_conns caps it if the URL has one, else DefaultMaxConns
+	// (8): an explicit MaxConns wins over the URL, which wins over the
+	// default.
 	MaxConns int32
 	// Now is the store's clock. Default nil: the database server's clock
 	// (statement_timestamp()), the one clock every worker and replica
@@ -33,7 +39,8 @@ type Config struct {
 	Now func() time.Time
 }
 
-// DefaultMaxConns is Config.MaxConns when left 0.
+// DefaultMaxConns caps the pool when neither Config.MaxConns nor the
+// URL's pool_max_conns does.
 const DefaultMaxConns int32 = 8
 
 // maxTxAttempts bounds how many times InTx runs fn when the database
@@ -62,14 +69,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.MaxConns < 0 {
 		return nil, dialect.Invalid("open", fmt.Sprintf("Config.MaxConns is %d", cfg.MaxConns))
 	}
-	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	pcfg, err := poolConfig(cfg)
 	if err != nil {
-		// pgx redacts the password in its parse errors.
-		return nil, fmt.Errorf("postgres: open: %w: %w", reconcile.ErrInvalid, err)
-	}
-	pcfg.MaxConns = DefaultMaxConns
-	if cfg.MaxConns > 0 {
-		pcfg.MaxConns = cfg.MaxConns
+		return nil, err
 	}
 	where := fmt.Sprintf("%s:%d/%s as %s", pcfg.ConnConfig.Host, pcfg.ConnConfig.Port, pcfg.ConnConfig.Database, pcfg.ConnConfig.User)
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -81,6 +83,39 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("postgres: open: cannot reach database %s: %w", where, err)
 	}
 	return &Store{pool: pool, db: stdlib.OpenDBFromPool(pool), now: cfg.Now}, nil
+}
+
+// poolConfig parses cfg.URL into the pool's configuration and caps the
+// pool: Config.MaxConns when set, else the URL's pool_max_conns when it
+// has one, else DefaultMaxConns. A URL pgx cannot parse (a bad
+// pool_max_conns too) is reconcile.ErrInvalid.
+func poolConfig(cfg Config) (*pgxpool.Config, error) {
+	pcfg, err := pgxpool.ParseConfig(cfg.URL)
+	if err != nil {
+		// pgx redacts the password in its parse errors.
+		return nil, fmt.Errorf("postgres: open: %w: %w", reconcile.ErrInvalid, err)
+	}
+	switch {
+	case cfg.MaxConns > 0:
+		pcfg.MaxConns = cfg.MaxConns
+	case !hasPoolMaxConns(cfg.URL):
+		// pgxpool's own default is the number of CPUs, at least 4.
+		pcfg.MaxConns = DefaultMaxConns
+	}
+	return pcfg, nil
+}
+
+// hasPoolMaxConns reports whether the connection string sets
+// pool_max_conns, in a URL's query or as a key=value pair. pgxpool takes
+// the parameter out of the configuration it parses, so the string is
+// parsed again, as pgx parses it, and its parameters looked at.
+func hasPoolMaxConns(connString string) bool {
+	c, err := pgconn.ParseConfig(connString)
+	if err != nil {
+		return false
+	}
+	_, ok := c.RuntimeParams["pool_max_conns"]
+	return ok
 }
 
 // Migrate applies every pending schema migration (see package

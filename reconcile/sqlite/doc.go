@@ -29,9 +29,11 @@
 //     after the busy timeout instead of hanging.)
 //   - Each connection runs with journal_mode=WAL (readers in other
 //     processes do not block the writer, nor it them),
-//     synchronous=NORMAL (durable at every WAL checkpoint; a power loss
-//     can lose the last commits, never corrupt the file),
-//     foreign_keys=ON and busy_timeout=Config.BusyTimeout.
+//     synchronous=Config.Synchronous (FULL by default: every commit is
+//     synced to disk and survives a power loss; NORMAL syncs at WAL
+//     checkpoints only, so a power loss or an OS crash can lose the last
+//     commits, never corrupt the file), foreign_keys=ON and
+//     busy_timeout=Config.BusyTimeout.
 //   - ClaimJobs, under the write lock of its own transaction, selects the
 //     due or expired jobs (ORDER BY run_at LIMIT n), noting which had an
 //     unreleased lease (SQLite's RETURNING only gives the new values, so
@@ -69,7 +71,9 @@
 // audit records that is not in the table, whatever SQL path writes. A
 // refused write fails alone: RAISE(ABORT) and constraint failures undo
 // the statement, not the transaction, so the caller may go on reading and
-// writing and commit, as on PostgreSQL.
+// writing and commit, as on PostgreSQL. Row triggers keep the number of
+// purchases in each state in purchase_state_counts, one row per state,
+// which CountByState reads instead of counting the purchases.
 //
 // Driver errors are translated into reconcile's errors and wrapped with
 // %w, keeping SQLite's message: a unique constraint gives

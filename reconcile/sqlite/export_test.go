@@ -9,3 +9,20 @@ func (s *Store) DB() *sql.DB { return s.db }
 // ListUnmatchedEventsSQL is the query of ListUnmatchedEvents, for the test
 // of its plan.
 const ListUnmatchedEventsSQL = listUnmatchedEventsSQL
+
+// The queries payrecon runs on a schedule, for the tests of their plans.
+const (
+	CountByStateSQL         = countByStateSQL
+	CountEscalatedSQL       = countEscalatedSQL
+	OldestUncertainSinceSQL = oldestUncertainSinceSQL
+	CountOpenFindingsSQL    = countOpenFindingsSQL
+	ListOverdueUncertainSQL = listOverdueUncertainSQL
+	ListEscalatedSQL        = listEscalatedSQL
+	ListSubmittedBetweenSQL = listSubmittedBetweenSQL
+	GetAuditRunSQL          = getAuditRunSQL
+)
+
+// ListFindingsSQL is the query of ListFindings and its arguments.
+func ListFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, []any) {
+	return listFindingsSQL(purchaseID, includeClosed, limit)
+}

@@ -131,11 +131,15 @@ WHERE id = ?1 AND closed_at IS NULL`, id, now.UnixMicro(), operator, note)
 func (t *txn) CountOpenFindings(ctx context.Context) (map[reconcile.FindingKind]int, error) {
 	counts := sqlstore.FindingCounts()
 	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count open findings",
-		`SELECT kind, count(*) FROM audit_findings WHERE closed_at IS NULL GROUP BY kind`); err != nil {
+		countOpenFindingsSQL); err != nil {
 		return nil, err
 	}
 	return counts, nil
 }
+
+// countOpenFindingsSQL is CountOpenFindings' query, read from the partial
+// index audit_findings_open_idx: the open findings, not the closed ones.
+const countOpenFindingsSQL = `SELECT kind, count(*) FROM audit_findings WHERE closed_at IS NULL GROUP BY kind`
 
 // LinkAuditPayment implements reconcile.Tx with INSERT ... ON CONFLICT DO
 // NOTHING on (provider, purchase_id), then reads the row that stands. Empty
@@ -160,9 +164,11 @@ const auditRunColumns = `name, window_from, window_until, done_until, started_at
 
 // GetAuditRun implements reconcile.Tx.
 func (t *txn) GetAuditRun(ctx context.Context, name string) (reconcile.AuditRun, error) {
-	return queryOne(ctx, t, scanAuditRun, fmt.Sprintf("get audit run %q", name),
-		`SELECT `+auditRunColumns+` FROM audit_runs WHERE name = ?1`, name)
+	return queryOne(ctx, t, scanAuditRun, fmt.Sprintf("get audit run %q", name), getAuditRunSQL, name)
 }
+
+// getAuditRunSQL is GetAuditRun's query, by the primary key.
+const getAuditRunSQL = `SELECT ` + auditRunColumns + ` FROM audit_runs WHERE name = ?1`
 
 // SaveAuditRun implements reconcile.Tx with one upsert on the name. An
 // empty Name or a negative Findings is refused with reconcile.ErrInvalid.

@@ -119,42 +119,60 @@ WHERE id = ?1 AND state = ?2 AND version = ?4`,
 // escalation time, whatever its state (a contradiction can escalate a
 // declined purchase), oldest escalation first.
 func (t *txn) ListEscalated(ctx context.Context) ([]reconcile.Purchase, error) {
-	return queryAll(ctx, t, scanPurchase, "list escalated purchases",
-		`SELECT `+purchaseColumns+` FROM purchases WHERE escalated_at IS NOT NULL ORDER BY escalated_at, id`)
+	return queryAll(ctx, t, scanPurchase, "list escalated purchases", listEscalatedSQL)
 }
 
+// listEscalatedSQL is ListEscalated's query, read from the partial index
+// purchases_escalated_at_idx: the purchases on the operator list, not
+// the settled ones.
+const listEscalatedSQL = `SELECT ` + purchaseColumns + ` FROM purchases WHERE escalated_at IS NOT NULL ORDER BY escalated_at, id`
+
 // CountByState implements reconcile.Tx. Every known state is in the map,
-// with 0 when no purchase is in it.
+// with 0 when no purchase is in it. It reads purchase_state_counts
+// (migration 00007), which triggers on purchases keep in the statement
+// of every write, so its cost does not grow with the number of
+// purchases.
 func (t *txn) CountByState(ctx context.Context) (map[statemachine.State]int, error) {
 	counts := sqlstore.StateCounts()
 	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count purchases by state",
-		`SELECT state, count(*) FROM purchases GROUP BY state`); err != nil {
+		countByStateSQL); err != nil {
 		return nil, err
 	}
 	return counts, nil
 }
 
+// countByStateSQL is CountByState's query.
+const countByStateSQL = `SELECT state, n FROM purchase_state_counts`
+
 // CountEscalated implements reconcile.Tx: the purchases ListEscalated
 // returns.
 func (t *txn) CountEscalated(ctx context.Context) (int, error) {
 	var n int
-	if err := t.tx.QueryRowContext(ctx, `SELECT count(*) FROM purchases WHERE escalated_at IS NOT NULL`).Scan(&n); err != nil {
+	if err := t.tx.QueryRowContext(ctx, countEscalatedSQL).Scan(&n); err != nil {
 		return 0, wrap(err, "count escalated purchases")
 	}
 	return n, nil
 }
 
+// countEscalatedSQL is CountEscalated's query, an index-only scan of
+// purchases_escalated_at_idx.
+const countEscalatedSQL = `SELECT count(*) FROM purchases WHERE escalated_at IS NOT NULL`
+
 // OldestUncertainSince implements reconcile.Tx. Purchases in uncertain or
 // reconciling without an UncertainSince do not count.
 func (t *txn) OldestUncertainSince(ctx context.Context) (time.Time, error) {
 	var oldest *int64
-	err := t.tx.QueryRowContext(ctx, `SELECT min(uncertain_since) FROM purchases
-WHERE state IN ('uncertain', 'reconciling')`).Scan(&oldest)
-	if err != nil {
+	if err := t.tx.QueryRowContext(ctx, oldestUncertainSinceSQL).Scan(&oldest); err != nil {
 		return time.Time{}, wrap(err, "oldest uncertain purchase")
 	}
 	return fromNullMicros(oldest), nil
 }
+
+// oldestUncertainSinceSQL is OldestUncertainSince's query. The states are
+// literals so that the planner can use the partial index
+// purchases_uncertain_since_idx.
+const oldestUncertainSinceSQL = `SELECT min(uncertain_since) FROM purchases
+WHERE state IN ('uncertain', 'reconciling')`
 
 // ListOverdueUncertain implements reconcile.Tx: purchases in uncertain,
 // not escalated, whose UncertainSince is strictly before uncertainBefore,
@@ -165,11 +183,15 @@ func (t *txn) ListOverdueUncertain(ctx context.Context, uncertainBefore time.Tim
 	if err := dialect.CheckLimit(what, limit); err != nil {
 		return nil, err
 	}
-	return queryAll(ctx, t, scanPurchase, what, `SELECT `+purchaseColumns+` FROM purchases
+	return queryAll(ctx, t, scanPurchase, what, listOverdueUncertainSQL, uncertainBefore.UnixMicro(), limit)
+}
+
+// listOverdueUncertainSQL is ListOverdueUncertain's query (?1 the time,
+// ?2 the limit), read from the partial index purchases_overdue_idx.
+const listOverdueUncertainSQL = `SELECT ` + purchaseColumns + ` FROM purchases
 WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < ?1
 ORDER BY uncertain_since, id
-LIMIT ?2`, uncertainBefore.UnixMicro(), limit)
-}
+LIMIT ?2`
 
 // ListSubmittedBetween implements reconcile.Tx: the purchases in state
 // whose FirstAttemptAt is at or after from and strictly before until,
@@ -177,10 +199,14 @@ LIMIT ?2`, uncertainBefore.UnixMicro(), limit)
 // purchases_first_attempt_idx (migration 00004).
 func (t *txn) ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State) ([]reconcile.Purchase, error) {
 	what := fmt.Sprintf("list %s purchases submitted in [%s, %s)", state, sqlstore.Stamp(from), sqlstore.Stamp(until))
-	return queryAll(ctx, t, scanPurchase, what, `SELECT `+purchaseColumns+` FROM purchases
-WHERE state = ?1 AND first_attempt_at >= ?2 AND first_attempt_at < ?3
-ORDER BY first_attempt_at, id`, string(state), from.UnixMicro(), until.UnixMicro())
+	return queryAll(ctx, t, scanPurchase, what, listSubmittedBetweenSQL, string(state), from.UnixMicro(), until.UnixMicro())
 }
+
+// listSubmittedBetweenSQL is ListSubmittedBetween's query (?1 the state,
+// [?2, ?3) the window).
+const listSubmittedBetweenSQL = `SELECT ` + purchaseColumns + ` FROM purchases
+WHERE state = ?1 AND first_attempt_at >= ?2 AND first_attempt_at < ?3
+ORDER BY first_attempt_at, id`
 
 // scanPurchase reads one row of purchaseColumns.
 func scanPurchase(row sqlstore.Row) (reconcile.Purchase, error) {

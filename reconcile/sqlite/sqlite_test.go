@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -255,6 +256,83 @@ VALUES ('pur_ok', 'succeeded', 'uncertain', 'webhook', 0)`)
 	}
 }
 
+// TestStateCountsFollowRawSQL writes purchases by SQL, many in one
+// statement, as a script would: the counts the triggers of migration
+// 00007 keep stay equal to a GROUP BY of the purchases, and a refused
+// statement or a rolled-back transaction counts nothing.
+func TestStateCountsFollowRawSQL(t *testing.T) {
+	t.Parallel()
+	s, path := newStore(t)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	plain := func() map[statemachine.State]int {
+		t.Helper()
+		m := map[statemachine.State]int{}
+		for _, st := range statemachine.States {
+			m[st] = 0
+		}
+		rows, err := db.QueryContext(ctx, `SELECT state, count(*) FROM purchases GROUP BY state`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var st string
+			var n int
+			if err := rows.Scan(&st, &n); err != nil {
+				t.Fatal(err)
+			}
+			m[statemachine.State(st)] = n
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	check := func(after string) {
+		t.Helper()
+		var got map[statemachine.State]int
+		err := s.InTx(ctx, func(tx reconcile.Tx) error {
+			var err error
+			got, err = tx.CountByState(ctx)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("CountByState: %v", err)
+		}
+		if want := plain(); !maps.Equal(got, want) {
+			t.Fatalf("after %s: CountByState = %v, a GROUP BY says %v", after, got, want)
+		}
+	}
+	for _, tc := range []struct{ name, sql string }{
+		{"1000 inserts", `WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i WHERE n < 1000)
+INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+SELECT 'pur_' || n, 'cus_1', 100, 'eur', 'created', 1, 0, 0 FROM i`},
+		{"256 moves", `UPDATE purchases SET state = 'submitted' WHERE rowid <= 256`},
+		{"moves to two states", `UPDATE purchases SET state = CASE WHEN id < 'pur_2' THEN 'succeeded' ELSE 'uncertain' END
+WHERE state = 'submitted'`},
+		{"a write that keeps every state", `UPDATE purchases SET version = version + 1, state = state`},
+		{"deletes", `DELETE FROM purchases WHERE id IN ('pur_1', 'pur_200', 'pur_999')`},
+	} {
+		exec(t, db, tc.sql)
+		check(tc.name)
+	}
+	if _, err := db.ExecContext(ctx, `UPDATE purchases SET state = 'succeeded' WHERE state = 'created'`); err == nil {
+		t.Fatal("created -> succeeded was not refused")
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE purchases SET state = 'submitted' WHERE state = 'created'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	check("a refusal and a rollback")
+}
+
 // TestRefusalUndoesOnlyTheStatement checks, in raw SQL, what the store's
 // "a refused write leaves the transaction usable" rests on: RAISE(ABORT)
 // and constraint failures undo their statement, not the transaction.
@@ -486,6 +564,66 @@ func TestListUnmatchedEventsPlan(t *testing.T) {
 	}
 }
 
+// TestPeriodicQueriesUseTheirIndexes: each query payrecon runs on a
+// schedule (the gauges, the escalation and rescue sweeps, the operator
+// list, the audit's window and watermark) reads an index that holds only
+// what it asks for, never every purchase (migration 00007 and before);
+// CountByState reads the counts, not the purchases. The plans are
+// SQLite's without statistics, as a store that never ran ANALYZE has
+// them.
+func TestPeriodicQueriesUseTheirIndexes(t *testing.T) {
+	t.Parallel()
+	s, _ := newStore(t)
+	openFindings, findingsArgs := sqlite.ListFindingsSQL("", false, 0)
+	for _, tc := range []struct {
+		name   string
+		sql    string
+		args   []any
+		index  string // the plan reads it
+		noSort bool   // and needs no sort
+	}{
+		{"CountByState", sqlite.CountByStateSQL, nil, "purchase_state_counts", true},
+		{"CountEscalated", sqlite.CountEscalatedSQL, nil, "purchases_escalated_at_idx", true},
+		{"OldestUncertainSince", sqlite.OldestUncertainSinceSQL, nil, "purchases_uncertain_since_idx", true},
+		{"CountOpenFindings", sqlite.CountOpenFindingsSQL, nil, "audit_findings_open_idx", false},
+		{"ListOverdueUncertain", sqlite.ListOverdueUncertainSQL, []any{base.UnixMicro(), 500}, "purchases_overdue_idx", true},
+		{"ListEscalated", sqlite.ListEscalatedSQL, nil, "purchases_escalated_at_idx", false},
+		{"ListFindings(open)", openFindings, findingsArgs, "audit_findings_open_idx", true},
+		{"ListSubmittedBetween", sqlite.ListSubmittedBetweenSQL, []any{"succeeded", 0, base.UnixMicro()}, "purchases_first_attempt_idx", false},
+		{"GetAuditRun", sqlite.GetAuditRunSQL, []any{"scheduled"}, "PRIMARY KEY", true},
+		// The rescue sweep's candidates, as the claim of expired leases
+		// selects them: the few leased open jobs, not every open job.
+		{"ClaimExpiredJobs candidates", `SELECT purchase_id FROM jobs
+WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1
+ORDER BY lease_expires_at LIMIT ?2`, []any{base.UnixMicro(), 16}, "jobs_leased_idx", true},
+	} {
+		rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+tc.sql, tc.args...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var plan []string
+		for rows.Next() {
+			var id, parent, notUsed int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notUsed, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		rows.Close()
+		all := strings.Join(plan, "\n")
+		if !strings.Contains(all, tc.index) || (tc.noSort && strings.Contains(all, "TEMP B-TREE")) {
+			t.Errorf("%s does not read %s%s:\n%s", tc.name, tc.index, map[bool]string{true: " in order"}[tc.noSort], all)
+		}
+		if strings.Contains(all, "SCAN purchases") || strings.Contains(all, "purchases_state_idx") {
+			t.Errorf("%s reads every purchase:\n%s", tc.name, all)
+		}
+	}
+}
+
 func TestOpenErrors(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -526,9 +664,18 @@ func TestOpenErrors(t *testing.T) {
 		{Path: "file:payrecon.db?mode=memory"},
 		{Path: filepath.Join(dir, "what?.db")},
 		{Path: filepath.Join(dir, "x.db"), BusyTimeout: -time.Second},
+		{Path: filepath.Join(dir, "x.db"), Synchronous: "OFF"},
+		{Path: filepath.Join(dir, "x.db"), Synchronous: "EXTRA"},
+		{Path: filepath.Join(dir, "x.db"), Synchronous: "1"},
 	} {
 		if _, err := sqlite.Open(t.Context(), cfg); !errors.Is(err, reconcile.ErrInvalid) {
 			t.Errorf("Open(%+v) = %v, want ErrInvalid", cfg, err)
+		}
+	}
+	_, err = sqlite.Open(t.Context(), sqlite.Config{Path: filepath.Join(dir, "x.db"), Synchronous: "off"})
+	for _, want := range []string{`Config.Synchronous "off"`, "FULL", "NORMAL"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open with synchronous off: %v, want an error mentioning %q", err, want)
 		}
 	}
 }
@@ -548,19 +695,27 @@ func TestOpenRelativePath(t *testing.T) {
 func TestConnectionSettings(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		busy     time.Duration
-		wantBusy string
-	}{{0, "5000"}, {250 * time.Millisecond, "250"}} {
-		s := openAt(t, sqlite.Config{Path: dbPath(t), BusyTimeout: tc.busy})
+		busy        time.Duration
+		synchronous string
+		wantBusy    string
+		wantSync    string // PRAGMA synchronous: 1 NORMAL, 2 FULL
+	}{
+		{0, "", "5000", "2"},
+		{250 * time.Millisecond, "FULL", "250", "2"},
+		{0, "NORMAL", "5000", "1"},
+		{0, "normal", "5000", "1"},
+	} {
+		cfg := sqlite.Config{Path: dbPath(t), BusyTimeout: tc.busy, Synchronous: tc.synchronous}
+		s := openAt(t, cfg)
 		db := s.DB()
 		for pragma, want := range map[string]string{
 			"journal_mode": "wal",
 			"foreign_keys": "1",
-			"synchronous":  "1", // NORMAL
+			"synchronous":  tc.wantSync,
 			"busy_timeout": tc.wantBusy,
 		} {
 			if got := queryString(t, db, "PRAGMA "+pragma); got != want {
-				t.Errorf("BusyTimeout %s: PRAGMA %s = %s, want %s", tc.busy, pragma, got, want)
+				t.Errorf("BusyTimeout %s, Synchronous %q: PRAGMA %s = %s, want %s", tc.busy, tc.synchronous, pragma, got, want)
 			}
 		}
 		if n := db.Stats().MaxOpenConnections; n != 1 {

@@ -34,6 +34,17 @@ type Config struct {
 	// it the call fails with an error wrapping ErrLockTimeout. Default 5s
 	// (when 0).
 	BusyTimeout time.Duration
+	// Synchronous is SQLite's synchronous setting on every connection:
+	// "FULL" or "NORMAL", in any case. Default "FULL" (when empty).
+	// FULL syncs the write-ahead log to disk at every commit: a
+	// transaction committed is durable, whatever happens to the machine.
+	// NORMAL syncs it only at checkpoints: commits are cheaper, but a
+	// power loss or an operating system crash may lose the transactions
+	// committed since the last checkpoint (the database stays consistent;
+	// a crash of the process alone loses nothing). Any other value is
+	// refused (EXTRA adds nothing to FULL in WAL mode, OFF risks
+	// corruption).
+	Synchronous string
 	// Now is the store's clock. Default nil: time.Now. SQLite is
 	// embedded, so the database's clock is this machine's clock, shared by
 	// every process on it that opens the file. Tests and the demo inject
@@ -43,6 +54,24 @@ type Config struct {
 
 // DefaultBusyTimeout is Config.BusyTimeout when left 0.
 const DefaultBusyTimeout = 5 * time.Second
+
+// DefaultSynchronous is Config.Synchronous when left empty.
+const DefaultSynchronous = "FULL"
+
+// ParseSynchronous returns the synchronous setting v names, as Open
+// applies it: "FULL" or "NORMAL" (upper case), v being either in any
+// case; "" is DefaultSynchronous. Any other value is an error saying what
+// is allowed.
+func ParseSynchronous(v string) (string, error) {
+	switch mode := strings.ToUpper(v); mode {
+	case "":
+		return DefaultSynchronous, nil
+	case "FULL", "NORMAL":
+		return mode, nil
+	default:
+		return "", errors.New("want FULL (durable at every commit) or NORMAL (durable at checkpoints)")
+	}
+}
 
 // Store is a reconcile.Store on SQLite. It is safe for concurrent use; its
 // transactions run one at a time. Create it with Open and release it with
@@ -73,6 +102,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	case cfg.BusyTimeout < 0:
 		return nil, dialect.Invalid("open", fmt.Sprintf("Config.BusyTimeout is %s", cfg.BusyTimeout))
 	}
+	synchronous, err := ParseSynchronous(cfg.Synchronous)
+	if err != nil {
+		return nil, dialect.Invalid("open", fmt.Sprintf("Config.Synchronous %q: %v", cfg.Synchronous, err))
+	}
 	busy := DefaultBusyTimeout
 	if cfg.BusyTimeout > 0 {
 		busy = cfg.BusyTimeout
@@ -91,7 +124,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("sqlite: open %s: %s is not a directory", path, dir)
 	}
 
-	db, err := sql.Open("sqlite", dsn(path, busy))
+	db, err := sql.Open("sqlite", dsn(path, busy, synchronous))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -134,13 +167,13 @@ func checkWAL(ctx context.Context, db *sql.DB) error {
 // dsn is the driver's data source name for path: a plain file name (not
 // a file: URI, so no character of path is special but '?', which Open
 // refuses) followed by the connection's settings, which the driver
-// applies to every connection it opens.
-func dsn(path string, busy time.Duration) string {
+// applies to every connection it opens. synchronous is FULL or NORMAL.
+func dsn(path string, busy time.Duration, synchronous string) string {
 	q := url.Values{}
 	// The driver runs busy_timeout first, then the others.
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busy.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "synchronous("+synchronous+")")
 	q.Add("_pragma", "foreign_keys(1)")
 	// database/sql's BeginTx sends BEGIN IMMEDIATE.
 	q.Set("_txlock", "immediate")
