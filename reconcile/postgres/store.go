@@ -179,6 +179,9 @@ func retryable(err error) bool {
 type txn struct {
 	tx  pgx.Tx
 	now func() time.Time // the store's Config.Now; nil for the server's clock
+	// depth counts the Savepoints open around the current statement, so
+	// that each nested one has a name of its own.
+	depth int
 }
 
 var _ reconcile.Tx = (*txn)(nil)
@@ -211,6 +214,33 @@ func (t *txn) exec(ctx context.Context, query string, args ...any) (int64, error
 		return 0, errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
 	}
 	return 0, err
+}
+
+// Savepoint implements reconcile.Tx with SAVEPOINT, RELEASE SAVEPOINT
+// and, when fn fails, ROLLBACK TO SAVEPOINT: what fn wrote is undone,
+// and so is the aborted state an error of fn's statements leaves the
+// transaction in. Each level of nesting has its own name, so exec's
+// savepoint inside fn never shadows it.
+func (t *txn) Savepoint(ctx context.Context, fn func(reconcile.Tx) error) error {
+	t.depth++
+	defer func() { t.depth-- }()
+	name := fmt.Sprintf("payrecon_nested_%d", t.depth)
+	if _, err := t.tx.Exec(ctx, "SAVEPOINT "+name); err != nil {
+		return wrap(err, "savepoint")
+	}
+	ferr := fn(t)
+	if ferr == nil {
+		if _, err := t.tx.Exec(ctx, "RELEASE SAVEPOINT "+name); err != nil {
+			return wrap(err, "release savepoint")
+		}
+		return nil
+	}
+	// fn's statements may have been cut off by ctx: the rollback must
+	// still be attempted, or the transaction stays aborted.
+	if _, err := t.tx.Exec(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+name+"; RELEASE SAVEPOINT "+name); err != nil {
+		return errors.Join(ferr, wrap(err, "roll back to savepoint"))
+	}
+	return ferr
 }
 
 // execOne runs a write of one row with exec. No row written is the
