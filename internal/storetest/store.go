@@ -257,6 +257,49 @@ func testSavepoint(t *testing.T, newStore func(*testing.T) *testStore) {
 		}
 	})
 
+	parallel(t, "ManyMembers", func(t *testing.T) {
+		// A group's worth of members one after the other, every third
+		// failing, some sending no statement at all.
+		s := newStore(t)
+		const n = 70
+		inTx(t, s, func(tx reconcile.Tx) error {
+			ctx := t.Context()
+			for i := range n {
+				err := tx.Savepoint(ctx, func(tx reconcile.Tx) error {
+					if i%5 == 4 {
+						return nil // no statement
+					}
+					if err := tx.InsertPurchase(ctx, newPurchase(fmt.Sprintf("pur_%d", i))); err != nil {
+						return err
+					}
+					if i%3 == 2 {
+						return boom
+					}
+					return nil
+				})
+				if err != nil && err != boom {
+					return fmt.Errorf("member %d: %w", i, err)
+				}
+			}
+			if err := tx.Savepoint(ctx, func(tx reconcile.Tx) error { return boom }); err != boom { // sends nothing
+				return fmt.Errorf("a failing member that sent nothing: %v, want boom", err)
+			}
+			return nil
+		})
+		inTx(t, s, func(tx reconcile.Tx) error {
+			for i := range n {
+				_, err := tx.GetPurchase(t.Context(), fmt.Sprintf("pur_%d", i))
+				switch stored := err == nil; {
+				case err != nil && !errors.Is(err, reconcile.ErrNotFound):
+					return err
+				case stored != (i%5 != 4 && i%3 != 2):
+					return fmt.Errorf("pur_%d stored: %v", i, stored)
+				}
+			}
+			return nil
+		})
+	})
+
 	parallel(t, "CommitsOnlyWithItsTransaction", func(t *testing.T) {
 		s := newStore(t)
 		err := txErr(t, s, func(tx reconcile.Tx) error {
