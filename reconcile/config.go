@@ -111,6 +111,20 @@ type Config struct {
 	// Default 2m.
 	AuditListTimeout time.Duration
 
+	// GroupCommitMax caps how many concurrent webhooks and purchase API
+	// requests share one transaction (group commit, groupcommit.go).
+	// Default 64.
+	GroupCommitMax int
+
+	// GroupCommitLeaders is how many group transactions may be in flight
+	// at once; requests that arrive while they all are wait for the next
+	// one free and share it. Default 2.
+	GroupCommitLeaders int
+
+	// GroupCommitOff gives every webhook and purchase API request a
+	// transaction of its own. Default false: they are grouped.
+	GroupCommitOff bool
+
 	// Now is the worker's own clock. Default time.Now. Protocol decisions
 	// use the store's clock (see Store.Now): this one only measures time
 	// elapsed within one lease or one call. Tests inject a fake one.
@@ -151,6 +165,8 @@ func DefaultConfig() Config {
 		AuditSettle:          5 * time.Minute,
 		AuditFirstWindow:     25 * time.Hour,
 		AuditListTimeout:     2 * time.Minute,
+		GroupCommitMax:       64,
+		GroupCommitLeaders:   2,
 		Now:                  time.Now,
 		Logger:               slog.Default(),
 	}
@@ -198,6 +214,12 @@ func (c Config) withDefaults() (Config, error) {
 	setDuration(&c.AuditSettle, def.AuditSettle)
 	setDuration(&c.AuditFirstWindow, def.AuditFirstWindow)
 	setDuration(&c.AuditListTimeout, def.AuditListTimeout)
+	if c.GroupCommitMax == 0 {
+		c.GroupCommitMax = def.GroupCommitMax
+	}
+	if c.GroupCommitLeaders == 0 {
+		c.GroupCommitLeaders = def.GroupCommitLeaders
+	}
 	if c.Now == nil {
 		c.Now = def.Now
 	}
@@ -226,7 +248,8 @@ func (c Config) withDefaults() (Config, error) {
 		// replay could reach a provider that has just forgotten the key.
 		errs = append(errs, fmt.Errorf("key replay margin %s must be longer than the lease duration %s", c.KeyReplayMargin, c.LeaseDuration))
 	}
-	for name, v := range map[string]int{"max attempts": c.MaxAttempts, "batch size": c.BatchSize, "concurrency": c.Concurrency} {
+	for name, v := range map[string]int{"max attempts": c.MaxAttempts, "batch size": c.BatchSize, "concurrency": c.Concurrency,
+		"group commit max": c.GroupCommitMax, "group commit leaders": c.GroupCommitLeaders} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d: must be positive", name, v))
 		}

@@ -90,7 +90,11 @@ const maxWriteRaces = 5
 
 // ApplyEvent records a verified provider event in the inbox and applies it
 // to its purchase, both in one transaction: the caller may acknowledge the
-// event only after ApplyEvent returns nil.
+// event only after ApplyEvent returns nil. Concurrent events share that
+// transaction (group commit), each under a savepoint of its own, so that
+// one that fails rolls back alone; ApplyEvent returns after the commit.
+// Two deliveries of one event in one group are told apart by the inbox's
+// unique key as in two transactions: the second is a duplicate.
 //
 // A repeat of a stored event (same id, same payload) is a duplicate and
 // changes nothing; the same id with another payload returns
@@ -100,7 +104,7 @@ const maxWriteRaces = 5
 func (s *Service) ApplyEvent(ctx context.Context, ev Event) (EventOutcome, error) {
 	var outcome EventOutcome
 	var moves []move
-	err := s.retryRaces(ctx, func(tx Tx) error {
+	err := s.retryRacesInGroup(ctx, func(ctx context.Context, tx Tx) error {
 		outcome, moves = "", nil // fn may run again
 		now, err := tx.Now(ctx)
 		if err != nil {
@@ -208,6 +212,19 @@ func (s *Service) retryRaces(ctx context.Context, fn func(Tx) error) error {
 	var err error
 	for range maxWriteRaces {
 		err = s.store.InTx(ctx, fn)
+		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
+			return err
+		}
+	}
+	return err
+}
+
+// retryRacesInGroup is retryRaces for a function run by inGroup: again,
+// in a new group, when it lost a conditional write.
+func (s *Service) retryRacesInGroup(ctx context.Context, fn func(context.Context, Tx) error) error {
+	var err error
+	for range maxWriteRaces {
+		err = s.inGroup(ctx, fn)
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
 			return err
 		}

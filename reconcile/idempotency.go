@@ -47,10 +47,14 @@ type RenderFunc func(Purchase) (statusCode int, body []byte, err error)
 //
 // In one transaction it inserts the key with requestHash (the unique key
 // decides; nothing is read first), creates the purchase and its job, and
-// saves the response render gives: all of it commits, or none. A later
-// call with the same client, key and hash gets the saved response with
-// Replayed set, and creates nothing. A concurrent call with the same key
-// waits for the first transaction and then replays its answer.
+// saves the response render gives: all of it commits, or none. Concurrent
+// calls share that transaction (group commit), each under a savepoint of
+// its own, and return after its commit. A later call with the same
+// client, key and hash gets the saved response with Replayed set, and
+// creates nothing. A concurrent call with the same key waits for the
+// first transaction and then replays its answer; in the same group, it
+// reads the first one's key and response and replays them. render may
+// be called more than once, and must have no side effects.
 //
 // Returns an error wrapping ErrKeyMismatch if the key was used with
 // another hash (the caller gets the saved response too, to name the
@@ -63,7 +67,7 @@ func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHa
 		return SavedResponse{}, fmt.Errorf("reconcile: create purchase: %w", err)
 	}
 	var out SavedResponse
-	err = s.store.InTx(ctx, func(tx Tx) error {
+	err = s.inGroup(ctx, func(ctx context.Context, tx Tx) error {
 		out = SavedResponse{}
 		now, err := tx.Now(ctx)
 		if err != nil {

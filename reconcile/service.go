@@ -19,6 +19,7 @@ type Service struct {
 	store    Store
 	provider provider.Provider
 	cfg      Config
+	group    *groupCommitter // nil with Config.GroupCommitOff
 }
 
 // New returns a Service. It returns an error naming the field if cfg is
@@ -34,7 +35,22 @@ func New(store Store, p provider.Provider, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{store: store, provider: p, cfg: cfg}, nil
+	s := &Service{store: store, provider: p, cfg: cfg}
+	if !cfg.GroupCommitOff {
+		s.group = newGroupCommitter(store, cfg.GroupCommitMax, cfg.GroupCommitLeaders, cfg.Logger)
+	}
+	return s, nil
+}
+
+// inGroup runs fn in a transaction shared with concurrent callers (group
+// commit, see groupcommit.go), or in one of its own with
+// Config.GroupCommitOff, and returns once it committed, or fn's error. fn
+// may run more than once, and must use the context it is given.
+func (s *Service) inGroup(ctx context.Context, fn func(context.Context, Tx) error) error {
+	if s.group == nil {
+		return s.store.InTx(ctx, func(tx Tx) error { return fn(ctx, tx) })
+	}
+	return s.group.do(ctx, fn)
 }
 
 // Config returns the service's configuration with defaults applied.

@@ -74,6 +74,18 @@ type Tx interface {
 	// Now returns the store's clock (see Store.Now).
 	Now(ctx context.Context) (time.Time, error)
 
+	// Savepoint runs fn under a savepoint of its own, nested in the
+	// transaction (and in any savepoint around it). fn must use only the
+	// Tx it is given. If fn returns nil, its writes stay in the
+	// transaction, to commit with it. If fn returns an error, everything
+	// fn wrote is rolled back to the savepoint, the transaction stays
+	// usable (its writes before and after fn commit as usual), and
+	// Savepoint returns fn's error unchanged. Any other error (the
+	// savepoint could not be set, released or rolled back to, e.g. the
+	// connection was lost) means the transaction is unusable: its caller
+	// must end it with an error.
+	Savepoint(ctx context.Context, fn func(Tx) error) error
+
 	// InsertPurchase stores a new purchase. Returns ErrDuplicate if its id,
 	// or its (customer, reference) when reference is set, exists, and
 	// ErrForbiddenTransition if its state is not created.

@@ -54,7 +54,7 @@ var (
 		"max-amount", "audit-overlap", "audit-settle"}
 	providerSettings = []string{"provider", "fake-faults", "stripe-api-base", "stripe-secret-key", "stripe-secret-key-file"}
 	httpSettings     = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
-		"api", "api-token", "api-token-file", "ops-token", "ops-token-file"}
+		"api", "api-token", "api-token-file", "ops-token", "ops-token-file", "group-commit", "group-commit-max", "group-commit-leaders"}
 	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit",
 		"inbox-retention", "idempotency-key-retention"}
 	// readSettings are those of a command that reads or writes the books

@@ -185,6 +185,9 @@ func newSettings() *settings {
 	plain("api", "PAYRECON_API", "true", kindBool, "serve serves the purchase API (--api=false turns it off)")
 	secret("api-token", "PAYRECON_API_TOKEN", kindAPITokens, fmt.Sprintf("purchase API bearer tokens, comma-separated, each name:token (or a bare token), each at least %d characters; serve refuses to start the API without one", minTokenLen), "PAYRECON_API_TOKEN_FILE")
 	secret("ops-token", "PAYRECON_OPS_TOKEN", kindToken, fmt.Sprintf("operator token for /ops, at least %d characters, distinct from every API token; without it the ops pages are not served", minTokenLen), "PAYRECON_OPS_TOKEN_FILE")
+	plain("group-commit", "PAYRECON_GROUP_COMMIT", strconv.FormatBool(!rc.GroupCommitOff), kindBool, "concurrent webhooks and purchase API requests share one transaction, each under a savepoint of its own (--group-commit=false: one transaction each)")
+	plain("group-commit-max", "PAYRECON_GROUP_COMMIT_MAX", strconv.Itoa(rc.GroupCommitMax), kindCount, "most requests in one group transaction")
+	plain("group-commit-leaders", "PAYRECON_GROUP_COMMIT_LEADERS", strconv.Itoa(rc.GroupCommitLeaders), kindCount, "group transactions in flight at once; requests that arrive meanwhile wait for the next and share it")
 	plain("metrics-addr", "PAYRECON_METRICS_ADDR", "", kindAddr, "a listen address of its own for /metrics, of serve and worker; /metrics is then not served on --addr (default: /metrics on --addr)")
 	secret("metrics-token", "PAYRECON_METRICS_TOKEN", kindToken, fmt.Sprintf("bearer token /metrics requires (Prometheus' authorization credentials), at least %d characters (default: none, /metrics is open)", minTokenLen), "PAYRECON_METRICS_TOKEN_FILE")
 	plain("sweep-rescue", "PAYRECON_SWEEP_RESCUE", sw.RescueSchedule, kindSchedule, "cron schedule: take over jobs whose lease expired")
@@ -674,6 +677,13 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	cfg.BatchSize = int(num("batch-size"))
 	cfg.Concurrency = int(num("concurrency"))
 	cfg.MaxAmount = num("max-amount")
+	group, err := s.boolean("group-commit")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.GroupCommitOff = !group
+	cfg.GroupCommitMax = int(num("group-commit-max"))
+	cfg.GroupCommitLeaders = int(num("group-commit-leaders"))
 	return cfg, errors.Join(errs...)
 }
 

@@ -37,6 +37,10 @@ var settingFields = map[string][]string{
 	"max-amount":         {"reconcile.Config.MaxAmount"},
 	"audit-overlap":      {"reconcile.Config.AuditOverlap"},
 	"audit-settle":       {"reconcile.Config.AuditSettle"},
+	// --group-commit is the field's negation: true sets it false.
+	"group-commit":         {"reconcile.Config.GroupCommitOff"},
+	"group-commit-max":     {"reconcile.Config.GroupCommitMax"},
+	"group-commit-leaders": {"reconcile.Config.GroupCommitLeaders"},
 
 	"sweep-rescue":              {"cron.SweepConfig.RescueSchedule"},
 	"sweep-escalate":            {"cron.SweepConfig.EscalateSchedule"},

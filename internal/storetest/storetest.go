@@ -35,7 +35,7 @@
 //
 // The suite is split by concept, as the stores are, and its files come
 // in the same order as theirs: storetest.go (Run and the helpers every
-// test uses), clock.go, store.go (Ready, InTx), purchases.go,
+// test uses), clock.go, store.go (Ready, InTx, Savepoint), purchases.go,
 // audit_trail.go (transitions and provider attempts), jobs.go (claims and
 // leases), inbox.go, idempotency_keys.go, operator_actions.go,
 // sweep_locks.go and findings.go (audit findings, links and runs). Run
@@ -77,6 +77,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"Ready", withStore(testReady)},
 		{"InTx", testInTx},
 		{"TxUsableAfterRefusal", withStore(testTxUsableAfterRefusal)},
+		{"Savepoint", testSavepoint},
 		// purchases.go
 		{"Purchase", testPurchase},
 		{"UpdatePurchase", testUpdatePurchase},

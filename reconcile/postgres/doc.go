@@ -23,6 +23,7 @@
 // Every write inside a transaction runs under a savepoint, so a refused
 // write (a duplicate, a forbidden move) leaves the transaction usable, as
 // it is on SQLite: the caller may go on reading and writing and commit.
+// Tx.Savepoint nests a caller's whole function the same way.
 //
 // The store owns the clock (Store.Now, Tx.Now): by default the database
 // server's, statement_timestamp(), which every worker and replica shares,
@@ -43,7 +44,8 @@
 //
 //   - doc.go: this comment.
 //   - store.go: Config, Store, Open, Migrate, Ready, Close, InTx; the Tx
-//     (txn) and its statements (exec, execOne, queryOne, queryAll); Now.
+//     (txn) and its statements (exec, Savepoint, execOne, queryOne,
+//     queryAll); Now.
 //   - purchases.go: InsertPurchase, GetPurchase, FindPurchaseByPaymentID,
 //     FindPurchaseByReference, UpdatePurchase, ListEscalated,
 //     CountByState, CountEscalated, OldestUncertainSince,

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,7 +195,7 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(reconcile.Tx) error) error
 	// connection it closes the connection, which is all there is left to
 	// do. It also covers a panicking fn.
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(&txn{tx: tx, now: s.now}); err != nil {
+	if err := fn(&txn{tx: &conn{Tx: tx}, now: s.now}); err != nil {
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -212,8 +213,11 @@ func retryable(err error) bool {
 
 // txn is the reconcile.Tx of one pgx transaction.
 type txn struct {
-	tx  pgx.Tx
+	tx  *conn
 	now func() time.Time // the store's Config.Now; nil for the server's clock
+	// depth counts the Savepoints open around the current statement, so
+	// that each nested one has a name of its own.
+	depth int
 }
 
 var _ reconcile.Tx = (*txn)(nil)
@@ -247,6 +251,206 @@ func (t *txn) exec(ctx context.Context, query string, args ...any) (int64, error
 	}
 	return 0, err
 }
+
+// Savepoint implements reconcile.Tx with SAVEPOINT, RELEASE SAVEPOINT
+// and, when fn fails, ROLLBACK TO SAVEPOINT: what fn wrote is undone,
+// and so is the aborted state an error of fn's statements leaves the
+// transaction in. Each level of nesting has its own name, so exec's
+// savepoint inside fn never shadows it.
+//
+// SAVEPOINT and RELEASE cost no round trip of their own: they wait in
+// t.tx and go with the next statement (a RELEASE left at COMMIT is
+// moot), so that a group of members, one savepoint each, costs no more
+// round trips than its members' own statements. Only a failure's
+// rollback is sent at once, so that its error is its member's.
+func (t *txn) Savepoint(ctx context.Context, fn func(reconcile.Tx) error) error {
+	t.depth++
+	defer func() { t.depth-- }()
+	name := fmt.Sprintf("payrecon_nested_%d", t.depth)
+	mark, sends := len(t.tx.pending), t.tx.sends
+	t.tx.pending = append(t.tx.pending, "SAVEPOINT "+name)
+	ferr := fn(t)
+	if t.tx.sends == sends {
+		// fn sent no statement, and its SAVEPOINT still waits: nothing
+		// to release or roll back.
+		t.tx.pending = t.tx.pending[:mark]
+		return ferr
+	}
+	if ferr == nil {
+		t.tx.pending = append(t.tx.pending, "RELEASE SAVEPOINT "+name)
+		return nil
+	}
+	// What waits was fn's own (inner RELEASEs): the rollback ends it.
+	t.tx.pending = nil
+	// fn's statements may have been cut off by ctx: the rollback must
+	// still be attempted, or the transaction stays aborted.
+	if _, err := t.tx.Exec(context.WithoutCancel(ctx), "ROLLBACK TO SAVEPOINT "+name+"; RELEASE SAVEPOINT "+name); err != nil {
+		return errors.Join(ferr, wrap(err, "roll back to savepoint"))
+	}
+	return ferr
+}
+
+// conn is a txn's pgx transaction with the savepoint statements that
+// Savepoint defers (pending): every statement sends them first, in its
+// own round trip. Its QueryRow, Query, Exec and SendBatch are pgx.Tx's
+// with that difference; everything else is pgx.Tx's.
+type conn struct {
+	pgx.Tx
+	pending []string // statements without arguments, in order
+	sends   int      // how many times pending statements were sent
+}
+
+// take returns the pending statements and forgets them.
+func (c *conn) take() []string {
+	p := c.pending
+	c.pending = nil
+	c.sends++
+	return p
+}
+
+// SendBatch sends the pending statements and then b's, in one batch. The
+// results the caller reads are b's: the first one reports a failure of a
+// pending statement.
+func (c *conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if len(c.pending) == 0 {
+		return c.Tx.SendBatch(ctx, b)
+	}
+	pending := c.take()
+	all := &pgx.Batch{}
+	for _, q := range pending {
+		all.Queue(q)
+	}
+	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
+	return &afterPending{BatchResults: c.Tx.SendBatch(ctx, all), n: len(pending)}
+}
+
+// Exec implements pgx.Tx's Exec after the pending statements. A query
+// without arguments may hold several statements (the simple protocol):
+// the pending ones go in front of it.
+func (c *conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	switch {
+	case len(c.pending) == 0:
+		return c.Tx.Exec(ctx, sql, args...)
+	case len(args) == 0:
+		return c.Tx.Exec(ctx, strings.Join(append(c.take(), sql), "; "))
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := c.SendBatch(ctx, b)
+	tag, err := br.Exec()
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return tag, err
+}
+
+// QueryRow implements pgx.Tx's QueryRow after the pending statements.
+func (c *conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if len(c.pending) == 0 {
+		return c.Tx.QueryRow(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := c.SendBatch(ctx, b)
+	return batchRow{row: br.QueryRow(), br: br}
+}
+
+// Query implements pgx.Tx's Query after the pending statements.
+func (c *conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if len(c.pending) == 0 {
+		return c.Tx.Query(ctx, sql, args...)
+	}
+	b := &pgx.Batch{}
+	b.Queue(sql, args...)
+	br := c.SendBatch(ctx, b)
+	rows, err := br.Query()
+	if err != nil {
+		_ = br.Close()
+		return nil, err
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// afterPending reads past the results of n pending statements before the
+// caller's first result.
+type afterPending struct {
+	pgx.BatchResults
+	n   int
+	err error // the first pending statement's failure
+}
+
+func (r *afterPending) skip() error {
+	for ; r.n > 0; r.n-- {
+		if _, err := r.BatchResults.Exec(); err != nil && r.err == nil {
+			r.err = err
+		}
+	}
+	return r.err
+}
+
+func (r *afterPending) Exec() (pgconn.CommandTag, error) {
+	if err := r.skip(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return r.BatchResults.Exec()
+}
+
+func (r *afterPending) Query() (pgx.Rows, error) {
+	if err := r.skip(); err != nil {
+		return nil, err
+	}
+	return r.BatchResults.Query()
+}
+
+func (r *afterPending) QueryRow() pgx.Row {
+	if err := r.skip(); err != nil {
+		return errRow{err}
+	}
+	return r.BatchResults.QueryRow()
+}
+
+// batchRow is the row of a batch's one query: scanning it closes the
+// batch.
+type batchRow struct {
+	row pgx.Row
+	br  pgx.BatchResults
+}
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.row.Scan(dest...)
+	if cerr := r.br.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// batchRows are the rows of a batch's one query: closing them closes the
+// batch.
+type batchRows struct {
+	pgx.Rows
+	br       pgx.BatchResults
+	closeErr error
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if r.br != nil {
+		r.closeErr = r.br.Close()
+		r.br = nil
+	}
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.closeErr
+}
+
+// errRow is a row that failed before it was read.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
 
 // execOne runs a write of one row with exec. No row written is the
 // store's reconcile.ErrNotFound for what, and a failure its error.

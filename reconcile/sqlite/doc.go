@@ -104,7 +104,8 @@
 //
 //   - doc.go: this comment.
 //   - store.go: Config, Store, Open, Migrate, Ready, Close, InTx; the Tx
-//     (txn) and its statements (exec, execOne, queryOne, queryAll); Now.
+//     (txn) and its statements (exec, Savepoint, execOne, queryOne,
+//     queryAll); Now.
 //   - purchases.go: InsertPurchase, GetPurchase, FindPurchaseByPaymentID,
 //     FindPurchaseByReference, UpdatePurchase, ListEscalated,
 //     CountByState, CountEscalated, OldestUncertainSince,

@@ -294,6 +294,9 @@ func (s *Store) inTx(ctx context.Context, what string, fn func(*sql.Tx) error) e
 type txn struct {
 	tx  *sql.Tx
 	now func() time.Time // the store's clock
+	// depth counts the Savepoints open around the current statement, so
+	// that each nested one has a name of its own.
+	depth int
 }
 
 var _ reconcile.Tx = (*txn)(nil)
@@ -305,6 +308,35 @@ func (t *txn) exec(ctx context.Context, query string, args ...any) (int64, error
 		return 0, err
 	}
 	return res.RowsAffected()
+}
+
+// Savepoint implements reconcile.Tx with SAVEPOINT, RELEASE and, when fn
+// fails, ROLLBACK TO: what fn wrote is undone, the rest of the
+// transaction kept. Each level of nesting has its own name.
+func (t *txn) Savepoint(ctx context.Context, fn func(reconcile.Tx) error) error {
+	t.depth++
+	defer func() { t.depth-- }()
+	name := fmt.Sprintf("payrecon_nested_%d", t.depth)
+	if _, err := t.tx.ExecContext(ctx, "SAVEPOINT "+name); err != nil {
+		return wrap(err, "savepoint")
+	}
+	ferr := fn(t)
+	if ferr == nil {
+		if _, err := t.tx.ExecContext(ctx, "RELEASE "+name); err != nil {
+			return wrap(err, "release savepoint")
+		}
+		return nil
+	}
+	// Undo fn's writes even when ctx ended them: the transaction is the
+	// caller's, and goes on.
+	ctx = context.WithoutCancel(ctx)
+	if _, err := t.tx.ExecContext(ctx, "ROLLBACK TO "+name); err != nil {
+		return errors.Join(ferr, wrap(err, "roll back to savepoint"))
+	}
+	if _, err := t.tx.ExecContext(ctx, "RELEASE "+name); err != nil {
+		return errors.Join(ferr, wrap(err, "release savepoint"))
+	}
+	return ferr
 }
 
 // execOne runs a write of one row with exec. No row written is the
