@@ -33,6 +33,7 @@ var settingFields = map[string][]string{
 	"batch-size":         {"reconcile.Config.BatchSize"},
 	"concurrency":        {"reconcile.Config.Concurrency"},
 	"poll-interval":      {"reconcile.Config.PollInterval"},
+	"apply-window":       {"reconcile.Config.ApplyWindow"},
 	"shutdown-grace":     {"reconcile.Config.ShutdownGrace"},
 	"max-amount":         {"reconcile.Config.MaxAmount"},
 	"audit-overlap":      {"reconcile.Config.AuditOverlap"},
