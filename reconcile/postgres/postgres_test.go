@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -482,5 +483,40 @@ func TestInTxRetriesSerializationFailures(t *testing.T) {
 	err = s.InTx(t.Context(), func(tx reconcile.Tx) error { calls++; return &pgconn.PgError{Code: "40001"} })
 	if err == nil || calls != 4 {
 		t.Fatalf("persistent serialization failure: InTx = %v after %d calls; want an error after 4", err, calls)
+	}
+}
+
+// countingTracer counts the statements pgx sends.
+type countingTracer struct{ n atomic.Int64 }
+
+func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	c.n.Add(1)
+	return ctx
+}
+
+func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// Config.Tracer sees the store's statements: BEGIN, the read, COMMIT.
+func TestTracerSeesStatements(t *testing.T) {
+	_, url := newStore(t)
+	tr := &countingTracer{}
+	s, err := postgres.Open(t.Context(), postgres.Config{URL: url, Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	before := tr.n.Load()
+	err = s.InTx(t.Context(), func(tx reconcile.Tx) error {
+		_, err := tx.GetPurchase(t.Context(), "pur_none")
+		if errors.Is(err, reconcile.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.n.Load() - before; got < 3 {
+		t.Fatalf("the tracer saw %d statements of a transaction with one read, want at least 3", got)
 	}
 }

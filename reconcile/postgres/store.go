@@ -38,6 +38,10 @@ type Config struct {
 	// (statement_timestamp()), the one clock every worker and replica
 	// shares. Tests and the demo inject a clock.
 	Now func() time.Time
+	// Tracer, when set, sees every statement and batch the store sends
+	// (pgx calls it as a pgx.QueryTracer, and as a pgx.BatchTracer when
+	// it is one): payrecon bench counts round trips with it. Default nil.
+	Tracer pgx.QueryTracer
 }
 
 // DefaultMaxConns caps the pool when neither Config.MaxConns nor the
@@ -95,6 +99,9 @@ func poolConfig(cfg Config) (*pgxpool.Config, error) {
 	if err != nil {
 		// pgx redacts the password in its parse errors.
 		return nil, fmt.Errorf("postgres: open: %w: %w", reconcile.ErrInvalid, err)
+	}
+	if cfg.Tracer != nil {
+		pcfg.ConnConfig.Tracer = cfg.Tracer
 	}
 	switch {
 	case cfg.MaxConns > 0:
