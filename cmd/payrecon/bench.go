@@ -371,7 +371,7 @@ func (b *bench) readBack(ctx context.Context, st reconcile.Store, ids []string) 
 	return states, created, submitted, nil
 }
 
-// expectStates adds a problem to the report unless every purchase ended
+// expectSucceeded adds a problem to the report unless every purchase ended
 // succeeded.
 func (b *bench) expectSucceeded(states map[statemachine.State]int, n int) {
 	if states[statemachine.Succeeded] == n {
