@@ -62,8 +62,9 @@ type benchOptions struct {
 // bench is one run of a bench subcommand.
 type bench struct {
 	opts   benchOptions
-	e      *env     // the command's, with its stderr serialised
-	pg     *pgStats // nil for SQLite
+	e      *env        // the command's, with its stderr serialised
+	pg     *pgStats    // nil for SQLite
+	rt     *roundTrips // the Postgres stores' round trips; nil for SQLite
 	report *benchReport
 }
 
@@ -152,6 +153,8 @@ func newBench(e *env, sub, unit string, args []string, overHTTP bool) (*bench, e
 	}
 	if db.kind == "postgres" {
 		b.pg = &pgStats{url: db.url}
+		b.rt = &roundTrips{}
+		b.e.tracer = b.rt
 	}
 	return b, nil
 }
@@ -243,7 +246,9 @@ func (b *bench) counters(ctx context.Context) (pgCounters, error) {
 	if b.pg == nil {
 		return pgCounters{}, nil
 	}
-	return b.pg.read(ctx)
+	c, err := b.pg.read(ctx)
+	c.roundTrips = b.rt.n.Load()
+	return c, err
 }
 
 // benchPurchase is the i-th purchase of a run.
@@ -371,7 +376,7 @@ func (b *bench) readBack(ctx context.Context, st reconcile.Store, ids []string) 
 	return states, created, submitted, nil
 }
 
-// expectStates adds a problem to the report unless every purchase ended
+// expectSucceeded adds a problem to the report unless every purchase ended
 // succeeded.
 func (b *bench) expectSucceeded(states map[statemachine.State]int, n int) {
 	if states[statemachine.Succeeded] == n {
@@ -422,11 +427,11 @@ func ledgerCheck(fake *fakeprovider.Fake, ids []string) *benchLedger {
 func (b *bench) finish() error {
 	r := b.report
 	if b.pg == nil {
-		r.Notes = append(r.Notes, "commits, statements and round trips are Postgres' figures (pg_stat_database, pg_stat_statements): not measured on SQLite")
+		r.Notes = append(r.Notes, "round trips, commits and statements are Postgres' figures (pgx, pg_stat_database, pg_stat_statements): not measured on SQLite, which runs in the process")
 	} else {
 		r.Notes = append(r.Notes, b.pg.notes...)
 		r.Notes = append(r.Notes,
-			"round trips not counted: the Postgres store (reconcile/postgres) takes no pgx tracer to count them with",
+			"round trips are counted by the store's pgx tracer: one for each statement sent alone, one for each batch; a statement's first preparation on a connection is not counted",
 			"commits and statements are the database's, over the measured phase: another session's work would be counted too")
 	}
 	ledgerOK := r.Ledger == nil || r.Ledger.OK

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,7 +34,27 @@ type pgStats struct {
 type pgCounters struct {
 	commits, rollbacks    int64
 	statements, txControl int64
+	roundTrips            int64 // the bench's own count (roundTrips)
 }
+
+// roundTrips counts the round trips of the bench's Postgres stores, as
+// their pgx tracer (postgres.Config.Tracer): one for each statement sent
+// alone (BEGIN and COMMIT included), one for each batch. A statement's
+// first preparation on a connection, and the pool's health checks, are
+// not seen. Safe for concurrent use.
+type roundTrips struct{ n atomic.Int64 }
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	r.n.Add(1)
+	return ctx
+}
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
 
 // benchWaitTimeout bounds the wait for the bench's connections to end.
 const benchWaitTimeout = 30 * time.Second
@@ -165,7 +186,8 @@ func (p *pgStats) waitAlone(ctx context.Context, conn *pgx.Conn) error {
 
 // delta is the measured phase's share of the counters.
 func (p *pgStats) delta(before, after pgCounters) *benchDB {
-	d := &benchDB{Commits: after.commits - before.commits, Rollbacks: after.rollbacks - before.rollbacks}
+	d := &benchDB{Commits: after.commits - before.commits, Rollbacks: after.rollbacks - before.rollbacks,
+		RoundTrips: after.roundTrips - before.roundTrips}
 	if p.statements {
 		s, tc := after.statements-before.statements, after.txControl-before.txControl
 		d.Statements, d.TxControl = &s, &tc

@@ -74,10 +74,12 @@ func newPhase(what string, count int, took time.Duration) benchPhase {
 
 // benchDB is the measured phase's share of the database's counters:
 // pg_stat_database's commits and rollbacks, and pg_stat_statements'
-// calls when it is loaded (nil otherwise).
+// calls when it is loaded (nil otherwise); and the round trips the
+// bench's stores made, counted client-side.
 type benchDB struct {
-	Commits   int64 `json:"commits"`
-	Rollbacks int64 `json:"rollbacks"`
+	Commits    int64 `json:"commits"`
+	Rollbacks  int64 `json:"rollbacks"`
+	RoundTrips int64 `json:"round_trips"`
 	// Statements counts every statement the server ran for payrecon,
 	// TxControl those of them that are BEGIN, COMMIT, ROLLBACK,
 	// SAVEPOINT or RELEASE.
@@ -234,7 +236,7 @@ func (r *benchReport) writeText(w io.Writer) {
 	}
 	unit := strings.TrimSuffix(r.Unit, "s")
 	if d := r.DB; d != nil {
-		line := fmt.Sprintf("per %s: %s commits, %s rollbacks", unit, per(d.Commits, r.N), per(d.Rollbacks, r.N))
+		line := fmt.Sprintf("per %s: %s round trips, %s commits, %s rollbacks", unit, per(d.RoundTrips, r.N), per(d.Commits, r.N), per(d.Rollbacks, r.N))
 		if d.Statements != nil {
 			line += fmt.Sprintf(", %s statements (%s of them BEGIN, COMMIT, SAVEPOINT, RELEASE)", per(*d.Statements, r.N), per(*d.TxControl, r.N))
 		}

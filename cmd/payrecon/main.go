@@ -18,6 +18,8 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+
+	"github.com/jackc/pgx/v5"
 )
 
 func main() {
@@ -31,6 +33,9 @@ type env struct {
 	stdout, stderr io.Writer
 	settings       *settings
 	log            *slog.Logger
+	// tracer, when set, sees every statement and batch of every Postgres
+	// store the command opens: the bench counts round trips with it.
+	tracer pgx.QueryTracer
 }
 
 // command is a command, or a subcommand ("ops list"). run gets the
@@ -129,26 +134,26 @@ func commands() []command {
 			summary: "load N purchases, then time the worker taking them all to a final state",
 			about: "Migrates the database if needed and loads N purchases through Service.CreatePurchase, " + fmt.Sprint(benchLoaders) + " at a time (timed apart), " +
 				"then runs the worker as `payrecon worker` does (Service.Work, with --concurrency, --batch-size and the other worker settings) against the in-process fake provider, " +
-				"with no faults and no latency, until every purchase is final. It reports purchases/s; commits, rollbacks and statements per purchase " +
-				"(Postgres: pg_stat_database, and pg_stat_statements when the server loads it, the extension created in the database if missing); " +
+				"with no faults and no latency, until every purchase is final. It reports purchases/s; round trips, commits, rollbacks and statements per purchase " +
+				"(Postgres: the store's pgx tracer, pg_stat_database, and pg_stat_statements when the server loads it, the extension created in the database if missing); " +
 				"the bench process's RSS during the burn-down; the latency created → final and submitted → final (p50, p90, p99, max, a histogram); " +
 				"and the fake's ledger, which must hold exactly one charge per purchase." + benchSafety,
-			settings: join(basicSettings, storeSettings, protocolSettings), run: runBenchBurnDown},
+			settings: join(basicSettings, storeSettings, protocolSettings, []string{"apply-window"}), run: runBenchBurnDown},
 		{name: "bench webhooks", args: "[--n N] [--clients C] [--rate R] [--yes] [--json]",
 			summary: "time signed Stripe webhooks through serve's endpoint, closed or open loop",
 			about: "Sets up N purchases, not timed: created, then charged by the worker at the fake provider, which loses every reply, so that each is uncertain and its payment_intent.succeeded event pending. " +
 				"Then it POSTs each event, signed with a secret of its own as Stripe and the fake sign, to POST /webhooks/stripe of serve's HTTP server (wired as serve wires it, on a loopback port): " +
 				"a closed loop of --clients clients, or with --rate an open loop, each send scheduled on a fixed clock and its latency counted from its scheduled time. " +
 				"Each event is applied: its purchase moves uncertain → reconciling → succeeded. " +
-				"It reports events/s, the latency (p50, p90, p99, max, a histogram), each event's outcome, commits and statements per event (Postgres), and the fake's ledger." + benchSafety,
-			settings: join(basicSettings, storeSettings, protocolSettings, []string{"webhook-tolerance"}), run: runBenchWebhooks},
+				"It reports events/s, the latency (p50, p90, p99, max, a histogram), each event's outcome, round trips, commits and statements per event (Postgres), and the fake's ledger." + benchSafety,
+			settings: join(basicSettings, storeSettings, protocolSettings, []string{"apply-window", "webhook-tolerance", "group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchWebhooks},
 		{name: "bench api", args: "[--n N] [--clients C] [--rate R] [--yes] [--json]",
 			summary: "time POST /v1/purchases through serve's purchase API, closed or open loop",
 			about: "POSTs N purchases, each with its own Idempotency-Key and a bearer token of the bench's own, to POST /v1/purchases of serve's HTTP server (wired as serve wires it, on a loopback port): " +
 				"a closed loop of --clients clients, or with --rate an open loop, each send scheduled on a fixed clock and its latency counted from its scheduled time. " +
-				"It reports requests/s, the latency (p50, p90, p99, max, a histogram), the answers, and commits and statements per request (Postgres). " +
+				"It reports requests/s, the latency (p50, p90, p99, max, a histogram), the answers, and round trips, commits and statements per request (Postgres). " +
 				"Then, not timed, the worker takes the new purchases to a final state against the fake provider, so that the database holds final purchases only, and checks the fake's ledger." + benchSafety,
-			settings: join(basicSettings, storeSettings, protocolSettings), run: runBenchAPI},
+			settings: join(basicSettings, storeSettings, protocolSettings, []string{"apply-window", "group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchAPI},
 		{name: "fakeprovider", args: "[--webhook-url URL]",
 			summary:  "a Stripe-compatible fake provider over HTTP, with webhooks",
 			about:    "Serves the fake provider as a Stripe-compatible HTTP server on --addr, with its ledger at GET /_fake/ledger, and sends webhooks signed with STRIPE_WEBHOOK_SECRET to --webhook-url. Its own endpoints take no key: keep it on loopback.",

@@ -78,7 +78,7 @@ func openStoreFor(ctx context.Context, e *env, opts storeOptions) (*openedStore,
 	shown := redactDatabaseURL(raw)
 	switch db.kind {
 	case "postgres":
-		pg, err := postgres.Open(ctx, postgres.Config{URL: db.url, Now: opts.now})
+		pg, err := postgres.Open(ctx, postgres.Config{URL: db.url, Now: opts.now, Tracer: e.tracer})
 		if err != nil {
 			return nil, scrubPasswords(err, raw)
 		}
