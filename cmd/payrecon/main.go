@@ -55,7 +55,7 @@ var (
 	basicSettings    = []string{"config", "log-level", "log-format"}
 	storeSettings    = []string{"database-url", "database-url-file", "sqlite-synchronous"}
 	protocolSettings = []string{"worker-id", "lease-duration", "provider-timeout", "backoff", "max-attempts", "max-uncertain-age",
-		"escalated-interval", "key-retention", "key-replay-margin", "batch-size", "concurrency", "poll-interval", "shutdown-grace",
+		"escalated-interval", "key-retention", "key-replay-margin", "batch-size", "concurrency", "apply-window", "poll-interval", "shutdown-grace",
 		"max-amount", "audit-overlap", "audit-settle"}
 	providerSettings = []string{"provider", "fake-faults", "stripe-api-base", "stripe-secret-key", "stripe-secret-key-file"}
 	httpSettings     = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
@@ -138,7 +138,7 @@ func commands() []command {
 				"(Postgres: the store's pgx tracer, pg_stat_database, and pg_stat_statements when the server loads it, the extension created in the database if missing); " +
 				"the bench process's RSS during the burn-down; the latency created → final and submitted → final (p50, p90, p99, max, a histogram); " +
 				"and the fake's ledger, which must hold exactly one charge per purchase." + benchSafety,
-			settings: join(basicSettings, storeSettings, protocolSettings, []string{"apply-window"}), run: runBenchBurnDown},
+			settings: join(basicSettings, storeSettings, protocolSettings), run: runBenchBurnDown},
 		{name: "bench webhooks", args: "[--n N] [--clients C] [--rate R] [--yes] [--json]",
 			summary: "time signed Stripe webhooks through serve's endpoint, closed or open loop",
 			about: "Sets up N purchases, not timed: created, then charged by the worker at the fake provider, which loses every reply, so that each is uncertain and its payment_intent.succeeded event pending. " +
@@ -146,14 +146,14 @@ func commands() []command {
 				"a closed loop of --clients clients, or with --rate an open loop, each send scheduled on a fixed clock and its latency counted from its scheduled time. " +
 				"Each event is applied: its purchase moves uncertain → reconciling → succeeded. " +
 				"It reports events/s, the latency (p50, p90, p99, max, a histogram), each event's outcome, round trips, commits and statements per event (Postgres), and the fake's ledger." + benchSafety,
-			settings: join(basicSettings, storeSettings, protocolSettings, []string{"apply-window", "webhook-tolerance", "group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchWebhooks},
+			settings: join(basicSettings, storeSettings, protocolSettings, []string{"webhook-tolerance", "group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchWebhooks},
 		{name: "bench api", args: "[--n N] [--clients C] [--rate R] [--yes] [--json]",
 			summary: "time POST /v1/purchases through serve's purchase API, closed or open loop",
 			about: "POSTs N purchases, each with its own Idempotency-Key and a bearer token of the bench's own, to POST /v1/purchases of serve's HTTP server (wired as serve wires it, on a loopback port): " +
 				"a closed loop of --clients clients, or with --rate an open loop, each send scheduled on a fixed clock and its latency counted from its scheduled time. " +
 				"It reports requests/s, the latency (p50, p90, p99, max, a histogram), the answers, and round trips, commits and statements per request (Postgres). " +
 				"Then, not timed, the worker takes the new purchases to a final state against the fake provider, so that the database holds final purchases only, and checks the fake's ledger." + benchSafety,
-			settings: join(basicSettings, storeSettings, protocolSettings, []string{"apply-window", "group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchAPI},
+			settings: join(basicSettings, storeSettings, protocolSettings, []string{"group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchAPI},
 		{name: "fakeprovider", args: "[--webhook-url URL]",
 			summary:  "a Stripe-compatible fake provider over HTTP, with webhooks",
 			about:    "Serves the fake provider as a Stripe-compatible HTTP server on --addr, with its ledger at GET /_fake/ledger, and sends webhooks signed with STRIPE_WEBHOOK_SECRET to --webhook-url. Its own endpoints take no key: keep it on loopback.",
