@@ -240,7 +240,9 @@ func runClosed(b *testing.B, send func(*http.Client, int) error, st *countingSto
 // earlier ones were answered; each one's latency counts from its due time,
 // so that a stall shows in every request it delays.
 func runOpen(b *testing.B, send func(*http.Client, int) error, st *countingStore, unit string) {
-	c := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	// Connections enough for a backlog of a quarter of a second; past it,
+	// requests queue in the client, still counted from their due time.
+	c := &http.Client{Transport: &http.Transport{MaxConnsPerHost: benchOpenRate / 4, MaxIdleConnsPerHost: benchOpenRate / 4}}
 	lat := make([]time.Duration, b.N)
 	var wg sync.WaitGroup
 	cpu := startCPU(st)
