@@ -187,7 +187,8 @@ func (t *txn) ListOverdueUncertain(ctx context.Context, uncertainBefore time.Tim
 }
 
 // listOverdueUncertainSQL is ListOverdueUncertain's query (?1 the time,
-// ?2 the limit), read from the partial index purchases_overdue_idx.
+// ?2 the limit). The partial index purchases_overdue_idx (migration
+// 00007) holds exactly the purchases it may return, in its order.
 const listOverdueUncertainSQL = `SELECT ` + purchaseColumns + ` FROM purchases
 WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < ?1
 ORDER BY uncertain_since, id
