@@ -1,0 +1,83 @@
+package main
+
+import (
+	"errors"
+	"time"
+
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/cron"
+)
+
+// reconcileConfig builds the protocol's configuration from the settings.
+func (s *settings) reconcileConfig() (reconcile.Config, error) {
+	var (
+		cfg  reconcile.Config
+		errs []error
+	)
+	dur := func(dst *time.Duration, name string) {
+		d, err := s.duration(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		*dst = d
+	}
+	num := func(name string) int64 {
+		n, err := s.integer(name)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		return n
+	}
+	cfg.WorkerID = s.str("worker-id")
+	dur(&cfg.LeaseDuration, "lease-duration")
+	dur(&cfg.ProviderTimeout, "provider-timeout")
+	dur(&cfg.MaxUncertainAge, "max-uncertain-age")
+	dur(&cfg.EscalatedInterval, "escalated-interval")
+	dur(&cfg.KeyRetention, "key-retention")
+	dur(&cfg.KeyReplayMargin, "key-replay-margin")
+	dur(&cfg.ApplyWindow, "apply-window")
+	dur(&cfg.PollInterval, "poll-interval")
+	dur(&cfg.ShutdownGrace, "shutdown-grace")
+	dur(&cfg.AuditOverlap, "audit-overlap")
+	dur(&cfg.AuditSettle, "audit-settle")
+	backoff, err := s.durations("backoff")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.Backoff = backoff
+	cfg.MaxAttempts = int(num("max-attempts"))
+	cfg.BatchSize = int(num("batch-size"))
+	cfg.Concurrency = int(num("concurrency"))
+	cfg.MaxAmount = num("max-amount")
+	group, err := s.boolean("group-commit")
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.GroupCommitOff = !group
+	cfg.GroupCommitMax = int(num("group-commit-max"))
+	cfg.GroupCommitLeaders = int(num("group-commit-leaders"))
+	return cfg, errors.Join(errs...)
+}
+
+// sweepConfig builds the standard sweeps' configuration from the
+// settings.
+func (s *settings) sweepConfig() (cron.SweepConfig, error) {
+	inbox, err := s.duration("inbox-retention")
+	if err != nil {
+		return cron.SweepConfig{}, err
+	}
+	keys, err := s.duration("idempotency-key-retention")
+	if err != nil {
+		return cron.SweepConfig{}, err
+	}
+	return cron.SweepConfig{
+		RescueSchedule:          s.str("sweep-rescue"),
+		EscalateSchedule:        s.str("sweep-escalate"),
+		GaugesSchedule:          s.str("sweep-gauges"),
+		UnmatchedSchedule:       s.str("sweep-unmatched"),
+		RetentionSchedule:       s.str("sweep-retention"),
+		AuditSchedule:           s.str("sweep-audit"),
+		InboxRetention:          inbox,
+		IdempotencyKeyRetention: keys,
+	}, nil
+}
