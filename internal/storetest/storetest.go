@@ -85,9 +85,11 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"FindPurchaseByPaymentID", withStore(testFindByPaymentID)},
 		{"FindPurchaseByReference", withStore(testFindByReference)},
 		{"ListEscalated", withStore(testListEscalated)},
+		// purchase_counts.go
 		{"CountByState", withStore(testCountByState)},
 		{"CountByStateFollowsWrites", withStore(testCountByStateFollowsWrites)},
 		{"CountByStateConcurrentWriters", withStore(testCountByStateConcurrentWriters)},
+		// purchases.go
 		{"CountEscalated", withStore(testCountEscalated)},
 		{"OldestUncertainSince", withStore(testOldestUncertainSince)},
 		{"ListOverdueUncertain", withStore(testListOverdueUncertain)},
