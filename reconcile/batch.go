@@ -95,12 +95,13 @@ func (s *Service) finishIntent(ctx context.Context, in intent, ap *applier) {
 		_ = s.runFailed(in.l, err)
 		return
 	}
-	// The answer is applied even if the worker is stopping: it is the
-	// only record of what the provider did.
-	applyCtx := context.WithoutCancel(ctx)
-	done, applied := ap.apply(applyCtx, pendingAnswer{l: in.l, before: before, cause: in.answer, a: a, ans: ans})
-	if !applied {
-		if done, err = s.apply(applyCtx, in.l, before, in.answer, a, ans); err != nil {
+	// An answer applied in its group completed or scheduled the job; one
+	// that was not goes the single way. Either way it is applied even if
+	// the worker is stopping: it is the only record of what the provider
+	// did (the group's transaction runs on a context of its own).
+	done := ap.apply(pendingAnswer{l: in.l, before: before, cause: in.answer, a: a, ans: ans})
+	if !done {
+		if done, err = s.apply(context.WithoutCancel(ctx), in.l, before, in.answer, a, ans); err != nil {
 			_ = s.runFailed(in.l, err)
 			return
 		}
@@ -157,14 +158,12 @@ func (ap *applier) expect() { ap.outstanding.Add(1) }
 func (ap *applier) cancelExpected() { ap.outstanding.Add(-1) }
 
 // apply hands p to the group being formed and waits until that group is
-// written. It reports whether p was applied, and then whether its job is
-// complete or scheduled (always, for an applied answer).
-func (ap *applier) apply(ctx context.Context, p pendingAnswer) (done, applied bool) {
+// written. It reports whether p was applied.
+func (ap *applier) apply(p pendingAnswer) bool {
 	p.result = make(chan bool, 1)
 	ap.outstanding.Add(-1)
 	ap.in <- p
-	applied = <-p.result
-	return applied, applied
+	return <-p.result
 }
 
 func (ap *applier) run() {
