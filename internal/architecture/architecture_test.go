@@ -59,12 +59,15 @@ func short(path string) string { return strings.TrimPrefix(strings.TrimPrefix(pa
 // TestImportDirections fails if the domain ever depends on an adapter or
 // on a module outside the standard library: statemachine is pure, and
 // reconcile owns the protocol and declares the interfaces it consumes.
+// events, the wire format shops import, stands alone on the standard
+// library too.
 func TestImportDirections(t *testing.T) {
 	pkgs := list(t)
 	allowed := map[string][]string{
 		"statemachine": nil,
 		"provider":     nil,
 		"reconcile":    {"provider", "statemachine"},
+		"events":       nil,
 	}
 	for name, may := range allowed {
 		p, ok := pkgs[module+"/"+name]
@@ -78,7 +81,7 @@ func TestImportDirections(t *testing.T) {
 			case own(imp):
 				t.Errorf("%s imports %s: the domain must not depend on an adapter (allowed: %v)", name, short(imp), may)
 			default:
-				t.Errorf("%s imports %s: the domain uses the standard library only", name, imp)
+				t.Errorf("%s imports %s: %s uses the standard library only", name, imp, name)
 			}
 		}
 	}
