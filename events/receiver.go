@@ -254,7 +254,7 @@ func (r *Receiver) apply(ctx context.Context, ev Event, log *slog.Logger) (Outco
 		return "", fmt.Errorf("events: record the sequence of %s for %s: %w", ev.PurchaseID, ev.ID, err)
 	}
 	if err := r.effect(ctx, tx, ev); err != nil {
-		return "", fmt.Errorf("events: effect of %s: %w", ev.ID, err)
+		return "", &effectError{id: ev.ID, err: err}
 	}
 	if err := tx.Commit(); err != nil {
 		return "", fmt.Errorf("events: commit %s: %w", ev.ID, err)
@@ -306,6 +306,17 @@ func (r *Receiver) repeat(ctx context.Context, tx *sql.Tx, ev Event, log *slog.L
 	log.Info("events: duplicate delivery; already applied")
 	return Duplicate, nil
 }
+
+// effectError is an error of the shop's effect, which is always a 500
+// (whatever it wraps: an effect that returns ErrConflict of its own is not
+// the receiver's conflict).
+type effectError struct {
+	id  string
+	err error
+}
+
+func (e *effectError) Error() string { return "events: effect of " + e.id + ": " + e.err.Error() }
+func (e *effectError) Unwrap() error { return e.err }
 
 // ServeHTTP receives one delivery: a POST whose body is an event and whose
 // Payrecon-Signature header signs it. It answers
@@ -368,12 +379,13 @@ func (r *Receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	outcome, err := r.apply(req.Context(), ev, log)
+	_, fromEffect := errors.AsType[*effectError](err)
 	switch {
 	case err == nil:
 		reply(w, http.StatusOK, answer{EventID: ev.ID, Outcome: outcome})
-	case errors.Is(err, ErrConflict):
+	case errors.Is(err, ErrConflict) && !fromEffect:
 		reply(w, http.StatusConflict, answer{EventID: ev.ID, Error: "conflict", Message: err.Error()})
-	case errors.Is(err, ErrOutOfOrder):
+	case errors.Is(err, ErrOutOfOrder) && !fromEffect:
 		reply(w, http.StatusConflict, answer{EventID: ev.ID, Error: "out_of_order", Message: err.Error()})
 	default:
 		if !errors.Is(err, context.Canceled) {

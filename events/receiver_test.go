@@ -640,3 +640,30 @@ func TestReceiverAppliesConcurrentDuplicatesOnce(t *testing.T) {
 		}
 	})
 }
+
+func TestReceiverAnswers500ForAnyEffectError(t *testing.T) {
+	db := backends[0].open(t)
+	if err := events.Migrate(t.Context(), events.Config{DB: db, Dialect: events.SQLite}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := events.NewReceiver(events.Config{DB: db, Dialect: events.SQLite, Secrets: []string{secret}, Now: func() time.Time { return start }, Logger: slog.New(slog.DiscardHandler)},
+		func(context.Context, *sql.Tx, events.Event) error {
+			return fmt.Errorf("the shop's own conflict: %w", events.ErrConflict)
+		})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := event(t, "evt_a", events.PurchaseSucceeded, "pur_1", 1, "course-1")
+	req, err := events.NewRequest(t.Context(), "http://shop.example/", secret, ev, 1, start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, req)
+	if rec.Code != 500 {
+		t.Errorf("an effect error wrapping ErrConflict: %d %s, want 500: the sender must retry", rec.Code, rec.Body)
+	}
+	if _, err := r.Apply(t.Context(), ev); !errors.Is(err, events.ErrConflict) || !strings.Contains(err.Error(), "effect") {
+		t.Errorf("Apply: %v, want the effect's error, wrapped", err)
+	}
+}
