@@ -207,9 +207,9 @@ func NewReceiver(cfg Config, effect Effect) (*Receiver, error) {
 //     Commit is ambiguous, the commit may have happened: a retry is then a
 //     Duplicate.
 //
-// Safe for concurrent use, also with the same event: one call applies it,
-// the others return Duplicate (or the error of the first, if it rolled
-// back and they ran before it did).
+// Safe for concurrent use, also with the same event: one call applies it
+// and the others, which wait on its inbox row, return Duplicate once it
+// commits; if it rolls back instead, one of them applies the event.
 func (r *Receiver) Apply(ctx context.Context, ev Event) (Outcome, error) {
 	return r.apply(ctx, ev, r.log)
 }
