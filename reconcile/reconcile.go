@@ -420,12 +420,21 @@ const (
 	// FindingMissingAtProvider: a succeeded purchase whose payment the
 	// provider does not have.
 	FindingMissingAtProvider FindingKind = "missing_at_provider"
+	// FindingOrphanRefund: a refund at the provider with no refund in the
+	// books (made in the dashboard, or under an id the books do not know).
+	// Its PaymentID is the provider's refund id.
+	FindingOrphanRefund FindingKind = "orphan_refund"
+	// FindingRefundMismatch: a refund at the provider whose amount,
+	// currency or payment disagrees with the refund in the books. Its
+	// PaymentID is the provider's refund id.
+	FindingRefundMismatch FindingKind = "refund_mismatch"
 )
 
 // FindingKinds lists every kind, for metrics and validation.
 var FindingKinds = []FindingKind{
 	FindingOrphanCharge, FindingDuplicateCharge, FindingAmountMismatch,
 	FindingCurrencyMismatch, FindingStateDisagreement, FindingMissingAtProvider,
+	FindingOrphanRefund, FindingRefundMismatch,
 }
 
 // Finding is one discrepancy the audit from the provider's side found
