@@ -55,7 +55,6 @@ func (o *Ops) actionError(w http.ResponseWriter, r *http.Request, who opsWho, st
 		}
 		o.showFinding(w, r, who, status, &opsFlash{Error: true, Text: msg}, opsFindingForm{
 			Note: r.PostForm.Get("note"), Amount: r.PostForm.Get("amount"), Evidence: r.PostForm.Get("evidence"),
-			Refund: strings.HasSuffix(r.URL.Path, "/refund"),
 		})
 		return
 	}

@@ -187,9 +187,6 @@ func (o *Ops) refundPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 type opsFindingForm struct {
 	Note             string
 	Amount, Evidence string
-	// Refund is set when the refused action was the refund, so that its
-	// form is shown open.
-	Refund bool
 }
 
 // refundCharge is "Refund this charge": it refunds the payment of an
