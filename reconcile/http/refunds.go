@@ -103,10 +103,10 @@ func toRefundDetailJSON(d reconcile.RefundDetail) refundDetailJSON {
 	}
 }
 
-// refundRoute is the request a refund's key is bound to, for its hash:
-// the same key and body sent to another purchase, or to POST
-// /v1/purchases, is another request.
-func refundRoute(purchaseID string) string { return "POST /v1/purchases/" + purchaseID + "/refunds" }
+// refundRoute names the request a refund's key is bound to, for its
+// hash: the refunds of purchaseID. The same key and body sent to refund
+// another purchase, or to POST /v1/purchases, is another request.
+func refundRoute(purchaseID string) string { return "refunds of purchase " + purchaseID }
 
 // createRefund answers POST /v1/purchases/{id}/refunds.
 func (a *PurchaseAPI) createRefund(w http.ResponseWriter, r *http.Request, c APIClient) {
