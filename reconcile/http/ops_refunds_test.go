@@ -139,13 +139,13 @@ func TestOpsRefundThisCharge(t *testing.T) {
 		t.Errorf("redirected to %q, want the refund's page", loc)
 	}
 	acts := f.record(p.ID).Actions
-	if len(acts) == 0 || acts[len(acts)-1].Action != "refund_charge" || acts[len(acts)-1].Operator != "ivan" ||
+	if len(acts) == 0 || acts[len(acts)-1].Action != "refund" || acts[len(acts)-1].Operator != "ivan" ||
 		acts[len(acts)-1].RefundID != ref.ID || acts[len(acts)-1].Evidence != evidence {
-		t.Errorf("operator actions: %+v, want the refund_charge by ivan", acts)
+		t.Errorf("operator actions: %+v, want the refund by ivan", acts)
 	}
 	shown := f.do("GET", loc, nil, nil, session)
 	for _, want := range []string{"Refund " + ref.ID + " of 12.50 EUR from payment " + dup.PaymentID + " started by ivan", `id="flash"`,
-		dup.PaymentID, fmt.Sprintf(`href="/ops/findings/%d"`, dup.ID), "st-created", "refund_charge by ivan", "&lt;ticket 7&gt;"} {
+		dup.PaymentID, fmt.Sprintf(`href="/ops/findings/%d"`, dup.ID), "st-created", "refund by ivan", "&lt;ticket 7&gt;"} {
 		if !strings.Contains(shown.body, want) {
 			t.Errorf("the refund's page lacks %q:\n%s", want, shown.body)
 		}
