@@ -213,9 +213,13 @@ func (v *WebhookVerifier) SignatureHeader() string { return WebhookSignatureHead
 // about the most recent of them (the latest created; of those created in
 // the same second, the first listed, as Stripe lists newest first): Refund,
 // Outcome, PurchaseID, Amount and Currency are then that refund's, as for
-// a refund event. A charge carrying none verifies with Outcome "" and
-// nothing else but PaymentID: payrecon learns of the refund from its own
-// refund events.
+// a refund event. The event does not say which refund's change it
+// announces, and the most recent is not always that one (an older refund
+// settling after a newer one was made); but the charge shows each of its
+// refunds as of the event, so what is reported is true of the refund it
+// names, as a refund.updated about it would be. A charge carrying none
+// verifies with Outcome "" and nothing else but PaymentID: payrecon learns
+// of the refund from its own refund events.
 //
 // Any other event type (charge.*, customer.*, …) verifies with Outcome ""
 // (payrecon ignores it), PurchaseID "", Amount 0, Currency "" and
