@@ -31,7 +31,10 @@
 --     dropping them fires no foreign key action). transitions loses its
 --     foreign key to allowed_transitions: a trigger checks each row's
 --     move against its machine's table instead (a refund's moves are not
---     a purchase's). operator_actions may record a 'refund' action.
+--     a purchase's), in one trigger with the refusal of an INSERT OR
+--     REPLACE over a stored row (transitions_guard_insert, in place of
+--     transitions_no_replace), so that the refusals come in that order.
+--     operator_actions may record a 'refund' action.
 --
 --   * jobs get a kind, 'purchase' or 'refund', and refund_id; id, the
 --     job's key, is derived: the refund id of a refund's job, the
@@ -121,9 +124,9 @@ BEGIN
 END;
 -- +goose StatementEnd
 
--- audit_findings, rebuilt for the refund findings' kinds. Nothing refers
--- to it yet (refunds below will): dropping it fires no foreign key
--- action, and no trigger.
+-- audit_findings, rebuilt for the refund findings' kinds, keeping its
+-- ids. No table refers to it (refunds.finding_id is not a foreign key):
+-- dropping it fires no foreign key action, and no trigger.
 
 CREATE TABLE audit_findings_new (
     id          INTEGER NOT NULL PRIMARY KEY, -- the rowid: numbered in insertion order
@@ -397,32 +400,26 @@ BEGIN
 END;
 -- +goose StatementEnd
 
+-- An insert over a stored row is refused (as transitions_no_replace of
+-- 00001 did), then a move outside its machine's table. One trigger, so
+-- that the first rule is checked first.
 -- +goose StatementBegin
-CREATE TRIGGER transitions_no_replace
+CREATE TRIGGER transitions_guard_insert
 BEFORE INSERT ON transitions
 FOR EACH ROW
-WHEN EXISTS (SELECT 1 FROM transitions WHERE id = NEW.id)
 BEGIN
-    SELECT RAISE(ABORT, 'transitions is append-only: REPLACE of row ' || NEW.id || ' refused');
-END;
--- +goose StatementEnd
-
--- +goose StatementBegin
-CREATE TRIGGER transitions_guard_move
-BEFORE INSERT ON transitions
-FOR EACH ROW
-WHEN CASE WHEN NEW.refund_id IS NULL
-    THEN NOT EXISTS (SELECT 1 FROM allowed_transitions WHERE from_state = NEW.from_state AND to_state = NEW.to_state)
-    ELSE NOT EXISTS (SELECT 1 FROM refund_allowed_transitions WHERE from_state = NEW.from_state AND to_state = NEW.to_state)
-END
-BEGIN
+    SELECT RAISE(ABORT, 'transitions is append-only: REPLACE of row ' || NEW.id || ' refused')
+    WHERE EXISTS (SELECT 1 FROM transitions WHERE id = NEW.id);
     SELECT RAISE(ABORT, 'forbidden transition ' || coalesce(NEW.from_state, 'NULL') || ' -> ' || coalesce(NEW.to_state, 'NULL') ||
         ' in the audit of ' || CASE WHEN NEW.refund_id IS NULL
             THEN 'purchase ' || coalesce(NEW.purchase_id, 'NULL')
-            ELSE 'refund ' || NEW.refund_id END);
+            ELSE 'refund ' || NEW.refund_id END)
+    WHERE CASE WHEN NEW.refund_id IS NULL
+        THEN NOT EXISTS (SELECT 1 FROM allowed_transitions WHERE from_state = NEW.from_state AND to_state = NEW.to_state)
+        ELSE NOT EXISTS (SELECT 1 FROM refund_allowed_transitions WHERE from_state = NEW.from_state AND to_state = NEW.to_state)
+    END;
 END;
 -- +goose StatementEnd
-
 
 -- provider_attempts and operator_actions, rebuilt with refund_id (and
 -- the 'refund' action), their indexes and append-only triggers as
