@@ -16,7 +16,7 @@ import (
 func insertJob(t *testing.T, s reconcile.Store, id string, runAt time.Time) {
 	t.Helper()
 	inTx(t, s, func(tx reconcile.Tx) error {
-		return tx.InsertJob(t.Context(), reconcile.Job{PurchaseID: id, RunAt: runAt})
+		return tx.InsertJob(t.Context(), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: id, RunAt: runAt})
 	})
 }
 
@@ -99,10 +99,10 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 	parallel(t, "InsertGet", func(t *testing.T) {
 		s := newStore(t)
 		purchaseWithJob(t, s, "pur_1", at(time.Minute+3*time.Microsecond))
-		equal(t, "new job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: at(time.Minute + 3*time.Microsecond)})
+		equal(t, "new job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: at(time.Minute + 3*time.Microsecond)})
 
 		err := txErr(t, s, func(tx reconcile.Tx) error {
-			return tx.InsertJob(t.Context(), reconcile.Job{PurchaseID: "pur_1", RunAt: base})
+			return tx.InsertJob(t.Context(), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: base})
 		})
 		wantErr(t, "second InsertJob", err, reconcile.ErrDuplicate)
 		err = txErr(t, s, func(tx reconcile.Tx) error { _, err := tx.GetJob(t.Context(), "pur_missing"); return err })
@@ -120,14 +120,14 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 		now := at(2 * time.Minute) // run_at <= now is due: pur_1 and pur_2
 		got := claim(t, s, "w1", 10, now, leaseFor)
 		want := []reconcile.Lease{
-			{PurchaseID: "pur_1", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
-			{PurchaseID: "pur_2", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
+			{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
+			{Kind: reconcile.JobPurchase, PurchaseID: "pur_2", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
 		}
 		equal(t, "leases", got, want)
 		equal(t, "leased job", getJob(t, s, "pur_1"), reconcile.Job{
-			PurchaseID: "pur_1", RunAt: at(time.Minute), LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: now.Add(leaseFor), Checks: 1,
+			Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: at(time.Minute), LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: now.Add(leaseFor), Checks: 1,
 		})
-		equal(t, "job not yet due", getJob(t, s, "pur_3"), reconcile.Job{PurchaseID: "pur_3", RunAt: at(3 * time.Minute)})
+		equal(t, "job not yet due", getJob(t, s, "pur_3"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_3", RunAt: at(3 * time.Minute)})
 	})
 
 	parallel(t, "LimitAndOrder", func(t *testing.T) {
@@ -164,7 +164,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 		now := first.ExpiresAt // lease_expires_at <= now: expired
 		second := claimOne(t, s, "w2", "pur_1", now, leaseFor)
 		equal(t, "takeover lease", second, reconcile.Lease{
-			PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
+			Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
 		})
 	})
 
@@ -200,7 +200,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 			}
 			return tx.RescheduleJob(t.Context(), "pur_1", runAt)
 		})
-		equal(t, "rescheduled job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
+		equal(t, "rescheduled job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
 		wantErr(t, "CheckLease after reschedule", checkLease(t, s, l, base), reconcile.ErrLeaseLost)
 		if got := claim(t, s, "w2", 10, runAt.Add(-time.Microsecond), leaseFor); len(got) != 0 {
 			t.Fatalf("claimed %v before its new run_at", ids(got))
@@ -227,7 +227,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 			}
 			return tx.CompleteJob(t.Context(), "pur_2", at(time.Second)) // never leased
 		})
-		equal(t, "done job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: base, LeaseToken: 1, Checks: 1, DoneAt: at(time.Second)})
+		equal(t, "done job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: base, LeaseToken: 1, Checks: 1, DoneAt: at(time.Second)})
 		if got := claim(t, s, "w1", 10, at(1000*time.Hour), leaseFor); len(got) != 0 {
 			t.Fatalf("claimed done jobs %v", ids(got))
 		}
@@ -247,7 +247,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 		})
 		runAt := at(time.Hour + 3*time.Microsecond)
 		inTx(t, s, func(tx reconcile.Tx) error { return tx.ReopenJob(t.Context(), "pur_1", runAt) })
-		equal(t, "reopened job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
+		equal(t, "reopened job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
 		if got := claim(t, s, "w2", 10, runAt.Add(-time.Microsecond), leaseFor); len(got) != 0 {
 			t.Fatalf("claimed %v before the reopened job's run_at", ids(got))
 		}
@@ -277,7 +277,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 		runAt := at(10 * time.Second)
 		inTx(t, s, func(tx reconcile.Tx) error { return tx.ReopenJob(t.Context(), "pur_1", runAt) })
 		equal(t, "leased job after ReopenJob", getJob(t, s, "pur_1"), reconcile.Job{
-			PurchaseID: "pur_1", RunAt: runAt, LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: l.ExpiresAt, Checks: 1,
+			Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: runAt, LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: l.ExpiresAt, Checks: 1,
 		})
 		if err := checkLease(t, s, l, runAt); err != nil {
 			t.Fatalf("the lease after ReopenJob: %v", err)
@@ -354,7 +354,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 			t.Fatalf("ReleaseLeases(w1) = %d, %v; want 2, nil", n, err)
 		}
 		for _, l := range w1 {
-			equal(t, "released job", getJob(t, s, l.PurchaseID), reconcile.Job{PurchaseID: l.PurchaseID, RunAt: now, LeaseToken: 1, Checks: 1})
+			equal(t, "released job", getJob(t, s, l.PurchaseID), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: l.PurchaseID, RunAt: now, LeaseToken: 1, Checks: 1})
 			wantErr(t, "CheckLease of a released lease", checkLease(t, s, l, now), reconcile.ErrLeaseLost)
 		}
 		for _, l := range w2 {
@@ -389,7 +389,7 @@ func testConcurrentClaims(t *testing.T, s *testStore) {
 			if err := tx.InsertPurchase(t.Context(), p); err != nil {
 				return err
 			}
-			if err := tx.InsertJob(t.Context(), reconcile.Job{PurchaseID: id, RunAt: at(time.Duration(i) * time.Millisecond)}); err != nil {
+			if err := tx.InsertJob(t.Context(), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: id, RunAt: at(time.Duration(i) * time.Millisecond)}); err != nil {
 				return err
 			}
 		}
@@ -504,7 +504,7 @@ func testClaimExpiredJobs(t *testing.T, s *testStore) {
 	equal(t, "expired jobs claimed", sorted(ids(got)), []string{"pur_exp1", "pur_exp2"})
 	for _, l := range got {
 		equal(t, "rescue lease", l, reconcile.Lease{
-			PurchaseID: l.PurchaseID, Owner: "w-rescue", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
+			Kind: reconcile.JobPurchase, PurchaseID: l.PurchaseID, Owner: "w-rescue", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
 		})
 	}
 	for _, l := range dead {
@@ -541,9 +541,9 @@ func testClaimJob(t *testing.T, s *testStore) {
 	if err != nil {
 		t.Fatalf("ClaimJob of a job not yet due: %v", err)
 	}
-	equal(t, "first lease", first, reconcile.Lease{PurchaseID: "pur_1", Owner: "operator-w", Token: 1, ExpiresAt: base.Add(leaseFor), Checks: 1, Now: base})
+	equal(t, "first lease", first, reconcile.Lease{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "operator-w", Token: 1, ExpiresAt: base.Add(leaseFor), Checks: 1, Now: base})
 	equal(t, "job leased by ClaimJob", getJob(t, s, "pur_1"), reconcile.Job{
-		PurchaseID: "pur_1", RunAt: at(time.Hour), LeaseOwner: "operator-w", LeaseToken: 1, LeaseExpiresAt: first.ExpiresAt, Checks: 1,
+		Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: at(time.Hour), LeaseOwner: "operator-w", LeaseToken: 1, LeaseExpiresAt: first.ExpiresAt, Checks: 1,
 	})
 
 	_, err = claimJob("pur_1", "w2", first.ExpiresAt.Add(-time.Microsecond))
@@ -555,7 +555,7 @@ func testClaimJob(t *testing.T, s *testStore) {
 		t.Fatalf("ClaimJob after the lease expired: %v", err)
 	}
 	equal(t, "takeover lease", second, reconcile.Lease{
-		PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: first.ExpiresAt.Add(leaseFor), TakenOver: true, Checks: 2, Now: first.ExpiresAt,
+		Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: first.ExpiresAt.Add(leaseFor), TakenOver: true, Checks: 2, Now: first.ExpiresAt,
 	})
 	wantErr(t, "CheckLease of the lease ClaimJob took over", checkLease(t, s, first, base), reconcile.ErrLeaseLost)
 

@@ -168,7 +168,7 @@ VALUES ('pur_x', 'cus_1', 100, 'eur', 'succeeded', 1, now(), now())`)
 	// The audit cannot record a forbidden move either.
 	_, err = conn.Exec(ctx, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
 VALUES ('pur_ok', 'succeeded', 'uncertain', 'webhook', now())`)
-	wantSQLState(t, "transition succeeded -> uncertain", err, "23503", "transitions_move_fkey")
+	wantSQLState(t, "transition succeeded -> uncertain", err, "23514", "transitions_move_check")
 
 	// Writing the same state is no move, and other columns are free.
 	exec(t, conn, `UPDATE purchases SET state = state, description = 'x' WHERE id = 'pur_ok'`)
@@ -397,9 +397,9 @@ func TestErrorsNameTheFailure(t *testing.T) {
 	err = s.InTx(ctx, func(tx reconcile.Tx) error {
 		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_1", From: "created", To: "succeeded", Cause: reconcile.CauseOperator, At: base})
 	})
-	if !errors.Is(err, reconcile.ErrForbiddenTransition) || errors.Is(err, reconcile.ErrNotFound) ||
-		!strings.Contains(err.Error(), "transitions_move_fkey") {
-		t.Fatalf("InsertTransition of a forbidden move: %v, want ErrForbiddenTransition naming transitions_move_fkey", err)
+	if !errors.Is(err, reconcile.ErrForbiddenTransition) || errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrInvalid) ||
+		!strings.Contains(err.Error(), "transitions_move_check") {
+		t.Fatalf("InsertTransition of a forbidden move: %v, want ErrForbiddenTransition naming transitions_move_check", err)
 	}
 	err = s.InTx(ctx, func(tx reconcile.Tx) error {
 		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_missing", From: "created", To: "submitted", Cause: reconcile.CauseSubmit, At: base})
