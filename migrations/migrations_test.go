@@ -495,9 +495,17 @@ VALUES ('pur_1', 'cus_1', 100, 'eur', 'created', 1, `+d.now+`, `+d.now+`)`)
 				mustExec(t, db, fmt.Sprintf(`INSERT INTO transitions (id, purchase_id, from_state, to_state, cause, actor, at)
 VALUES (%d, 'pur_1', '%s', '%s', 'submit', 'w1', %s)`, 10*(i+1), move[0], move[1], d.now))
 			}
+			mustExec(t, db, `INSERT INTO provider_attempts (id, purchase_id, op, outcome, applied, at)
+VALUES (7, 'pur_1', 'create', 'succeeded', `+map[migrations.Dialect]string{migrations.Postgres: "true", migrations.SQLite: "1"}[d.name]+`, `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO operator_actions (id, purchase_id, operator, action, at) VALUES (8, 'pur_1', 'alice', 'note', `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO audit_findings (id, provider, payment_id, kind, purchase_id, amount, found_at)
+VALUES (9, 'stripe', 'pi_dup', 'duplicate_charge', 'pur_1', 100, `+d.now+`)`)
 			audit := func() []string {
 				t.Helper()
-				return queryStrings(t, db, `SELECT id || ':' || from_state || '>' || to_state FROM transitions ORDER BY id`)
+				rows := queryStrings(t, db, `SELECT 't' || id || ':' || from_state || '>' || to_state FROM transitions ORDER BY id`)
+				rows = append(rows, queryStrings(t, db, `SELECT 'a' || id || ':' || op FROM provider_attempts ORDER BY id`)...)
+				rows = append(rows, queryStrings(t, db, `SELECT 'o' || id || ':' || action FROM operator_actions ORDER BY id`)...)
+				return append(rows, queryStrings(t, db, `SELECT 'f' || id || ':' || kind FROM audit_findings ORDER BY id`)...)
 			}
 			before := audit()
 
@@ -524,6 +532,8 @@ VALUES ('pur_1', 'ref_1', 'submitted', 'failed', 'submit_response', `+d.now+`)`)
 VALUES ('pur_1', 'ref_1', 'refund_create', 'failed', `+map[migrations.Dialect]string{migrations.Postgres: "true", migrations.SQLite: "1"}[d.name]+`, `+d.now+`)`)
 			mustExec(t, db, `INSERT INTO operator_actions (purchase_id, refund_id, operator, action, at)
 VALUES ('pur_1', 'ref_1', 'alice', 'refund', `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO audit_findings (provider, payment_id, kind, purchase_id, amount, found_at)
+VALUES ('stripe', 're_1', 'orphan_refund', 'pur_1', 100, `+d.now+`)`)
 			if got, want := queryStrings(t, db, `SELECT id || ':' || kind FROM jobs ORDER BY id`), []string{"pur_1:purchase", "ref_1:refund"}; !slices.Equal(got, want) {
 				t.Fatalf("jobs with a refund's: %v, want %v", got, want)
 			}

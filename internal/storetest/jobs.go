@@ -51,20 +51,30 @@ func claim(t *testing.T, s *testStore, owner string, limit int, now time.Time, l
 	return leases
 }
 
-// checkLeaseNow fails unless every lease's Now is now, in UTC, and its
-// Purchase is its purchase as stored; it then clears each Purchase, so
-// that tests compare the leases alone.
+// checkLeaseNow fails unless every lease's Now is now, in UTC, its
+// Purchase is its purchase as stored (a refund's job's: the purchase of
+// its refund), and its Refund is, for a refund's job, its refund as
+// stored, nil for a purchase's; it then clears each Purchase and Refund,
+// so that tests compare the leases alone.
 func checkLeaseNow(t *testing.T, s reconcile.Store, leases []reconcile.Lease, now time.Time) {
 	t.Helper()
 	for i, l := range leases {
 		if !l.Now.Equal(now) || l.Now.Location() != time.UTC {
-			t.Fatalf("lease of %s granted at store time %s: Now = %s, want it in UTC", l.PurchaseID, now, l.Now)
+			t.Fatalf("lease of %s granted at store time %s: Now = %s, want it in UTC", l.JobID(), now, l.Now)
 		}
 		if l.Purchase == nil {
-			t.Fatalf("lease of %s: no purchase read with the claim", l.PurchaseID)
+			t.Fatalf("lease of %s: no purchase read with the claim", l.JobID())
 		}
-		equal(t, "purchase read with the lease of "+l.PurchaseID, *l.Purchase, getPurchase(t, s, l.PurchaseID))
-		leases[i].Purchase = nil
+		equal(t, "purchase read with the lease of "+l.JobID(), *l.Purchase, getPurchase(t, s, l.PurchaseID))
+		switch {
+		case l.Kind == reconcile.JobRefund && l.Refund == nil:
+			t.Fatalf("lease of refund job %s: no refund read with the claim", l.JobID())
+		case l.Kind == reconcile.JobRefund:
+			equal(t, "refund read with the lease of "+l.JobID(), *l.Refund, getRefund(t, s, l.RefundID))
+		case l.Refund != nil:
+			t.Fatalf("lease of purchase job %s came with refund %s", l.JobID(), l.Refund.ID)
+		}
+		leases[i].Purchase, leases[i].Refund = nil, nil
 	}
 }
 
@@ -72,16 +82,18 @@ func checkLeaseNow(t *testing.T, s reconcile.Store, leases []reconcile.Lease, no
 func claimOne(t *testing.T, s *testStore, owner, id string, now time.Time, leaseFor time.Duration) reconcile.Lease {
 	t.Helper()
 	leases := claim(t, s, owner, 10, now, leaseFor)
-	if len(leases) != 1 || leases[0].PurchaseID != id {
+	if len(leases) != 1 || leases[0].JobID() != id {
 		t.Fatalf("ClaimJobs at %s: got %v, want the job of %s alone", now, ids(leases), id)
 	}
 	return leases[0]
 }
 
+// ids returns the job ids of leases: the purchase id of a purchase's job,
+// the refund id of a refund's.
 func ids(leases []reconcile.Lease) []string {
 	out := make([]string, len(leases))
 	for i, l := range leases {
-		out[i] = l.PurchaseID
+		out[i] = l.JobID()
 	}
 	return out
 }

@@ -260,7 +260,7 @@ DECLARE
     cap       bigint;
     taken     bigint;
 BEGIN
-    IF NEW.payment_id IS NULL OR NEW.purchase_id IS NULL OR NEW.amount IS NULL OR NEW.amount <= 0 THEN
+    IF coalesce(NEW.payment_id, '') = '' OR NEW.purchase_id IS NULL OR NEW.amount IS NULL OR NEW.amount <= 0 THEN
         RETURN NEW;
     END IF;
     -- One payment's refunds are inserted one at a time: the sum below is

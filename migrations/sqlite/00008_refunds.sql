@@ -297,7 +297,7 @@ BEGIN
         ' is not the payment of purchase ' || p.id || ' (' || coalesce(p.provider_payment_id, 'none') ||
         ') (refund ' || coalesce(NEW.id, 'NULL') || ')')
     FROM purchases p
-    WHERE NEW.finding_id IS NULL AND NEW.payment_id IS NOT NULL AND p.id = NEW.purchase_id
+    WHERE NEW.finding_id IS NULL AND coalesce(NEW.payment_id, '') <> '' AND p.id = NEW.purchase_id
         AND p.provider_payment_id IS NOT NEW.payment_id;
 
     SELECT RAISE(ABORT, 'not refundable: no finding ' || NEW.finding_id || ' (refund ' || coalesce(NEW.id, 'NULL') || ')')
