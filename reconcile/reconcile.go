@@ -219,7 +219,7 @@ type OperatorAction struct {
 	// RefundID is the refund the action started or concerned, if any.
 	RefundID string
 	Operator string
-	Action   string // recheck, resolve or note
+	Action   string // recheck, resolve, note or refund (the operator's "refund this charge")
 	Saw      string // the provider's live view shown before confirming
 	Did      string // what was done, e.g. "uncertain→reconciling→succeeded"
 	Evidence string // the operator's evidence or note text

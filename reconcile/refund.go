@@ -271,7 +271,7 @@ func (s *Service) RefundCharge(ctx context.Context, findingID int64, amount int6
 			return err
 		}
 		return tx.InsertOperatorAction(ctx, OperatorAction{
-			PurchaseID: f.PurchaseID, RefundID: r.ID, Operator: operator, Action: "refund_charge",
+			PurchaseID: f.PurchaseID, RefundID: r.ID, Operator: operator, Action: "refund",
 			Saw:      fmt.Sprintf("finding %d: %s %s, %d %s (%s)", f.ID, f.Kind, f.PaymentID, f.Amount, f.Currency, f.Status),
 			Did:      fmt.Sprintf("refund %s of %d %s from payment %s", r.ID, r.Amount, r.Currency, r.PaymentID),
 			Evidence: evidence, At: now,

@@ -45,15 +45,17 @@ type Store interface {
 	// sweep uses it to move such purchases on promptly.
 	ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Lease, error)
 
-	// ClaimJobs and ClaimExpiredJobs return jobs of both kinds; a
-	// JobRefund's Lease carries its Refund (and the purchase it belongs
-	// to as PurchaseID).
+	// ClaimJobs and ClaimExpiredJobs return jobs of both kinds, in one
+	// order (run_at, then job id), each Lease with its Kind set; a
+	// JobRefund's Lease carries its Refund as the claim read it, and the
+	// purchase it belongs to as PurchaseID and Purchase.
 	//
-	// ClaimJob leases the one job of purchaseID, whether due or not, if it
-	// is not done and not leased (or its lease expired), with a new fencing
-	// token as ClaimJobs does. For an operator's recheck. Returns
-	// ErrConflict if another owner holds an unexpired lease or the job is
-	// done, ErrNotFound if there is no such job.
+	// ClaimJob leases the purchase job of purchaseID (never one of its
+	// refunds' jobs), whether due or not, if it is not done and not leased
+	// (or its lease expired), with a new fencing token as ClaimJobs does.
+	// For an operator's recheck. Returns ErrConflict if another owner
+	// holds an unexpired lease or the job is done, ErrNotFound if there is
+	// no such job.
 	ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (Lease, error)
 
 	// ReleaseLeases gives up every lease owner holds, making those jobs due
@@ -148,13 +150,16 @@ type Tx interface {
 
 	// InsertJob creates a job, due at job.RunAt: a purchase's (Kind
 	// JobPurchase or empty) or a refund's (JobRefund, with RefundID and
-	// its PurchaseID).
+	// its PurchaseID). Returns ErrDuplicate if a job with its id exists,
+	// ErrNotFound if its purchase does not exist or its refund is not
+	// one of that purchase's, and ErrInvalid for another kind, a refund's
+	// job without its RefundID, or a purchase's job naming a refund.
 	//
 	// The job methods below take a job id: the purchase id of a
 	// purchase's job, the refund id of a refund's (ids are distinct by
 	// their prefixes).
 	InsertJob(ctx context.Context, job Job) error
-	// GetJob returns the job with id jobID, or ErrNotFound.
+	// GetJob returns the job with id jobID, its Kind set, or ErrNotFound.
 	GetJob(ctx context.Context, jobID string) (Job, error)
 
 	// CheckLease returns nil if l is still its job's current lease (same
@@ -183,9 +188,14 @@ type Tx interface {
 	// transaction stays usable:
 	//   - ErrDuplicate if its id or its provider key exists;
 	//   - ErrForbiddenTransition if its state is not created;
+	//   - ErrNotFound if its purchase does not exist;
+	//   - ErrInvalid if its provider key, request or hash is missing, or
+	//     its amount is not positive;
 	//   - ErrNotRefundable if r.FindingID is 0 and its purchase is not
 	//     succeeded or r.PaymentID is not the purchase's payment id, or
-	//     if r.FindingID names no finding of r.PaymentID for r.PurchaseID;
+	//     if r.FindingID names no finding of r.PaymentID for r.PurchaseID
+	//     (or names a finding about a refund, FindingOrphanRefund or
+	//     FindingRefundMismatch, whose PaymentID is no payment);
 	//   - ErrRefundExceeds if the refunds of r.PaymentID not failed,
 	//     pending ones included, would add up to more than the payment's
 	//     amount (the purchase's amount for its own payment, the
@@ -295,10 +305,12 @@ type Tx interface {
 	// touched.
 	DeleteIdempotencyKeysBefore(ctx context.Context, before time.Time, limit int) (int, error)
 
-	// InsertOperatorAction appends to the operator audit.
+	// InsertOperatorAction appends to the operator audit: an action on a
+	// purchase, or on one of its refunds when a.RefundID is set (ErrNotFound
+	// if that refund is not the purchase's).
 	InsertOperatorAction(ctx context.Context, a OperatorAction) error
-	// ListOperatorActions returns a purchase's operator actions, oldest
-	// first.
+	// ListOperatorActions returns a purchase's operator actions, those on
+	// its refunds included, oldest first.
 	ListOperatorActions(ctx context.Context, purchaseID string) ([]OperatorAction, error)
 
 	// AcquireSweepLock takes the named lock for owner until the store's

@@ -281,6 +281,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"version"}, 0, ""},
 		{[]string{"--version"}, 0, ""},
 		{[]string{"statemachine"}, 0, ""},
+		{[]string{"statemachine", "--refund", "--mermaid"}, 0, ""},
 		{[]string{"ops", "list", "--database-url", db}, 0, ""},
 	}
 	for _, tt := range tests {

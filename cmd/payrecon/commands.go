@@ -293,22 +293,30 @@ func printAttempts(out io.Writer, as []reconcile.Attempt) {
 	w.Flush()
 }
 
+// runStatemachine prints the purchase's machine, or the refund's with
+// --refund: its moves, one a line, or with --mermaid the diagram the
+// README carries.
 func runStatemachine(ctx context.Context, e *env, args []string) error {
-	var mermaid bool
+	var mermaid, refund bool
 	rest, err := e.parse("statemachine", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&mermaid, "mermaid", false, "print a Mermaid state diagram")
+		fs.BoolVar(&refund, "refund", false, "the refund's machine instead of the purchase's")
 	})
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usageError(fmt.Errorf("unexpected arguments %q: statemachine takes only --mermaid", rest))
+		return usageError(fmt.Errorf("unexpected arguments %q: statemachine takes only --mermaid and --refund", rest))
+	}
+	m := statemachine.Purchase
+	if refund {
+		m = statemachine.Refund
 	}
 	if mermaid {
-		fmt.Fprint(e.stdout, statemachine.Mermaid())
+		fmt.Fprint(e.stdout, m.Mermaid())
 		return nil
 	}
-	for _, p := range statemachine.Transitions() {
+	for _, p := range m.Transitions() {
 		fmt.Fprintln(e.stdout, p)
 	}
 	return nil
