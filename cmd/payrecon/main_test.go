@@ -73,6 +73,9 @@ func TestDemoEndToEnd(t *testing.T) {
 		"second charge outside payrecon":         {"succeeded", "duplicate_charge", 2},
 		"late approval, no webhook":              {"declined", "state_disagreement", 1},
 		"webhook with a wrong amount":            {"uncertain", "amount_mismatch", 1},
+		// Refunds: charges counts the provider's charges, refunded or not.
+		"refund with a lost reply":                  {"succeeded", "", 1},
+		"duplicate charge refunded by the operator": {"succeeded", "duplicate_charge", 2},
 	}
 	for _, r := range report.Results {
 		w, ok := want[r.Scenario]
@@ -106,6 +109,8 @@ func TestDemoEndToEnd(t *testing.T) {
 		"second charge outside payrecon": "duplicate_charge",
 		"late approval, no webhook":      "state_disagreement",
 		"webhook with a wrong amount":    "amount_mismatch",
+		// Found before the operator refunds it; it stays open until closed.
+		"duplicate charge refunded by the operator": "duplicate_charge",
 	}
 	var atRisk int64
 	for _, f := range a.Findings {
