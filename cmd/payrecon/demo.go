@@ -395,6 +395,13 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 			return demo.Report{}, err
 		}
 		r.Charges = o.Charges
+		r.NetCharges = o.NetCharges
+		for _, d := range o.Refunds {
+			r.Refunds = append(r.Refunds, demo.RefundResult{
+				ID: d.Refund.ID, State: string(d.Refund.State), Escalation: string(d.Refund.EscalationReason),
+				ProviderRefunds: o.ProviderRefunds[d.Refund.ID], Creates: stk.fake.RefundCreateCalls(d.Refund.ProviderKey),
+			})
+		}
 		r.Creates = stk.fake.CreateCalls(c.Purchase.ProviderKey)
 		r.Problems = sc.Check(o)
 		r.OK = len(r.Problems) == 0
