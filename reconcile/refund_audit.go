@@ -66,8 +66,15 @@ func (s *Service) matchRefunds(ctx context.Context, tx Tx, refunds []provider.Re
 				continue // no money moved: nothing to account for
 			}
 			f.Kind = FindingOrphanRefund
-			if f.PurchaseID, err = s.knownPurchase(ctx, tx, x.PurchaseID); err != nil {
+			// The purchase whose money it returned: the payment's owner in
+			// the books, else the one its metadata names.
+			if f.PurchaseID, err = ownerOf(ctx, tx, x.PaymentID); err != nil {
 				return nil, err
+			}
+			if f.PurchaseID == "" {
+				if f.PurchaseID, err = s.knownPurchase(ctx, tx, x.PurchaseID); err != nil {
+					return nil, err
+				}
 			}
 			f.Evidence = fmt.Sprintf("provider refund %s (%s) of %d %s from payment %s names refund %q: the books have no such refund",
 				x.ID, x.Status, x.Amount, x.Currency, orNone(x.PaymentID), x.RefundID)

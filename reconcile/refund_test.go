@@ -534,3 +534,91 @@ func raceRefunds(t *testing.T, f *fixture, workers []*reconcile.Service, ids []s
 	}
 	t.Fatalf("refunds still unsettled after %d rounds", rounds)
 }
+
+// TestAuditMatchesRefunds: the audit from the provider's side matches
+// every refund the provider made to one refund of the books. A refund
+// made in the dashboard is an orphan_refund, one whose amount disagrees
+// with the books a refund_mismatch; payrecon's own refund is no finding.
+func TestAuditMatchesRefunds(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		start := f.clock.Now()
+		ours := f.settle("jon")
+		r := f.refund(ours, 100)
+		f.runUntilIdle(f.svc)
+		f.wantRefundState(r.ID, statemachine.Succeeded)
+
+		other := f.settle("kai")
+		orphan, err := f.fake.RefundOutside(fakeprovider.OutsideRefund{PaymentID: other.ProviderPaymentID, Amount: 50})
+		if err != nil {
+			t.Fatal(err)
+		}
+		third := f.settle("lea")
+		// A refund that names a refund of the books but another amount:
+		// made by hand in the dashboard with copied metadata.
+		r3 := f.refund(third, 10)
+		f.fake.ScriptRefund(r3.ID, fakeprovider.Timeout, fakeprovider.Timeout, fakeprovider.Timeout)
+		f.runUntilIdle(f.svc)
+		mismatch, err := f.fake.RefundOutside(fakeprovider.OutsideRefund{PaymentID: third.ProviderPaymentID, Amount: 20, RefundID: r3.ID, PurchaseID: third.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.clock.Advance(time.Minute)
+		ctx := context.Background()
+		rep, err := f.svc.Audit(ctx, provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()})
+		if err != nil {
+			t.Fatalf("audit: %v", err)
+		}
+		if rep.Refunds != 3 {
+			t.Fatalf("the audit listed %d refunds, want 3", rep.Refunds)
+		}
+		got := map[string]reconcile.FindingKind{}
+		for _, fd := range rep.New {
+			got[fd.PaymentID] = fd.Kind
+		}
+		want := map[string]reconcile.FindingKind{
+			orphan.ID:   reconcile.FindingOrphanRefund,
+			mismatch.ID: reconcile.FindingRefundMismatch,
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("findings %v, want %v", got, want)
+		}
+		if p := f.detail(other.ID).Purchase; !p.Escalated() {
+			t.Fatalf("purchase %s with a refund the books do not know is not escalated", other.ID)
+		}
+		again, err := f.svc.Audit(ctx, provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()})
+		if err != nil || len(again.New) != 0 {
+			t.Fatalf("a second audit of the window: %d new findings, %v; want none", len(again.New), err)
+		}
+	})
+}
+
+// TestEscalateOverdueRefunds: a refund uncertain longer than the limit
+// goes to the operator list, stays uncertain and keeps being checked.
+func TestEscalateOverdueRefunds(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxUncertainAge: time.Hour})
+		p := f.settle("max")
+		r := f.refund(p, 30)
+		f.fake.ScriptRefund(r.ID, fakeprovider.Timeout)
+		f.runUntilIdle(f.svc)
+		f.wantRefundState(r.ID, statemachine.Uncertain)
+		ctx := context.Background()
+		if n, err := f.svc.EscalateOverdueRefunds(ctx); err != nil || n != 0 {
+			t.Fatalf("escalate before the limit: %d, %v", n, err)
+		}
+		f.clock.Advance(2 * time.Hour)
+		if n, err := f.svc.EscalateOverdueRefunds(ctx); err != nil || n != 1 {
+			t.Fatalf("escalate after the limit: %d, %v; want 1", n, err)
+		}
+		d := f.wantRefundState(r.ID, statemachine.Uncertain)
+		if d.Refund.EscalationReason != reconcile.EscalationUncertainTooLong {
+			t.Fatalf("escalation %q, want uncertain_too_long", d.Refund.EscalationReason)
+		}
+		f.runUntilIdle(f.svc) // the check goes on: the replay makes the refund
+		f.wantRefundState(r.ID, statemachine.Succeeded)
+		if n := f.moneyBack(r.ID); n != 1 {
+			t.Fatalf("%d provider refunds, want 1", n)
+		}
+	})
+}
