@@ -132,10 +132,13 @@ func TestDashboardQueriesUseExportedMetrics(t *testing.T) {
 
 	// What the dashboard must show (issue 13): states over time, the
 	// oldest uncertain age, escalations, audit findings by kind, provider
-	// latency and outcomes, webhook outcomes, claims and lease losses.
+	// latency and outcomes, webhook outcomes, claims and lease losses;
+	// and (issue 12) refunds by state and the oldest uncertain refund.
 	for metric, by := range map[string]string{
 		"payrecon_purchases":                                "state",
 		"payrecon_oldest_uncertain_age_seconds":             "",
+		"payrecon_refunds":                                  "state",
+		"payrecon_oldest_uncertain_refund_age_seconds":      "",
 		"payrecon_escalations_open":                         "",
 		"payrecon_audit_findings_open":                      "kind",
 		"payrecon_provider_request_duration_seconds_bucket": "op",

@@ -29,6 +29,7 @@ func exportedFamilies(t *testing.T) map[string]family {
 	m := payprom.New()
 	// Vectors without preset children export nothing until used.
 	m.Transition(statemachine.Created, statemachine.Submitted, reconcile.CauseSubmit)
+	m.RefundTransition(statemachine.Created, statemachine.Submitted, reconcile.CauseSubmit)
 	m.ProviderCall(provider.OpCreate, provider.Succeeded, 20*time.Millisecond)
 	m.JobsClaimed(1)
 	m.LeaseLost()
@@ -118,17 +119,22 @@ func union(a, b map[string]bool) map[string]bool {
 	return out
 }
 
-// knownValues are the complete value sets of labels whose values are
-// fixed by payrecon's own tables.
-func knownValues() map[string]map[string]bool {
+// knownValues are the complete value sets of the labels of metric whose
+// values are fixed by payrecon's own tables: a refund's states are the
+// refund machine's, every other state a purchase's.
+func knownValues(metric string) map[string]map[string]bool {
 	states, kinds := map[string]bool{}, map[string]bool{}
-	for _, s := range statemachine.States {
+	machine := statemachine.Purchase
+	if strings.Contains(metric, "refund") {
+		machine = statemachine.Refund
+	}
+	for _, s := range machine.States() {
 		states[string(s)] = true
 	}
 	for _, k := range reconcile.FindingKinds {
 		kinds[string(k)] = true
 	}
-	return map[string]map[string]bool{"state": states, "kind": kinds}
+	return map[string]map[string]bool{"state": states, "kind": kinds, "from": states, "to": states}
 }
 
 var plainAlternatives = regexp.MustCompile(`^[a-z_]+(\|[a-z_]+)*$`)
@@ -144,7 +150,6 @@ func checkQuery(t *testing.T, where, expr string, fams map[string]family) query 
 	if len(q.selectors) == 0 {
 		t.Errorf("%s: no metric in %s", where, expr)
 	}
-	values := knownValues()
 	available := map[string]bool{}
 	for k := range targetLabels {
 		available[k] = true
@@ -157,6 +162,7 @@ func checkQuery(t *testing.T, where, expr string, fams map[string]family) query 
 			continue
 		}
 		hasBucket = hasBucket || strings.HasSuffix(sel.metric, "_bucket")
+		values := knownValues(sel.metric)
 		for l := range labels {
 			available[l] = true
 		}

@@ -6,7 +6,7 @@ import (
 )
 
 // The change log of the ledger, which a Server turns into webhooks, and
-// the settling of charges that are not final yet.
+// the settling of charges and refunds that are not final yet.
 
 // add appends e, just made, to the ledger and logs its creation. Call with
 // f.mu held.
@@ -24,6 +24,23 @@ func (f *Fake) add(e *entry, silent bool) {
 func (f *Fake) record(e *entry, at time.Time, created, silent bool) {
 	for _, l := range f.watchers {
 		l.changes = append(l.changes, change{c: e.Charge, status: e.Status, at: at, created: created, silent: silent})
+	}
+}
+
+// recordRefund logs e's change to its current status for every Server
+// that watches. Call with f.mu held.
+func (f *Fake) recordRefund(e *refundEntry, at time.Time, created, silent bool) {
+	if len(f.watchers) == 0 {
+		return
+	}
+	r := e.Refund
+	var pay Charge
+	if p := f.byID[r.PaymentID]; p != nil {
+		pay = p.Charge
+	}
+	refunds := f.refundsOf(r.PaymentID)
+	for _, l := range f.watchers {
+		l.changes = append(l.changes, change{c: pay, r: &r, refunds: refunds, status: r.Status, at: at, created: created, silent: silent})
 	}
 }
 
@@ -53,8 +70,8 @@ func (f *Fake) settle(e *entry, now time.Time) {
 	}
 }
 
-// settleDue settles every charge whose time has come, in creation order,
-// and forgets those settled. Call with f.mu held.
+// settleDue settles every charge, then every refund, whose time has come,
+// in creation order, and forgets those settled. Call with f.mu held.
 func (f *Fake) settleDue(now time.Time) {
 	still := f.unsettled[:0]
 	for _, e := range f.unsettled {
@@ -65,4 +82,14 @@ func (f *Fake) settleDue(now time.Time) {
 	}
 	clear(f.unsettled[len(still):])
 	f.unsettled = still
+
+	stillRefunds := f.unsettledRefunds[:0]
+	for _, e := range f.unsettledRefunds {
+		f.settleRefund(e, now)
+		if e.Status != e.FinalStatus {
+			stillRefunds = append(stillRefunds, e)
+		}
+	}
+	clear(f.unsettledRefunds[len(stillRefunds):])
+	f.unsettledRefunds = stillRefunds
 }

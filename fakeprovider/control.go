@@ -50,6 +50,35 @@ func (s *Server) SetStatus(paymentID, status string, webhooks bool) (Charge, err
 	return ch, nil
 }
 
+// RefundOutside is Fake.RefundOutside on the server's Fake, announced at
+// once when webhooks is true (its events delivered before it returns with
+// SyncDelivery; nothing to send without a webhook URL), and never when it
+// is false. POST /_fake/refunds serves it.
+func (s *Server) RefundOutside(o OutsideRefund, webhooks bool) (Refund, error) {
+	rf, err := s.fake.refundOutside(o, !webhooks)
+	if err != nil {
+		return Refund{}, err
+	}
+	if webhooks {
+		s.emit()
+	}
+	return rf, nil
+}
+
+// SetRefundStatus is Fake.SetRefundStatus on the server's Fake, announced
+// at once when webhooks is true, and never when it is false. POST
+// /_fake/refunds/{id}/status serves it.
+func (s *Server) SetRefundStatus(refundID, status string, webhooks bool) (Refund, error) {
+	rf, err := s.fake.setRefundStatus(refundID, status, !webhooks)
+	if err != nil {
+		return Refund{}, err
+	}
+	if webhooks {
+		s.emit()
+	}
+	return rf, nil
+}
+
 // controlPrefix starts the paths of the simulator's own endpoints.
 const controlPrefix = "/_fake/"
 
@@ -59,11 +88,8 @@ const maxControlBody = 1 << 20
 // control serves the simulator's endpoints (see Server).
 func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
-	id, isStatus := strings.CutPrefix(path, controlPrefix+"payment_intents/")
-	if isStatus {
-		id, isStatus = strings.CutSuffix(id, "/status")
-		isStatus = isStatus && id != "" && !strings.Contains(id, "/")
-	}
+	id, isStatus := statusPath(path, "payment_intents")
+	refundID, isRefundStatus := statusPath(path, "refunds")
 	switch {
 	case path == controlPrefix+"ledger" && r.Method == http.MethodGet:
 		if bad := onlyParams(r.URL.Query()); bad != nil {
@@ -75,9 +101,107 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 		s.controlCharge(w, r)
 	case isStatus && r.Method == http.MethodPost:
 		s.controlStatus(w, r, id)
+	case path == controlPrefix+"refunds" && r.Method == http.MethodPost:
+		s.controlRefund(w, r)
+	case isRefundStatus && r.Method == http.MethodPost:
+		s.controlRefundStatus(w, r, refundID)
 	default:
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). The fake provider's own endpoints are GET /_fake/ledger, POST /_fake/charges and POST /_fake/payment_intents/{id}/status.", r.Method, path)})
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). The fake provider's own endpoints are GET /_fake/ledger, POST /_fake/charges, POST /_fake/payment_intents/{id}/status, POST /_fake/refunds and POST /_fake/refunds/{id}/status.", r.Method, path)})
+	}
+}
+
+// statusPath reports whether path is /_fake/<objects>/{id}/status, and
+// its id.
+func statusPath(path, objects string) (string, bool) {
+	id, ok := strings.CutPrefix(path, controlPrefix+objects+"/")
+	if !ok {
+		return "", false
+	}
+	id, ok = strings.CutSuffix(id, "/status")
+	return id, ok && id != "" && !strings.Contains(id, "/")
+}
+
+// controlRefund serves POST /_fake/refunds.
+func (s *Server) controlRefund(w http.ResponseWriter, r *http.Request) {
+	p, bad := controlParams(r, "payment_intent", "amount", "refund_id", "purchase_id", "reason", "status", "webhooks")
+	if bad != nil {
+		writeError(w, http.StatusBadRequest, *bad)
+		return
+	}
+	o := OutsideRefund{PaymentID: p["payment_intent"], RefundID: p["refund_id"], PurchaseID: p["purchase_id"], Reason: p["reason"], Status: p["status"]}
+	if o.PaymentID == "" {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_missing", Param: "payment_intent",
+			Message: "Missing required param: payment_intent."})
+		return
+	}
+	if v, ok := p["amount"]; ok {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_integer", Param: "amount",
+				Message: fmt.Sprintf("Invalid integer: %s", v)})
+			return
+		}
+		o.Amount = n
+	}
+	webhooks, bad := s.webhooksParam(p)
+	if bad != nil {
+		writeError(w, http.StatusBadRequest, *bad)
+		return
+	}
+	rf, err := s.RefundOutside(o, webhooks)
+	if err != nil {
+		e := apiError{Type: "invalid_request_error", Message: err.Error()}
+		switch {
+		case errors.Is(err, ErrUnknownStatus):
+			e.Code, e.Param = "parameter_invalid_string", "status"
+		case errors.Is(err, ErrNoSuchPayment):
+			e.Code, e.Param = ReasonNotFound, "payment_intent"
+		case errors.Is(err, ErrAlreadyRefunded):
+			e.Code = "charge_already_refunded"
+		case errors.Is(err, ErrRefundTooLarge):
+			e.Code, e.Param = "amount_too_large", "amount"
+		case errors.Is(err, ErrNotRefundable):
+			e.Code, e.Param = "charge_not_refundable", "payment_intent"
+		default:
+			e.Code, e.Param = "parameter_invalid_integer", "amount"
+		}
+		writeError(w, http.StatusBadRequest, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, renderRefund(rf, rf.Status))
+}
+
+// controlRefundStatus serves POST /_fake/refunds/{id}/status.
+func (s *Server) controlRefundStatus(w http.ResponseWriter, r *http.Request, id string) {
+	p, bad := controlParams(r, "status", "webhooks")
+	if bad != nil {
+		writeError(w, http.StatusBadRequest, *bad)
+		return
+	}
+	status, ok := p["status"]
+	if !ok {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_missing", Param: "status",
+			Message: "Missing required param: status."})
+		return
+	}
+	webhooks, bad := s.webhooksParam(p)
+	if bad != nil {
+		writeError(w, http.StatusBadRequest, *bad)
+		return
+	}
+	rf, err := s.SetRefundStatus(id, status, webhooks)
+	switch {
+	case errors.Is(err, ErrNoSuchRefund):
+		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: ReasonNotFound, Param: "id",
+			DocURL: "https://stripe.com/docs/error-codes/resource-missing", Message: fmt.Sprintf("No such refund: '%s'", id)})
+	case errors.Is(err, ErrUnknownStatus):
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_string", Param: "status",
+			Message: err.Error()})
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})
+	default:
+		writeJSON(w, http.StatusOK, renderRefund(rf, rf.Status))
 	}
 }
 

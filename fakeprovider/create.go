@@ -20,7 +20,7 @@ import (
 func (f *Fake) Script(purchaseID string, faults ...Fault) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.scripts[purchaseID] = append(f.scripts[purchaseID], faults...)
+	f.chargeFaults.script(purchaseID, faults)
 }
 
 // Create implements provider.Provider. It charges unless the key's saved
@@ -77,7 +77,7 @@ func (f *Fake) createHashed(req provider.CreateRequest, hash string) attempt {
 	f.mu.Lock()
 	f.calls[provider.OpCreate]++
 	f.keyCalls[key]++
-	a := attempt{fault: f.nextFault(req.PurchaseID)}
+	a := attempt{fault: f.chargeFaults.next(req.PurchaseID)}
 	if a.fault == FailBefore || a.fault == Timeout {
 		f.mu.Unlock()
 		return a
@@ -102,7 +102,7 @@ func (f *Fake) createHashed(req provider.CreateRequest, hash string) attempt {
 			switch {
 			case f.cfg.Now().Sub(s.at) > f.cfg.KeyRetention:
 				delete(f.keys, key) // forgotten: this create charges again
-			case s.hash != hash:
+			case s.op != provider.OpCreate || s.hash != hash:
 				f.mu.Unlock()
 				a.err = fmt.Errorf("fakeprovider: create for %s: key %q: %w", req.PurchaseID, key, provider.ErrIdempotencyMismatch)
 				return a
@@ -130,7 +130,7 @@ func (f *Fake) createHashed(req provider.CreateRequest, hash string) attempt {
 	a.created = true
 	if key != "" {
 		delete(f.inFlight, key)
-		f.keys[key] = saved{hash: hash, res: a.res, at: now}
+		f.keys[key] = saved{op: provider.OpCreate, hash: hash, res: a.res, at: now}
 	}
 	return a
 }
@@ -147,26 +147,54 @@ func validate(req provider.CreateRequest) error {
 	return nil
 }
 
-// nextFault returns the fault of the next Create call for purchaseID. The
-// draw is taken even when a script decides, so that the n-th call always
-// uses the n-th draw. Call with f.mu held.
-func (f *Fake) nextFault(purchaseID string) Fault {
+// faultSource draws the faults of one kind of call (creates, refund
+// creates): one math/rand/v2 source per stream (a purchase, a refund),
+// seeded by Config.Seed, the stream's key and the kind's salt, and a queue
+// of scripted faults per stream. Its maps are guarded by Fake.mu.
+type faultSource struct {
+	probs   Faults
+	seed    int64
+	salt    uint64 // 0 for creates, so that their draws stay as they were
+	scripts map[string][]Fault
+	rngs    map[string]*rand.Rand
+}
+
+func newFaultSource(probs Faults, seed int64, salt uint64) *faultSource {
+	return &faultSource{
+		probs:   probs,
+		seed:    seed,
+		salt:    salt,
+		scripts: make(map[string][]Fault),
+		rngs:    make(map[string]*rand.Rand),
+	}
+}
+
+// script queues faults for the next calls of stream key. Call with f.mu
+// held.
+func (s *faultSource) script(key string, faults []Fault) {
+	s.scripts[key] = append(s.scripts[key], faults...)
+}
+
+// next returns the fault of the next call of stream key. The draw is
+// taken even when a script decides, so that the n-th call always uses the
+// n-th draw. Call with f.mu held.
+func (s *faultSource) next(key string) Fault {
 	drawn := NoFault
-	if f.cfg.Faults.any() {
-		r := f.rngs[purchaseID]
+	if s.probs.any() {
+		r := s.rngs[key]
 		if r == nil {
 			h := fnv.New64a()
-			h.Write([]byte(purchaseID))
-			r = rand.New(rand.NewPCG(uint64(f.cfg.Seed), h.Sum64()))
-			f.rngs[purchaseID] = r
+			h.Write([]byte(key))
+			r = rand.New(rand.NewPCG(uint64(s.seed), h.Sum64()^s.salt))
+			s.rngs[key] = r
 		}
-		drawn = f.cfg.Faults.pick(r.Float64())
+		drawn = s.probs.pick(r.Float64())
 	}
-	if q := f.scripts[purchaseID]; len(q) > 0 {
+	if q := s.scripts[key]; len(q) > 0 {
 		if len(q) == 1 {
-			delete(f.scripts, purchaseID)
+			delete(s.scripts, key)
 		} else {
-			f.scripts[purchaseID] = q[1:]
+			s.scripts[key] = q[1:]
 		}
 		return q[0]
 	}

@@ -18,10 +18,21 @@
 // on-session one waits in requires_action for a customer who never comes;
 // any other succeeds unless a fault says otherwise.
 //
+// It keeps refunds too (CreateRefund: Stripe Refunds, ids "re_…"), each
+// under its own idempotency key in the same key store, with Stripe's
+// rules: only a succeeded payment is refunded, and the refunds of a
+// payment that have not failed, pending ones included, never sum beyond
+// its amount; a refund that would is refused (provider.ErrRejected) and
+// nothing is made. GetRefund, ListRefunds and ListRefundsCreated read
+// them; Refunds, RefundsOf, RefundsFor, Refunded, NetAmount and
+// NetCharges count them for tests.
+//
 // Faults (see Fault and ParseConfig) make it misbehave the way real
 // providers do: refuse before acting, time out, lose the reply after
 // charging, leave a charge processing, answer a stale status, lag in
-// search, decline.
+// search, decline. Refund creates get the same faults, acted out on the
+// refund, drawn from probabilities of their own (Config.RefundFaults) or
+// scripted (Fake.ScriptRefund).
 //
 // List (provider.Provider's) reads the ledger itself, oldest first, but
 // may lag a little behind new charges (Config.ListLag).
@@ -30,8 +41,10 @@
 // make a charge payrecon did not make (ChargeOutside: from a dashboard,
 // another system, a second charge for a purchase, another amount), move a
 // charge to another status at any time (SetStatus: a late approval after
-// a decline, a cancellation), and read the whole ledger with the calls it
-// received (Ledger, also served by a Server as GET /_fake/ledger).
+// a decline, a cancellation), refund outside payrecon (RefundOutside),
+// move a refund (SetRefundStatus), and read the whole ledger, refunds
+// included, with the calls it received (Ledger, also served by a Server
+// as GET /_fake/ledger).
 //
 // Determinism: time comes only from Config.Now, so a test with a fake clock
 // decides when processing settles, when search and list catch up and when
@@ -40,11 +53,14 @@
 // probabilities, drawn from a math/rand/v2 source seeded by Config.Seed and
 // the purchase id: one source per purchase, one draw per Create call, so
 // the n-th Create for a purchase gets the same fault for a given seed
-// however calls for different purchases interleave.
+// however calls for different purchases interleave. A CreateRefund call's
+// fault is drawn alike, from a source of its own per refund (the request's
+// RefundID), apart from the purchase's.
 //
 // Ids: a payment id is "pi_fake", the fake's Config.Instance, "_" and a
 // sequence number counting from 1 ("pi_fake3f09a2c1_00000000000000000001",
-// ...); a Server's event ids are built the same way ("evt_fake..."). The
+// ...); refund ids ("re_fake...") and a Server's event ids ("evt_fake...")
+// are built the same way, each with a sequence of its own. The
 // default Instance is random, so that fakes in several processes sharing
 // one database (whose payment ids and webhook inbox keys are unique) do not
 // collide; a test that needs the same ids on every run sets it.
@@ -60,7 +76,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
@@ -146,6 +161,10 @@ type Config struct {
 	KeyRetention time.Duration
 	// Faults are the probabilities of faults in Create calls. Default none.
 	Faults Faults
+	// RefundFaults are the probabilities of faults in CreateRefund calls
+	// (the same kinds, acted out on a refund: see Fault). Default none;
+	// Faults do not apply to refunds.
+	RefundFaults Faults
 	// Seed seeds the draws of Faults. Every seed, 0 included, is
 	// deterministic. Default 0.
 	Seed int64
@@ -173,6 +192,10 @@ type Config struct {
 	// concurrent create with the same key, or cancel the caller's context
 	// mid-call, without sleeping. Default none.
 	OnAccept func(req provider.CreateRequest)
+	// OnAcceptRefund is OnAccept for CreateRefund: called without the
+	// fake's lock after a refund create is accepted (its key marked in
+	// flight) and before the refund is made. Default none.
+	OnAcceptRefund func(req provider.RefundRequest)
 }
 
 // Charge is one charge in the ledger, as Stripe records a PaymentIntent:
@@ -261,10 +284,12 @@ type Fake struct {
 	byID     map[string]*entry
 	keys     map[string]saved
 	inFlight map[string]bool
-	scripts  map[string][]Fault
-	rngs     map[string]*rand.Rand
-	calls    map[provider.Op]int
-	keyCalls map[string]int
+	// chargeFaults draw the faults of creates, by purchase;
+	// refundFaults those of refund creates, by refund (refundStream).
+	chargeFaults *faultSource
+	refundFaults *faultSource
+	calls        map[provider.Op]int
+	keyCalls     map[string]int
 	// unsettled are the charges with a settlement still to come (or done
 	// lazily and not yet pruned), in creation order.
 	unsettled []*entry
@@ -272,6 +297,13 @@ type Fake struct {
 	// watch the fake: record appends every state change of a charge to
 	// each, and each Server takes its own when it looks.
 	watchers []*changeLog
+
+	// Refunds, kept as the charges are.
+	refundSeq        int
+	refunds          []*refundEntry // creation order
+	refundByID       map[string]*refundEntry
+	refundKeyCalls   map[string]int
+	unsettledRefunds []*refundEntry
 }
 
 // changeLog is the changes one Server has yet to announce.
@@ -283,23 +315,32 @@ type entry struct {
 	staleReads int // Status calls left that answer processing
 }
 
-// change is one state change of a charge: its creation, its settlement,
-// or a move by SetStatus.
+// change is one state change of a charge or of a refund: its creation,
+// its settlement, or a move by SetStatus or SetRefundStatus.
 type change struct {
-	c       Charge // the charge just after the change
-	status  string // c.Status
+	c Charge // the charge just after the change; for a refund's, its payment
+	// r is the refund just after the change, nil for a charge's change;
+	// refunds are then all the refunds of its payment, r among them, as
+	// the payment's charge lists them.
+	r       *Refund
+	refunds []Refund
+	status  string // c.Status, or r.Status for a refund's change
 	at      time.Time
-	created bool // the charge's creation (its event carries the key)
-	// silent: the change is not announced (ChargeOutside or SetStatus
-	// through a Server without webhooks).
+	created bool // the creation (its event carries the key)
+	// silent: the change is not announced (ChargeOutside, SetStatus,
+	// RefundOutside or SetRefundStatus through a Server without webhooks).
 	silent bool
 }
 
-// saved is the response Stripe saves for an idempotency key.
+// saved is the response Stripe saves for an idempotency key. Keys are
+// shared by every endpoint, as Stripe's are: a key saved by one endpoint
+// is a mismatch at another.
 type saved struct {
-	hash string
-	res  provider.Result
-	at   time.Time
+	op     provider.Op // the endpoint: OpCreate or OpRefundCreate
+	hash   string
+	res    provider.Result       // OpCreate's response
+	refund provider.RefundResult // OpRefundCreate's response
+	at     time.Time
 }
 
 var _ provider.Provider = (*Fake)(nil)
@@ -309,6 +350,9 @@ var _ provider.Provider = (*Fake)(nil)
 // test, and ParseConfig never returns such a Config.
 func New(cfg Config) *Fake {
 	if err := cfg.Faults.Validate(); err != nil {
+		panic(err)
+	}
+	if err := cfg.RefundFaults.validate(refundPrefix); err != nil {
 		panic(err)
 	}
 	if !validInstance(cfg.Instance) {
@@ -331,14 +375,17 @@ func New(cfg Config) *Fake {
 		cfg.Instance = randomInstance()
 	}
 	return &Fake{
-		cfg:      cfg,
-		byID:     make(map[string]*entry),
-		keys:     make(map[string]saved),
-		inFlight: make(map[string]bool),
-		scripts:  make(map[string][]Fault),
-		rngs:     make(map[string]*rand.Rand),
-		calls:    make(map[provider.Op]int),
-		keyCalls: make(map[string]int),
+		cfg:          cfg,
+		byID:         make(map[string]*entry),
+		keys:         make(map[string]saved),
+		inFlight:     make(map[string]bool),
+		chargeFaults: newFaultSource(cfg.Faults, cfg.Seed, 0),
+		refundFaults: newFaultSource(cfg.RefundFaults, cfg.Seed, refundSalt),
+		calls:        make(map[provider.Op]int),
+		keyCalls:     make(map[string]int),
+
+		refundByID:     make(map[string]*refundEntry),
+		refundKeyCalls: make(map[string]int),
 	}
 }
 
@@ -367,13 +414,13 @@ func (f *Fake) newID(prefix string, n int) string {
 	return fmt.Sprintf("%sfake%s_%020d", prefix, f.cfg.Instance, n)
 }
 
-// localPaymentID returns the payment id without the fake's instance
-// ("pi_fake3f09a2c1_00000000000000000001" -> "pi_fake00000000000000000001",
-// the id before there were instances): the same in every fake, for
-// seeding draws.
-func (f *Fake) localPaymentID(id string) string {
-	if n, ok := strings.CutPrefix(id, "pi_fake"+f.cfg.Instance+"_"); ok {
-		return "pi_fake" + n
+// localID returns the id of a payment, refund or event without the
+// fake's instance ("pi_fake3f09a2c1_00000000000000000001" ->
+// "pi_fake00000000000000000001", the id before there were instances): the
+// same in every fake, for seeding draws.
+func (f *Fake) localID(id string) string {
+	if kind, n, ok := strings.Cut(id, "_fake"+f.cfg.Instance+"_"); ok {
+		return kind + "_fake" + n
 	}
 	return id
 }

@@ -120,6 +120,7 @@ func TestConformance(t *testing.T) {
 						Advance:    clk.Advance,
 						Charges:    func(p string) int { return len(f.ChargesFor(p)) },
 						MoneyTaken: f.MoneyTaken,
+						Refunds:    func(r string) int { return len(f.RefundsFor(r)) },
 					}
 				},
 			})

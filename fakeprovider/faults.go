@@ -11,14 +11,24 @@ import (
 	"github.com/payrecon/payrecon/provider"
 )
 
-// Fault is a misbehaviour injected into one Create call. The zero value,
-// NoFault, means the call behaves.
+// Fault is a misbehaviour injected into one Create call, or one
+// CreateRefund call. The zero value, NoFault, means the call behaves.
 type Fault string
 
 // The faults. FailBefore, Timeout and LostReply act on the request and
 // apply to every Create, replays included; Processing, ProcessingDecline,
 // StaleProcessing and Decline shape a new charge and have no effect on a
 // call that makes none (a replay, a mismatch, a key in use).
+//
+// The same faults apply to CreateRefund calls (Config.RefundFaults,
+// Fake.ScriptRefund), acted out on the refund: FailBefore, Timeout,
+// LostReply and Reject as for a charge (no refund, no refund, a refund
+// whose reply is lost, a refusal); Processing leaves the refund pending
+// until Config.SettleAfter has passed, then succeeded; ProcessingDecline
+// the same, settling to failed (RefundFailureReason); StaleProcessing
+// makes it succeeded at once, but the next GetRefund of it answers
+// pending; Decline makes it failed at once; DeclineThenSucceed makes it
+// failed at first, succeeded once Config.SettleAfter has passed.
 const (
 	NoFault Fault = ""
 	// FailBefore: the provider refuses before acting (a refused connection,
@@ -96,20 +106,32 @@ func (fs *Faults) prob(f Fault) *float64 {
 const sumTolerance = 1e-9
 
 // Validate reports the first probability outside [0,1], or a sum over 1.
-func (fs Faults) Validate() error {
+func (fs Faults) Validate() error { return fs.validate("") }
+
+// validate is Validate with the faults' names in errors prefixed: "" for
+// Config.Faults, refundPrefix for Config.RefundFaults.
+func (fs Faults) validate(prefix string) error {
 	var sum float64
 	for _, f := range drawOrder {
 		p := *fs.prob(f)
 		if !(p >= 0 && p <= 1) { // also rejects NaN
-			return fmt.Errorf("fake faults: %s=%v: probability must be in [0,1]", f, p)
+			return fmt.Errorf("fake faults: %s%s=%v: probability must be in [0,1]", prefix, f, p)
 		}
 		sum += p
 	}
 	if sum > 1+sumTolerance {
-		return fmt.Errorf("fake faults: probabilities sum to %v, must be at most 1", sum)
+		what := "probabilities"
+		if prefix != "" {
+			what = strings.TrimSuffix(prefix, "_") + " " + what
+		}
+		return fmt.Errorf("fake faults: %s sum to %v, must be at most 1", what, sum)
 	}
 	return nil
 }
+
+// refundPrefix starts the names of the refund faults in a spec
+// (refund_lost_reply=P sets Config.RefundFaults.LostReply).
+const refundPrefix = "refund_"
 
 func (fs Faults) any() bool { return fs != Faults{} }
 
@@ -126,14 +148,18 @@ func (fs Faults) pick(u float64) Fault {
 	return NoFault
 }
 
-// FaultError is the error Create returns when an injected fault leaves the
-// caller without an answer. Unwrap gives provider.ErrRetryLater for
-// FailBefore, context.DeadlineExceeded for Timeout and io.ErrUnexpectedEOF
-// for LostReply, so only FailBefore is retryable; after the others the
-// outcome is unknown (provider.OutcomeOf gives provider.Unknown).
+// FaultError is the error Create (and CreateRefund) returns when an
+// injected fault leaves the caller without an answer. Unwrap gives
+// provider.ErrRetryLater for FailBefore, context.DeadlineExceeded for
+// Timeout and io.ErrUnexpectedEOF for LostReply, so only FailBefore is
+// retryable; after the others the outcome is unknown (provider.OutcomeOf
+// gives provider.Unknown).
 type FaultError struct {
 	Fault      Fault
 	PurchaseID string
+	// RefundID is the refund request's RefundID for a CreateRefund's
+	// fault; "" for a Create's.
+	RefundID string
 }
 
 func (e *FaultError) Error() string {
@@ -145,6 +171,9 @@ func (e *FaultError) Error() string {
 		what = "timed out, outcome unknown"
 	case LostReply:
 		what = "reply lost, outcome unknown"
+	}
+	if e.RefundID != "" {
+		return fmt.Sprintf("fakeprovider: refund create for %s (purchase %s): injected %s: %s: %v", e.RefundID, e.PurchaseID, e.Fault, what, e.Unwrap())
 	}
 	return fmt.Sprintf("fakeprovider: create for %s: injected %s: %s: %v", e.PurchaseID, e.Fault, what, e.Unwrap())
 }
@@ -176,6 +205,8 @@ const (
 	// WebhookReorder: an event of a charge that is not final yet
 	// (processing) is held until the charge's next event, and sent after
 	// it: processing after succeeded. It does not apply to final events.
+	// A refund's event in pending is held until the refund's next event
+	// alike.
 	WebhookReorder WebhookFault = "webhook_reorder"
 	// WebhookDelay: the event is held until the next Tick, and sent after
 	// the events that Tick emits.
@@ -185,6 +216,10 @@ const (
 	// the same PaymentIntent is sent too, with a new event id, the
 	// PaymentIntent in processing and created at the charge's creation, as
 	// a late event would be. The extra event is marked with this fault.
+	// After a final event of a refund (refund.created, .updated or
+	// .failed in succeeded, failed or canceled), the extra event is a
+	// refund.updated with the refund in pending, created at the refund's
+	// creation.
 	WebhookStaleProcessing WebhookFault = "webhook_stale_processing"
 )
 
@@ -195,7 +230,9 @@ const (
 // in the order Drop, Duplicate, Reorder, Delay, StaleProcessing, from a
 // math/rand/v2 source seeded by the Fake's Config.Seed and the purchase
 // id, so a purchase's n-th event gets the same faults for a given seed
-// however purchases interleave.
+// however purchases interleave. A refund's events draw from a source of
+// their own, seeded by the refund's metadata refund_id (see
+// Server.ScriptRefundWebhooks).
 type WebhookFaults struct {
 	Drop            float64
 	Duplicate       float64
@@ -273,8 +310,9 @@ func ParseSpec(spec string) (Config, ServerConfig, error) {
 }
 
 // ParseConfig parses a fault spec into the Config fields it sets (Faults,
-// Seed, SearchLag, ListLag, SettleAfter, KeyRetention); the other fields
-// are left zero for the caller to fill (Now) or for New to default.
+// RefundFaults, Seed, SearchLag, ListLag, SettleAfter, KeyRetention); the
+// other fields are left zero for the caller to fill (Now) or for New to
+// default.
 //
 // The spec is a comma-separated list of name=value items, for example
 //
@@ -286,6 +324,10 @@ func ParseSpec(spec string) (Config, ServerConfig, error) {
 //	processing_decline=P, stale_processing=P, decline=P
 //	                   probability in [0,1] that a Create call gets the
 //	                   fault; together at most 1
+//	refund_fail_before=P, refund_timeout=P, ... (each of the above
+//	                   prefixed with refund_)
+//	                   probability in [0,1] that a CreateRefund call gets
+//	                   the fault (Config.RefundFaults); together at most 1
 //	search_lag=DUR     Config.SearchLag, a Go duration >= 0 ("30s")
 //	list_lag=DUR       Config.ListLag, a Go duration >= 0 ("2s"): how long a
 //	                   new charge stays out of List
@@ -305,12 +347,20 @@ func ParseConfig(spec string) (Config, error) {
 	if err := cfg.Faults.Validate(); err != nil {
 		return Config{}, err
 	}
+	if err := cfg.RefundFaults.validate(refundPrefix); err != nil {
+		return Config{}, err
+	}
 	return cfg, nil
 }
 
 func setItem(cfg *Config, name, value string) error {
 	if p := cfg.Faults.prob(Fault(name)); p != nil {
 		return setProbability(p, value)
+	}
+	if fault, ok := strings.CutPrefix(name, refundPrefix); ok {
+		if p := cfg.RefundFaults.prob(Fault(fault)); p != nil {
+			return setProbability(p, value)
+		}
 	}
 	switch name {
 	case "seed":
@@ -329,7 +379,7 @@ func setItem(cfg *Config, name, value string) error {
 	case "key_retention":
 		return setDuration(&cfg.KeyRetention, value, false)
 	}
-	return fmt.Errorf("unknown name (want one of %s, search_lag, list_lag, settle_after, key_retention, seed)", faultNames())
+	return fmt.Errorf("unknown name (want one of %s, each also prefixed with %s, search_lag, list_lag, settle_after, key_retention, seed)", faultNames(), refundPrefix)
 }
 
 // ParseServerConfig parses a webhook fault spec into the ServerConfig

@@ -43,6 +43,9 @@ func FuzzFaultSpec(f *testing.F) {
 		"webhook_tick=0s",
 		"webhook_unknown=1",
 		"lost_reply=0.1,processing=0.2,seed=7,webhook_drop=0.1,webhook_duplicate=0.2",
+		"refund_lost_reply=0.2,refund_timeout=0.1,refund_stale_processing=0.1,lost_reply=0.5",
+		"refund_decline=0.6,refund_fail_before=0.5",
+		"refund_=1",
 		"webhook_drop=0.1,webhook_drop=0.1",
 		"\u0085decline=0.5\u00a0",
 	} {
@@ -84,13 +87,13 @@ func FuzzFaultSpec(f *testing.F) {
 
 // configFields are the fields of a Config that ParseConfig sets.
 type configFields struct {
-	faults                                        Faults
+	faults, refundFaults                          Faults
 	seed                                          int64
 	searchLag, listLag, settleAfter, keyRetention time.Duration
 }
 
 func parsed(c Config) configFields {
-	return configFields{c.Faults, c.Seed, c.SearchLag, c.ListLag, c.SettleAfter, c.KeyRetention}
+	return configFields{c.Faults, c.RefundFaults, c.Seed, c.SearchLag, c.ListLag, c.SettleAfter, c.KeyRetention}
 }
 
 // serverFields are the fields of a ServerConfig that ParseServerConfig
@@ -110,6 +113,9 @@ func checkConfig(t *testing.T, spec string, cfg Config) {
 	t.Helper()
 	if err := cfg.Faults.Validate(); err != nil {
 		t.Fatalf("ParseConfig(%q) accepted faults that do not validate: %v", spec, err)
+	}
+	if err := cfg.RefundFaults.Validate(); err != nil {
+		t.Fatalf("ParseConfig(%q) accepted refund faults that do not validate: %v", spec, err)
 	}
 	if cfg.KeyRetention < 0 || cfg.SettleAfter < 0 || cfg.SearchLag < 0 || cfg.ListLag < 0 {
 		t.Fatalf("ParseConfig(%q) accepted a negative duration: %+v", spec, cfg)
@@ -137,6 +143,9 @@ func formatConfig(cfg Config) string {
 	for _, f := range drawOrder {
 		if p := *cfg.Faults.prob(f); p != 0 {
 			items = append(items, string(f)+"="+strconv.FormatFloat(p, 'g', -1, 64))
+		}
+		if p := *cfg.RefundFaults.prob(f); p != 0 {
+			items = append(items, refundPrefix+string(f)+"="+strconv.FormatFloat(p, 'g', -1, 64))
 		}
 	}
 	for _, d := range []struct {

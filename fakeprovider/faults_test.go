@@ -47,6 +47,15 @@ func TestParseConfig(t *testing.T) {
 		{"decline=1", fakeprovider.Config{Faults: fakeprovider.Faults{Decline: 1}}},
 		{"list_lag=0s", fakeprovider.Config{}},
 		{"list_lag=1m30s", fakeprovider.Config{ListLag: 90 * time.Second}},
+		{
+			"refund_lost_reply=0.2, refund_processing_decline=0.1,lost_reply=0.3",
+			fakeprovider.Config{
+				Faults:       fakeprovider.Faults{LostReply: 0.3},
+				RefundFaults: fakeprovider.Faults{LostReply: 0.2, ProcessingDecline: 0.1},
+			},
+		},
+		// Each kind of call sums to at most 1 on its own.
+		{"decline=1,refund_decline=1", fakeprovider.Config{Faults: fakeprovider.Faults{Decline: 1}, RefundFaults: fakeprovider.Faults{Decline: 1}}},
 	}
 	for _, tc := range tests {
 		got, err := fakeprovider.ParseConfig(tc.spec)
@@ -55,16 +64,16 @@ func TestParseConfig(t *testing.T) {
 			continue
 		}
 		// Config holds a func, so compare field by field.
-		if got.Faults != tc.want.Faults || got.Seed != tc.want.Seed || got.SearchLag != tc.want.SearchLag || got.ListLag != tc.want.ListLag ||
+		if got.Faults != tc.want.Faults || got.RefundFaults != tc.want.RefundFaults || got.Seed != tc.want.Seed || got.SearchLag != tc.want.SearchLag || got.ListLag != tc.want.ListLag ||
 			got.SettleAfter != tc.want.SettleAfter || got.KeyRetention != tc.want.KeyRetention ||
-			got.Now != nil || got.OnAccept != nil {
+			got.Now != nil || got.OnAccept != nil || got.OnAcceptRefund != nil {
 			t.Errorf("ParseConfig(%q) = %+v, want %+v", tc.spec, got, tc.want)
 		}
 	}
 }
 
 func TestParseConfigErrors(t *testing.T) {
-	const names = "fail_before, timeout, lost_reply, processing, processing_decline, stale_processing, decline, search_lag, list_lag, settle_after, key_retention, seed"
+	const names = "fail_before, timeout, lost_reply, processing, processing_decline, stale_processing, decline, each also prefixed with refund_, search_lag, list_lag, settle_after, key_retention, seed"
 	tests := []struct{ spec, want string }{
 		{"lost_reply=1.5", "fake faults: lost_reply=1.5: probability must be in [0,1]"},
 		{"timeout=-0.1", "fake faults: timeout=-0.1: probability must be in [0,1]"},
@@ -81,6 +90,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"timeout=0.1,timeout=0.2", "fake faults: timeout=0.2: timeout given twice"},
 		{"seed=1,seed=1", "fake faults: seed=1: seed given twice"},
 		{"lost_reply=0.6,timeout=0.5", "fake faults: probabilities sum to 1.1, must be at most 1"},
+		{"refund_lost_reply=1.5", "fake faults: refund_lost_reply=1.5: probability must be in [0,1]"},
+		{"refund_lost_reply=0.6,refund_timeout=0.5", "fake faults: refund probabilities sum to 1.1, must be at most 1"},
+		{"refund_bogus=1", "fake faults: refund_bogus=1: unknown name (want one of " + names + ")"},
+		{"refund_seed=1", "fake faults: refund_seed=1: unknown name (want one of " + names + ")"},
+		{"refund_timeout=0.1,refund_timeout=0.1", "fake faults: refund_timeout=0.1: refund_timeout given twice"},
 		{"search_lag=soon", "fake faults: search_lag=soon: not a duration (want e.g. 30s, 1m, 24h)"},
 		{"search_lag=30", "fake faults: search_lag=30: not a duration (want e.g. 30s, 1m, 24h)"},
 		{"search_lag=-1s", "fake faults: search_lag=-1s: duration must not be negative"},
@@ -181,6 +195,7 @@ func TestFaultsValidate(t *testing.T) {
 func TestNewPanicsOnInvalidConfig(t *testing.T) {
 	for _, cfg := range []fakeprovider.Config{
 		{Faults: fakeprovider.Faults{LostReply: 1.5}},
+		{RefundFaults: fakeprovider.Faults{LostReply: 0.5, Timeout: 0.6}},
 		{KeyRetention: -time.Hour},
 		{SettleAfter: -time.Second},
 		{SearchLag: -time.Second},

@@ -107,14 +107,20 @@ func (f *Fake) setStatus(paymentID, status string, silent bool) (Charge, error) 
 	return e.Charge, nil
 }
 
-// Ledger is everything the fake holds, for tests to count real charges and
-// calls; a Server serves it as JSON at GET /_fake/ledger.
+// Ledger is everything the fake holds, for tests to count real charges,
+// refunds and calls; a Server serves it as JSON at GET /_fake/ledger.
 type Ledger struct {
 	// Charges is the ledger, oldest first, settled as of now.
 	Charges []LedgerCharge `json:"charges"`
+	// Refunds are the refunds of the ledger's charges, oldest first,
+	// settled as of now.
+	Refunds []LedgerRefund `json:"refunds"`
 	// CreateCalls counts the create calls received by idempotency key
 	// (replays and failed calls included; "" for keyless creates).
 	CreateCalls map[string]int `json:"create_calls"`
+	// RefundCreateCalls counts the refund create calls received by
+	// idempotency key, as CreateCalls.
+	RefundCreateCalls map[string]int `json:"refund_create_calls"`
 	// Calls counts the calls received by operation (Fake.Calls).
 	Calls LedgerCalls `json:"calls"`
 }
@@ -141,30 +147,69 @@ type LedgerCharge struct {
 // Charge.MoneyTaken does: its final status is succeeded.
 func (c LedgerCharge) MoneyTaken() bool { return c.FinalStatus == StatusSucceeded }
 
+// LedgerRefund is one refund of a Ledger.
+type LedgerRefund struct {
+	// ID is the provider's refund id ("re_…"); PaymentID the refunded
+	// payment's.
+	ID        string `json:"id"`
+	PaymentID string `json:"payment_id"`
+	// RefundID and PurchaseID are payrecon's, from the refund's metadata.
+	RefundID    string `json:"refund_id"`
+	PurchaseID  string `json:"purchase_id"`
+	Amount      int64  `json:"amount"`
+	Currency    string `json:"currency"`
+	Status      string `json:"status"`
+	FinalStatus string `json:"final_status"`
+	// Reason is the reason word the refund was asked with; FailureReason
+	// why it failed, if it did.
+	Reason        string `json:"reason"`
+	FailureReason string `json:"failure_reason"`
+	// Created is the creation time, in JSON as RFC 3339 with nanoseconds.
+	Created        time.Time `json:"created"`
+	IdempotencyKey string    `json:"idempotency_key"`
+	// Outside: made by RefundOutside, not by a refund create.
+	Outside bool `json:"outside"`
+}
+
+// MoneyReturned reports whether the refund returned the money, as
+// Refund.MoneyReturned does: its final status is succeeded.
+func (r LedgerRefund) MoneyReturned() bool { return r.FinalStatus == RefundStatusSucceeded }
+
 // LedgerCalls counts the calls of each provider operation, including
 // those that failed. Over HTTP, every request counts once: each page of a
-// list is a List call, each create request a Create call.
+// list is a List (or RefundList) call, each create request a Create (or
+// RefundCreate) call.
 type LedgerCalls struct {
 	Create int `json:"create"`
 	Status int `json:"status"`
 	Search int `json:"search"`
 	List   int `json:"list"`
+	// The refund calls: CreateRefund, GetRefund, and both listings of
+	// refunds.
+	RefundCreate int `json:"refund_create"`
+	RefundGet    int `json:"refund_get"`
+	RefundList   int `json:"refund_list"`
 }
 
-// Ledger returns a copy of the ledger, settled as of now, with the calls
-// received.
+// Ledger returns a copy of the ledger, charges and refunds, settled as of
+// now, with the calls received.
 func (f *Fake) Ledger() Ledger {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	now := f.cfg.Now()
 	l := Ledger{
-		Charges:     make([]LedgerCharge, 0, len(f.ledger)),
-		CreateCalls: maps.Clone(f.keyCalls),
+		Charges:           make([]LedgerCharge, 0, len(f.ledger)),
+		Refunds:           make([]LedgerRefund, 0, len(f.refunds)),
+		CreateCalls:       maps.Clone(f.keyCalls),
+		RefundCreateCalls: maps.Clone(f.refundKeyCalls),
 		Calls: LedgerCalls{
-			Create: f.calls[provider.OpCreate],
-			Status: f.calls[provider.OpStatus],
-			Search: f.calls[provider.OpSearch],
-			List:   f.calls[provider.OpList],
+			Create:       f.calls[provider.OpCreate],
+			Status:       f.calls[provider.OpStatus],
+			Search:       f.calls[provider.OpSearch],
+			List:         f.calls[provider.OpList],
+			RefundCreate: f.calls[provider.OpRefundCreate],
+			RefundGet:    f.calls[provider.OpRefundGet],
+			RefundList:   f.calls[provider.OpRefundList],
 		},
 	}
 	for _, e := range f.ledger {
@@ -179,6 +224,24 @@ func (f *Fake) Ledger() Ledger {
 			Created:        e.CreatedAt,
 			IdempotencyKey: e.IdempotencyKey,
 			OffSession:     e.OffSession,
+			Outside:        e.Outside,
+		})
+	}
+	for _, e := range f.refunds {
+		f.settleRefund(e, now)
+		l.Refunds = append(l.Refunds, LedgerRefund{
+			ID:             e.ID,
+			PaymentID:      e.PaymentID,
+			RefundID:       e.RefundID,
+			PurchaseID:     e.PurchaseID,
+			Amount:         e.Amount,
+			Currency:       e.Currency,
+			Status:         e.Status,
+			FinalStatus:    e.FinalStatus,
+			Reason:         e.Reason,
+			FailureReason:  e.FailureReason,
+			Created:        e.CreatedAt,
+			IdempotencyKey: e.IdempotencyKey,
 			Outside:        e.Outside,
 		})
 	}

@@ -376,8 +376,10 @@ func TestLedger(t *testing.T) {
 			{PaymentID: out.ID, PurchaseID: "pur_l", Amount: 7, Currency: "usd", Status: "succeeded", FinalStatus: "succeeded",
 				Created: clk.Now().Add(-time.Minute), Outside: true},
 		},
-		CreateCalls: map[string]int{"payrecon-pur_l": 3, "": 1},
-		Calls:       fakeprovider.LedgerCalls{Create: 4, Status: 1, Search: 1, List: 1},
+		Refunds:           []fakeprovider.LedgerRefund{},
+		CreateCalls:       map[string]int{"payrecon-pur_l": 3, "": 1},
+		RefundCreateCalls: map[string]int{},
+		Calls:             fakeprovider.LedgerCalls{Create: 4, Status: 1, Search: 1, List: 1},
 	}
 	if !reflect.DeepEqual(l, want) {
 		t.Errorf("Ledger() =\n%+v\nwant\n%+v", l, want)

@@ -135,7 +135,7 @@ func (f *Fake) List(ctx context.Context, w provider.Window) ([]provider.Payment,
 	now := f.cfg.Now()
 	var out []provider.Payment
 	for _, e := range f.ledger {
-		if !f.listable(e, now) || e.CreatedAt.Before(w.From) || !e.CreatedAt.Before(w.Until) {
+		if !f.listable(e.CreatedAt, now) || e.CreatedAt.Before(w.From) || !e.CreatedAt.Before(w.Until) {
 			continue
 		}
 		f.settle(e, now)
@@ -144,9 +144,10 @@ func (f *Fake) List(ctx context.Context, w provider.Window) ([]provider.Payment,
 	return out, nil
 }
 
-// listable reports whether List can see e at now (Config.ListLag).
-func (f *Fake) listable(e *entry, now time.Time) bool {
-	return now.Sub(e.CreatedAt) >= f.cfg.ListLag
+// listable reports whether a listing can see at now a charge or refund
+// created at created (Config.ListLag).
+func (f *Fake) listable(created, now time.Time) bool {
+	return now.Sub(created) >= f.cfg.ListLag
 }
 
 func (e *entry) payment() provider.Payment {

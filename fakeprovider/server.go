@@ -104,6 +104,13 @@ type ServerConfig struct {
 //	                                   created[lt], created[lte], limit,
 //	                                   starting_after, ending_before
 //
+//	POST /v1/refunds                   refund a PaymentIntent: payment_intent and
+//	                                   amount (both required), reason,
+//	                                   metadata[refund_id], metadata[purchase_id]
+//	GET  /v1/refunds/{id}              retrieve; 404 resource_missing if unknown
+//	GET  /v1/refunds                   list: payment_intent, and the filters and
+//	                                   cursors of the PaymentIntents' list
+//
 // A list answers {"object":"list","url":"/v1/payment_intents","has_more":
 // ...,"data":[...]}, newest first as Stripe lists, ties in created seconds
 // in creation order (newest first), so that pages are stable. created
@@ -119,6 +126,10 @@ type ServerConfig struct {
 // as one List call. An unknown parameter is a 400 parameter_unknown, as
 // everywhere.
 //
+// The refunds' list is the same over refunds (url "/v1/refunds"), each
+// request one RefundList call, and payment_intent keeps the refunds of
+// one PaymentIntent (an unknown one is a 400 resource_missing).
+//
 // A create goes through the Fake's own key store (Idempotency-Key header),
 // so a replay answers the saved response (header Idempotent-Replayed:
 // true), the key with other parameters is a 400 idempotency_error, a key
@@ -132,6 +143,16 @@ type ServerConfig struct {
 // request, doing nothing, until the client gives up (or the Server is
 // closed); LostReply charges, then closes the connection without an
 // answer; a decline is a 402 card_error embedding the PaymentIntent.
+//
+// A refund create goes through the same key store (a key is shared by
+// both endpoints, as Stripe's are: a create's key sent to /v1/refunds is
+// a 400 idempotency_error), with the same transport faults
+// (Config.RefundFaults, Fake.ScriptRefund). A refund Stripe refuses is a
+// 400 invalid_request_error that saves no key: resource_missing for an
+// unknown PaymentIntent, charge_not_refundable for one that did not
+// succeed, amount_too_large for an amount over what remains of it after
+// its refunds (pending ones included), charge_already_refunded when
+// nothing remains.
 //
 // Webhooks: see Tick, Events, Deliveries and WebhookStats.
 //
@@ -148,6 +169,15 @@ type ServerConfig struct {
 //	POST /_fake/payment_intents/{id}/status   Server.SetStatus: status, webhooks;
 //	                                          answers the PaymentIntent, or a 404
 //	                                          resource_missing for an unknown id
+//	POST /_fake/refunds                       Server.RefundOutside: payment_intent,
+//	                                          amount (absent or 0: all that
+//	                                          remains), refund_id, purchase_id,
+//	                                          reason, status, webhooks; answers
+//	                                          the Refund, or a 400 as a refund
+//	                                          create's
+//	POST /_fake/refunds/{id}/status           Server.SetRefundStatus: status,
+//	                                          webhooks; answers the Refund, or a
+//	                                          404 resource_missing for an unknown id
 //
 // Their parameters come form-encoded (body or query) or as a JSON object
 // (Content-Type: application/json; amount a number, webhooks a boolean).
@@ -288,6 +318,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.Set("Www-Authenticate", `Bearer realm="Stripe"`)
 		writeError(w, http.StatusUnauthorized, apiError{Type: "invalid_request_error", Message: msg})
 		return
+	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/refunds"); ok {
+		switch {
+		case rest == "" && r.Method == http.MethodPost:
+			s.createRefund(w, r)
+			return
+		case rest == "" && r.Method == http.MethodGet:
+			s.listRefunds(w, r)
+			return
+		case strings.HasPrefix(rest, "/") && rest != "/" && !strings.Contains(rest[1:], "/") && r.Method == http.MethodGet:
+			s.retrieveRefund(w, r, rest[1:])
+			return
+		}
 	}
 	const base = "/v1/payment_intents"
 	switch rest, ok := strings.CutPrefix(r.URL.Path, base); {

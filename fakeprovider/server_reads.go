@@ -128,14 +128,47 @@ var createdBounds = []struct {
 
 // list serves GET /v1/payment_intents (see Server).
 func (s *Server) list(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	allowed := []string{"limit", "starting_after", "ending_before"}
+	lq, bad := parseListQuery(r.URL.Query(), "payment_intent", s.fake.seqOf)
+	if bad != nil {
+		writeError(w, http.StatusBadRequest, *bad)
+		return
+	}
+	found, err := s.fake.listCharges(r.Context(), lq.keep)
+	if err != nil { // the client is gone
+		dropConnection(w)
+		return
+	}
+	page, hasMore := pageOf(found, func(l listed) int { return l.seq }, lq)
+	res := listResult{Object: "list", URL: "/v1/payment_intents", HasMore: hasMore, Data: []paymentIntent{}}
+	for _, l := range page {
+		res.Data = append(res.Data, renderPI(l.c, l.c.Status))
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// listQuery is a list request's filters and page: what the created
+// filters accept, the limit, and the cursor.
+type listQuery struct {
+	// keep reports whether an object created at that unix second passes
+	// the created filters.
+	keep  func(created int64) bool
+	limit int
+	// after and before are the creation order (seq) of the
+	// starting_after or ending_before object; 0 for none.
+	after, before int
+}
+
+// parseListQuery reads a list request's query: the created filters,
+// limit, starting_after and ending_before, and the parameters in extra,
+// which the caller reads. A cursor is an id of object (its name in
+// errors) that seqOf knows.
+func parseListQuery(q url.Values, object string, seqOf func(id string) (int, bool), extra ...string) (listQuery, *apiError) {
+	allowed := append([]string{"limit", "starting_after", "ending_before"}, extra...)
 	for _, b := range createdBounds {
 		allowed = append(allowed, b.param)
 	}
 	if bad := onlyParams(q, allowed...); bad != nil {
-		writeError(w, http.StatusBadRequest, *bad)
-		return
+		return listQuery{}, bad
 	}
 	var checks []func(int64) bool
 	for _, b := range createdBounds {
@@ -144,67 +177,61 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 		}
 		v, err := strconv.ParseInt(q.Get(b.param), 10, 64)
 		if err != nil {
-			writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_integer", Param: b.param,
-				Message: fmt.Sprintf("Invalid integer: %s", q.Get(b.param))})
-			return
+			return listQuery{}, &apiError{Type: "invalid_request_error", Code: "parameter_invalid_integer", Param: b.param,
+				Message: fmt.Sprintf("Invalid integer: %s", q.Get(b.param))}
 		}
 		checks = append(checks, func(c int64) bool { return b.ok(c, v) })
 	}
 	limit, bad := parseLimit(q.Get("limit"), defaultListLimit, maxListLimit)
 	if bad != nil {
-		writeError(w, http.StatusBadRequest, *bad)
-		return
+		return listQuery{}, bad
+	}
+	lq := listQuery{
+		keep: func(created int64) bool {
+			for _, ok := range checks {
+				if !ok(created) {
+					return false
+				}
+			}
+			return true
+		},
+		limit: limit,
 	}
 	after, before := q.Get("starting_after"), q.Get("ending_before")
 	if after != "" && before != "" {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_string", Param: "ending_before",
-			Message: "You may only specify one of these parameters: starting_after, ending_before."})
-		return
+		return listQuery{}, &apiError{Type: "invalid_request_error", Code: "parameter_invalid_string", Param: "ending_before",
+			Message: "You may only specify one of these parameters: starting_after, ending_before."}
 	}
-	cursor, cursorID, cursorParam := 0, after, "starting_after"
-	if before != "" {
-		cursorID, cursorParam = before, "ending_before"
-	}
-	if cursorID != "" {
-		n, ok := s.fake.seqOf(cursorID)
+	for _, c := range []struct {
+		param, id string
+		seq       *int
+	}{{"starting_after", after, &lq.after}, {"ending_before", before, &lq.before}} {
+		if c.id == "" {
+			continue
+		}
+		n, ok := seqOf(c.id)
 		if !ok {
-			writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: ReasonNotFound, Param: cursorParam,
-				DocURL: "https://stripe.com/docs/error-codes/resource-missing", Message: fmt.Sprintf("No such payment_intent: '%s'", cursorID)})
-			return
+			return listQuery{}, &apiError{Type: "invalid_request_error", Code: ReasonNotFound, Param: c.param,
+				DocURL: "https://stripe.com/docs/error-codes/resource-missing", Message: fmt.Sprintf("No such %s: '%s'", object, c.id)}
 		}
-		cursor = n
+		*c.seq = n
 	}
-	found, err := s.fake.listCharges(r.Context(), func(created int64) bool {
-		for _, ok := range checks {
-			if !ok(created) {
-				return false
-			}
-		}
-		return true
-	})
-	if err != nil { // the client is gone
-		dropConnection(w)
-		return
-	}
-	// found is newest first: seq decreasing.
-	var page []listed
-	hasMore := false
+	return lq, nil
+}
+
+// pageOf returns the page of found (newest first: seq decreasing) that lq
+// asks for, and whether more lie beyond it in its direction.
+func pageOf[T any](found []T, seq func(T) int, lq listQuery) ([]T, bool) {
 	switch {
-	case after != "":
-		rest := found[sort.Search(len(found), func(i int) bool { return found[i].seq < cursor }):]
-		page, hasMore = rest[:min(limit, len(rest))], len(rest) > limit
-	case before != "":
-		newer := found[:sort.Search(len(found), func(i int) bool { return found[i].seq <= cursor })]
-		start := max(0, len(newer)-limit)
-		page, hasMore = newer[start:], start > 0
-	default:
-		page, hasMore = found[:min(limit, len(found))], len(found) > limit
+	case lq.after != 0:
+		rest := found[sort.Search(len(found), func(i int) bool { return seq(found[i]) < lq.after }):]
+		return rest[:min(lq.limit, len(rest))], len(rest) > lq.limit
+	case lq.before != 0:
+		newer := found[:sort.Search(len(found), func(i int) bool { return seq(found[i]) <= lq.before })]
+		start := max(0, len(newer)-lq.limit)
+		return newer[start:], start > 0
 	}
-	res := listResult{Object: "list", URL: "/v1/payment_intents", HasMore: hasMore, Data: []paymentIntent{}}
-	for _, l := range page {
-		res.Data = append(res.Data, renderPI(l.c, l.c.Status))
-	}
-	writeJSON(w, http.StatusOK, res)
+	return found[:min(lq.limit, len(found))], len(found) > lq.limit
 }
 
 // parseQuery parses metadata['KEY']:'VALUE', with \' and \\ escapes in
@@ -309,7 +336,7 @@ func (f *Fake) listCharges(ctx context.Context, keep func(created int64) bool) (
 	var out []listed
 	for i := len(f.ledger) - 1; i >= 0; i-- {
 		e := f.ledger[i]
-		if !f.listable(e, now) || !keep(e.CreatedAt.Unix()) {
+		if !f.listable(e.CreatedAt, now) || !keep(e.CreatedAt.Unix()) {
 			continue
 		}
 		f.settle(e, now)

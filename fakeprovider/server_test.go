@@ -108,6 +108,7 @@ func TestServerConformance(t *testing.T) {
 						Advance:    s.clk.Advance,
 						Charges:    func(p string) int { return len(s.fake.ChargesFor(p)) },
 						MoneyTaken: s.fake.MoneyTaken,
+						Refunds:    func(r string) int { return len(s.fake.RefundsFor(r)) },
 					}
 				},
 			})

@@ -32,6 +32,16 @@ import (
 //	processing charge settles                payment_intent.succeeded or .payment_failed
 //	SetStatus moves a charge                 the event of its new status, as above
 //
+// and every state change of a refund (see refundEventTypes):
+//
+//	refund created                           refund.created (the Refund), then
+//	                                         refund.failed if it failed at once, or
+//	                                         charge.refunded (the Charge, its
+//	                                         refunds listed) if it succeeded at once
+//	refund settles or moves to succeeded     refund.updated, charge.refunded
+//	refund settles or moves to failed        refund.failed
+//	refund moves to another status           refund.updated
+//
 // The Fake logs every change of its ledger while a Server with webhooks
 // watches it: a charge's creation (by a create, or by ChargeOutside), its
 // settlement, a move by SetStatus. The server turns the log into events
@@ -43,7 +53,9 @@ import (
 // Server.ChargeOutside and Server.SetStatus with webhooks false (and
 // their HTTP forms with webhooks=false) make a change that is never
 // announced: the charge a dashboard made without the endpoint hearing of
-// it. A charge's creation event carries the request's idempotency key
+// it. Refunds are announced alike (RefundOutside, SetRefundStatus and
+// their Server forms). A charge's or refund's creation event carries the
+// request's idempotency key
 // (request.idempotency_key); a settlement or a move carries none, like
 // Stripe's automatic events, and a settlement is created at the charge's
 // SettlesAt, a move when it was made. request.id is always null.
@@ -55,11 +67,17 @@ import (
 
 // WebhookEvent is an event the server emitted, sent or not.
 type WebhookEvent struct {
-	ID         string // "evt_..."
-	Type       string // "payment_intent.succeeded", ...
+	ID   string // "evt_..."
+	Type string // "payment_intent.succeeded", "refund.created", ...
+	// PaymentID is the PaymentIntent's id, or the refunded one's for an
+	// event about a refund; PurchaseID the purchase its metadata names.
 	PaymentID  string
 	PurchaseID string
-	// Status is the PaymentIntent's status in the payload.
+	// RefundID is the provider's refund id ("re_…") for an event about a
+	// refund (refund.*, charge.refunded), else "".
+	RefundID string
+	// Status is the status in the payload: the PaymentIntent's, or the
+	// refund's for an event about a refund (charge.refunded included).
 	Status  string
 	Created time.Time
 	// Payload is the exact body POSTed, every copy and attempt alike.
@@ -76,6 +94,7 @@ type Delivery struct {
 	EventID   string
 	Type      string
 	PaymentID string
+	RefundID  string // for an event about a refund
 	// Copy is 1, or 2 for the second copy of a duplicated event.
 	Copy int
 	// Attempt counts the copy's POSTs, from 1.
@@ -239,13 +258,16 @@ type webhooks struct {
 	delayed    []*event                  // until the next Tick
 	reordered  map[string][]*event       // by PaymentIntent, until its next event
 	scripts    map[string][]WebhookFault // by purchase, see ScriptWebhooks
-	queue      []*outCopy
-	seq        int64
-	inflight   int
-	pending    int // copies not yet acked or failed
-	deliveries []Delivery
-	stats      WebhookStats
-	changed    chan struct{} // closed and replaced at each delivery
+	refundRNGs map[string]*rand.Rand
+	// refundScripts are by refund, see ScriptRefundWebhooks.
+	refundScripts map[string][]WebhookFault
+	queue         []*outCopy
+	seq           int64
+	inflight      int
+	pending       int // copies not yet acked or failed
+	deliveries    []Delivery
+	stats         WebhookStats
+	changed       chan struct{} // closed and replaced at each delivery
 }
 
 type event struct {
@@ -272,6 +294,9 @@ func newWebhooks(s *Server) *webhooks {
 		reordered: make(map[string][]*event),
 		scripts:   make(map[string][]WebhookFault),
 		changed:   make(chan struct{}),
+
+		refundRNGs:    make(map[string]*rand.Rand),
+		refundScripts: make(map[string][]WebhookFault),
 	}
 }
 
@@ -307,40 +332,82 @@ func (w *webhooks) changes() []change {
 	return out
 }
 
-// emit makes the event of ch, draws its faults and releases or holds it.
-// Call with w.mu held.
+// emit makes the events of ch, draws their faults and releases or holds
+// them. Call with w.mu held.
 func (w *webhooks) emit(ch change) {
+	if ch.r != nil {
+		w.emitRefund(ch)
+		return
+	}
+	// An outside charge's events take none of the purchase's scripts.
+	u, scripted := w.draw(w.scripts, ch.c.PurchaseID, !ch.c.Outside, func() *rand.Rand { return w.rng(ch.c) })
+	ev := w.newPIEvent(ch.c, ch.status, ch.at, ch.created)
+	final := ch.status != StatusProcessing && ch.status != StatusRequiresAction
+	w.send(ev, ch.c.ID, final, u, scripted, func() *event {
+		return w.newPIEvent(ch.c, StatusProcessing, ch.c.CreatedAt, true)
+	})
+}
+
+// emitRefund makes the events of a refund's change (see the table above),
+// each with its own draws from the refund's source, and its own scripted
+// fault. Call with w.mu held.
+func (w *webhooks) emitRefund(ch change) {
+	r := *ch.r
+	final := ch.status != RefundStatusPending && ch.status != RefundStatusRequiresAction
+	for _, typ := range refundEventTypes(ch.status, ch.created) {
+		// An outside refund's events take none of the refund scripts.
+		u, scripted := w.draw(w.refundScripts, r.RefundID, !r.Outside && r.RefundID != "", func() *rand.Rand { return w.refundRNG(r) })
+		ev := w.newRefundEvent(typ, ch, ch.status, ch.at, ch.created)
+		var stale func() *event
+		if typ != chargeRefunded {
+			stale = func() *event { return w.newRefundEvent("refund.updated", ch, RefundStatusPending, r.CreatedAt, false) }
+		}
+		w.send(ev, r.ID, final, u, scripted, stale)
+	}
+}
+
+// draw takes an event's draws, one per fault in webhookFaultOrder, from
+// the source rng returns (all 1, no fault, when no fault has a
+// probability), and, when script is set, the next scripted fault of key
+// in scripts. Call with w.mu held.
+func (w *webhooks) draw(scripts map[string][]WebhookFault, key string, script bool, rng func() *rand.Rand) ([5]float64, WebhookFault) {
 	var u [5]float64
 	for i := range u {
 		u[i] = 1 // no fault
 	}
-	p := w.s.cfg.WebhookFaults
-	if p.any() {
-		r := w.rng(ch.c)
+	if w.s.cfg.WebhookFaults.any() {
+		r := rng()
 		for i := range u {
 			u[i] = r.Float64()
 		}
 	}
-	// A scripted fault for the purchase's next event wins over the draw;
-	// the draw is still taken, so the faults that follow stay the same.
-	// An outside charge's events take none of the purchase's scripts.
+	// A scripted fault for the next event wins over the draw; the draw is
+	// still taken, so the faults that follow stay the same.
 	var scripted WebhookFault
-	if q := w.scripts[ch.c.PurchaseID]; len(q) > 0 && !ch.c.Outside {
-		scripted, w.scripts[ch.c.PurchaseID] = q[0], q[1:]
+	if q := scripts[key]; len(q) > 0 && script {
+		scripted, scripts[key] = q[0], q[1:]
 	}
+	return u, scripted
+}
+
+// send gives ev, just made, the faults its draws u (or scripted) decide,
+// and releases or holds it. holdKey names the object whose next event
+// releases ev when it is reordered (a PaymentIntent's id, a refund's);
+// final tells whether ev reports a final status, the only ones that get a
+// stale follower, made by stale (nil: none) and the only ones never
+// reordered. Call with w.mu held.
+func (w *webhooks) send(ev *event, holdKey string, final bool, u [5]float64, scripted WebhookFault, stale func() *event) {
+	p := w.s.cfg.WebhookFaults
 	has := func(f WebhookFault, i int, prob float64) bool { return scripted == f || u[i] < prob }
-	ev := w.newEvent(ch.c, ch.status, ch.at, ch.created)
-	pi := ch.c.ID
-	ev.followers, ev.copies = w.reordered[pi], 1
-	delete(w.reordered, pi)
-	final := ch.status != StatusProcessing && ch.status != StatusRequiresAction
-	if final && has(WebhookStaleProcessing, 4, p.StaleProcessing) {
-		stale := w.newEvent(ch.c, StatusProcessing, ch.c.CreatedAt, true)
-		stale.Faults = []WebhookFault{WebhookStaleProcessing}
-		stale.copies = 1
+	ev.followers, ev.copies = w.reordered[holdKey], 1
+	delete(w.reordered, holdKey)
+	if final && stale != nil && has(WebhookStaleProcessing, 4, p.StaleProcessing) {
+		st := stale()
+		st.Faults = []WebhookFault{WebhookStaleProcessing}
+		st.copies = 1
 		w.pending++
 		w.stats.Stale++
-		ev.followers = append(ev.followers, stale)
+		ev.followers = append(ev.followers, st)
 	}
 	if has(WebhookDrop, 0, p.Drop) {
 		ev.copies = 0
@@ -359,7 +426,7 @@ func (w *webhooks) emit(ch change) {
 	case !final && has(WebhookReorder, 2, p.Reorder):
 		ev.Faults = append(ev.Faults, WebhookReorder)
 		w.stats.Reordered++
-		w.reordered[pi] = append(w.reordered[pi], ev)
+		w.reordered[holdKey] = append(w.reordered[holdKey], ev)
 	case has(WebhookDelay, 3, p.Delay):
 		ev.Faults = append(ev.Faults, WebhookDelay)
 		w.stats.Delayed++
@@ -372,7 +439,8 @@ func (w *webhooks) emit(ch change) {
 // ScriptWebhooks gives the next webhook events of purchaseID these faults,
 // one per event in order; after them, events get the configured
 // probabilities again. Deterministic whatever the interleaving. The events
-// of an outside charge (ChargeOutside) for purchaseID take none of them.
+// of an outside charge (ChargeOutside) for purchaseID take none of them,
+// nor do the events of its refunds (see ScriptRefundWebhooks).
 func (s *Server) ScriptWebhooks(purchaseID string, faults ...WebhookFault) {
 	w := s.wh
 	if w == nil {
@@ -381,6 +449,22 @@ func (s *Server) ScriptWebhooks(purchaseID string, faults ...WebhookFault) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.scripts[purchaseID] = append(w.scripts[purchaseID], faults...)
+}
+
+// ScriptRefundWebhooks gives the next webhook events of the refund
+// refundID (payrecon's id, the refund's metadata refund_id) these faults,
+// one per event in order (a refund's change may make two events:
+// refund.created then charge.refunded, for one), as ScriptWebhooks does
+// for a purchase. The events of an outside refund (RefundOutside) take
+// none of them.
+func (s *Server) ScriptRefundWebhooks(refundID string, faults ...WebhookFault) {
+	w := s.wh
+	if w == nil {
+		return // webhooks are off
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.refundScripts[refundID] = append(w.refundScripts[refundID], faults...)
 }
 
 // webhookSalt separates the webhook draws from the create draws of the
@@ -393,42 +477,124 @@ const webhookSalt = 0x77656268_6f6f6b73 // "webhooks"
 func (w *webhooks) rng(c Charge) *rand.Rand {
 	key := c.PurchaseID
 	if key == "" || c.Outside {
-		key = w.s.fake.localPaymentID(c.ID) // the same draws in every fake
+		key = w.s.fake.localID(c.ID) // the same draws in every fake
 	}
-	r := w.rngs[key]
+	return w.source(w.rngs, key, webhookSalt)
+}
+
+// refundRNG returns the fault source of r's events: of payrecon's refund
+// id in its metadata, or of r itself for a refund with none or made
+// outside. Its draws are apart from the purchase's. Call with w.mu held.
+func (w *webhooks) refundRNG(r Refund) *rand.Rand {
+	key := r.RefundID
+	if key == "" || r.Outside {
+		key = w.s.fake.localID(r.ID) // the same draws in every fake
+	}
+	return w.source(w.refundRNGs, key, webhookSalt^refundSalt)
+}
+
+// source returns the source of key in rngs, seeded by the Fake's seed,
+// key and salt. Call with w.mu held.
+func (w *webhooks) source(rngs map[string]*rand.Rand, key string, salt uint64) *rand.Rand {
+	r := rngs[key]
 	if r == nil {
 		h := fnv.New64a()
 		h.Write([]byte(key))
-		r = rand.New(rand.NewPCG(uint64(w.s.fake.cfg.Seed), h.Sum64()^webhookSalt))
-		w.rngs[key] = r
+		r = rand.New(rand.NewPCG(uint64(w.s.fake.cfg.Seed), h.Sum64()^salt))
+		rngs[key] = r
 	}
 	return r
 }
 
-// newEvent records the event of c in status. Call with w.mu held.
-func (w *webhooks) newEvent(c Charge, status string, at time.Time, withKey bool) *event {
-	w.nextID++
-	w.stats.Emitted++
-	ev := &event{WebhookEvent: WebhookEvent{
-		ID:         w.s.fake.newID("evt_", w.nextID),
+// chargeRefunded is the type of the event announcing a refund of a
+// charge, whose object is the charge.
+const chargeRefunded = "charge.refunded"
+
+// refundEventTypes are the types of the events of a refund's change to
+// status (its creation when created), in order:
+//
+//	created                            refund.created
+//	created failed                     refund.created, refund.failed
+//	created succeeded                  refund.created, charge.refunded
+//	settles or moves to succeeded      refund.updated, charge.refunded
+//	settles or moves to failed         refund.failed
+//	moves to any other status          refund.updated
+func refundEventTypes(status string, created bool) []string {
+	var types []string
+	switch {
+	case created:
+		types = append(types, "refund.created")
+		if status == RefundStatusFailed {
+			types = append(types, "refund.failed")
+		}
+	case status == RefundStatusFailed:
+		types = append(types, "refund.failed")
+	default:
+		types = append(types, "refund.updated")
+	}
+	if status == RefundStatusSucceeded {
+		types = append(types, chargeRefunded)
+	}
+	return types
+}
+
+// newPIEvent records the event of c in status. Call with w.mu held.
+func (w *webhooks) newPIEvent(c Charge, status string, at time.Time, withKey bool) *event {
+	key := ""
+	if withKey {
+		key = c.IdempotencyKey
+	}
+	return w.newEvent(WebhookEvent{
 		Type:       eventType(status),
 		PaymentID:  c.ID,
 		PurchaseID: c.PurchaseID,
 		Status:     status,
 		Created:    at,
-	}}
+	}, renderPI(c, status), key)
+}
+
+// newRefundEvent records the event of type typ of ch's refund in status:
+// the refund's object, or for charge.refunded its payment's charge with
+// its refunds. Call with w.mu held.
+func (w *webhooks) newRefundEvent(typ string, ch change, status string, at time.Time, withKey bool) *event {
+	r := *ch.r
+	var object any = renderRefund(r, status)
+	if typ == chargeRefunded {
+		object = renderCharge(ch.c, ch.refunds)
+	}
+	key := ""
+	if withKey {
+		key = r.IdempotencyKey
+	}
+	return w.newEvent(WebhookEvent{
+		Type:       typ,
+		PaymentID:  r.PaymentID,
+		PurchaseID: r.PurchaseID,
+		RefundID:   r.ID,
+		Status:     status,
+		Created:    at,
+	}, object, key)
+}
+
+// newEvent records the event ev (its ID and Payload to fill) whose object
+// is object, carrying the idempotency key key (none when ""). Call with
+// w.mu held.
+func (w *webhooks) newEvent(info WebhookEvent, object any, key string) *event {
+	w.nextID++
+	w.stats.Emitted++
+	info.ID = w.s.fake.newID("evt_", w.nextID)
+	ev := &event{WebhookEvent: info}
 	body := stripeEvent{
 		ID:              ev.ID,
 		Object:          "event",
 		APIVersion:      APIVersion,
-		Created:         at.Unix(),
+		Created:         info.Created.Unix(),
 		Livemode:        false,
 		PendingWebhooks: 1,
 		Type:            ev.Type,
 	}
-	body.Data.Object = renderPI(c, status)
-	if withKey && c.IdempotencyKey != "" {
-		key := c.IdempotencyKey
+	body.Data.Object = object
+	if key != "" {
 		body.Request.IdempotencyKey = &key
 	}
 	b, err := json.Marshal(body)
@@ -458,7 +624,7 @@ type stripeEvent struct {
 	APIVersion string `json:"api_version"`
 	Created    int64  `json:"created"`
 	Data       struct {
-		Object paymentIntent `json:"object"`
+		Object any `json:"object"`
 	} `json:"data"`
 	Livemode        bool `json:"livemode"`
 	PendingWebhooks int  `json:"pending_webhooks"`
@@ -513,7 +679,7 @@ func (w *webhooks) attempt(c *outCopy) {
 	s := w.s
 	c.attempts++
 	header := SignatureHeader(c.ev.Payload, s.cfg.WebhookSecret, s.now())
-	d := Delivery{EventID: c.ev.ID, Type: c.ev.Type, PaymentID: c.ev.PaymentID, Copy: c.n, Attempt: c.attempts, Signature: header}
+	d := Delivery{EventID: c.ev.ID, Type: c.ev.Type, PaymentID: c.ev.PaymentID, RefundID: c.ev.RefundID, Copy: c.n, Attempt: c.attempts, Signature: header}
 	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, s.cfg.WebhookURL, bytes.NewReader(c.ev.Payload))
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json; charset=utf-8")
@@ -539,7 +705,7 @@ func (w *webhooks) attempt(c *outCopy) {
 	if c.attempts > 1 {
 		w.stats.Retries++
 	}
-	attrs := []any{"event", d.EventID, "type", d.Type, "payment_intent", d.PaymentID, "copy", d.Copy, "attempt", d.Attempt, "status", d.StatusCode, "error", d.Err}
+	attrs := []any{"event", d.EventID, "type", d.Type, "payment_intent", d.PaymentID, "refund", d.RefundID, "copy", d.Copy, "attempt", d.Attempt, "status", d.StatusCode, "error", d.Err}
 	switch {
 	case d.Acked:
 		w.stats.Acked++

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -84,6 +85,126 @@ type searchResult struct {
 	HasMore  bool            `json:"has_more"`
 	NextPage *string         `json:"next_page"`
 	Data     []paymentIntent `json:"data"`
+}
+
+// refundObject is a Refund as Stripe renders it, with the fields a fake
+// can fill.
+type refundObject struct {
+	ID                     string            `json:"id"`
+	Object                 string            `json:"object"`
+	Amount                 int64             `json:"amount"`
+	BalanceTransaction     *string           `json:"balance_transaction"`
+	Charge                 string            `json:"charge"`
+	Created                int64             `json:"created"`
+	Currency               string            `json:"currency"`
+	FailureReason          *string           `json:"failure_reason,omitempty"`
+	Metadata               map[string]string `json:"metadata"`
+	NextAction             *nextAction       `json:"next_action,omitempty"`
+	PaymentIntent          string            `json:"payment_intent"`
+	Reason                 *string           `json:"reason"`
+	ReceiptNumber          *string           `json:"receipt_number"`
+	SourceTransferReversal *string           `json:"source_transfer_reversal"`
+	Status                 string            `json:"status"`
+	TransferReversal       *string           `json:"transfer_reversal"`
+}
+
+// renderRefund renders r as a Refund in status.
+func renderRefund(r Refund, status string) refundObject {
+	o := refundObject{
+		ID:            r.ID,
+		Object:        "refund",
+		Amount:        r.Amount,
+		Charge:        latestCharge(r.PaymentID),
+		Created:       r.CreatedAt.Unix(),
+		Currency:      r.Currency,
+		Metadata:      refundMetadataOf(r),
+		PaymentIntent: r.PaymentID,
+		Status:        status,
+	}
+	if r.Reason != "" {
+		o.Reason = &r.Reason
+	}
+	if status == RefundStatusSucceeded {
+		txn := "txn_" + strings.TrimPrefix(r.ID, "re_")
+		o.BalanceTransaction = &txn
+	}
+	if refundGone(status) && r.FailureReason != "" {
+		o.FailureReason = &r.FailureReason
+	}
+	if status == RefundStatusRequiresAction {
+		o.NextAction = &nextAction{Type: "display_details"}
+	}
+	return o
+}
+
+// refundMetadataOf returns the metadata provider/stripe sets on r.
+func refundMetadataOf(r Refund) map[string]string {
+	md := map[string]string{}
+	if r.RefundID != "" {
+		md["refund_id"] = r.RefundID
+	}
+	if r.PurchaseID != "" {
+		md["purchase_id"] = r.PurchaseID
+	}
+	return md
+}
+
+// chargeObject is a Charge as Stripe renders it (the one charge of a
+// PaymentIntent the fake made), with its refunds expanded, as in a
+// charge.refunded event that carries them.
+type chargeObject struct {
+	ID             string            `json:"id"`
+	Object         string            `json:"object"`
+	Amount         int64             `json:"amount"`
+	AmountCaptured int64             `json:"amount_captured"`
+	AmountRefunded int64             `json:"amount_refunded"`
+	Captured       bool              `json:"captured"`
+	Created        int64             `json:"created"`
+	Currency       string            `json:"currency"`
+	Livemode       bool              `json:"livemode"`
+	Metadata       map[string]string `json:"metadata"`
+	Paid           bool              `json:"paid"`
+	PaymentIntent  string            `json:"payment_intent"`
+	Refunded       bool              `json:"refunded"`
+	Refunds        refundList        `json:"refunds"`
+	Status         string            `json:"status"`
+}
+
+// refundList is a list of Refunds as Stripe renders it.
+type refundList struct {
+	Object  string         `json:"object"`
+	URL     string         `json:"url"`
+	HasMore bool           `json:"has_more"`
+	Data    []refundObject `json:"data"`
+}
+
+// renderCharge renders c's charge with its refunds, oldest first as
+// given, listed newest first as Stripe lists them. amount_refunded counts
+// the refunds that hold part of the payment (pending ones too), as
+// Stripe's does.
+func renderCharge(c Charge, refunds []Refund) chargeObject {
+	o := chargeObject{
+		ID:             latestCharge(c.ID),
+		Object:         "charge",
+		Amount:         c.Amount,
+		AmountCaptured: c.Amount,
+		Captured:       true,
+		Created:        c.CreatedAt.Unix(),
+		Currency:       c.Currency,
+		Metadata:       metadataOf(c),
+		Paid:           true,
+		PaymentIntent:  c.ID,
+		Status:         "succeeded",
+		Refunds:        refundList{Object: "list", URL: "/v1/charges/" + latestCharge(c.ID) + "/refunds", Data: []refundObject{}},
+	}
+	for _, r := range slices.Backward(refunds) {
+		o.Refunds.Data = append(o.Refunds.Data, renderRefund(r, r.Status))
+		if r.holds() {
+			o.AmountRefunded += r.Amount
+		}
+	}
+	o.Refunded = o.AmountRefunded >= c.Amount
+	return o
 }
 
 // renderPI renders c as a PaymentIntent in status.

@@ -183,17 +183,20 @@ func queryStrings(t *testing.T, db *sql.DB, query string) []string {
 	return out
 }
 
-// transitionTable returns allowed_transitions as "from -> to" lines,
-// sorted.
-func transitionTable(t *testing.T, db *sql.DB) []string {
+// transitionTable returns the rows of a transition table
+// (allowed_transitions, refund_allowed_transitions) as "from -> to"
+// lines, sorted.
+func transitionTable(t *testing.T, db *sql.DB, table string) []string {
 	t.Helper()
-	got := queryStrings(t, db, `SELECT from_state || ' -> ' || to_state FROM allowed_transitions`)
+	got := queryStrings(t, db, `SELECT from_state || ' -> ' || to_state FROM `+table)
 	slices.Sort(got)
 	return got
 }
 
 // TestTransitionTableIsReadOnly: allowed_transitions is exactly
-// statemachine.Transitions(), and the database refuses any change to it.
+// statemachine.Transitions(), refund_allowed_transitions exactly
+// statemachine.Refund.Transitions(), and the database refuses any change
+// to either.
 func TestTransitionTableIsReadOnly(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(string(d.name), func(t *testing.T) {
@@ -201,42 +204,50 @@ func TestTransitionTableIsReadOnly(t *testing.T) {
 			if err := migrations.Up(t.Context(), db, d.name); err != nil {
 				t.Fatalf("Up: %v", err)
 			}
-			var want []string
-			for _, p := range statemachine.Transitions() {
-				want = append(want, string(p.From)+" -> "+string(p.To))
-			}
-			slices.Sort(want)
-			if got := transitionTable(t, db); !slices.Equal(got, want) {
-				t.Fatalf("allowed_transitions = %v, statemachine.Transitions() = %v", got, want)
-			}
+			for _, tc := range []struct {
+				table string
+				m     statemachine.Machine
+			}{
+				{"allowed_transitions", statemachine.Purchase},
+				{"refund_allowed_transitions", statemachine.Refund},
+			} {
+				var want []string
+				for _, p := range tc.m.Transitions() {
+					want = append(want, string(p.From)+" -> "+string(p.To))
+				}
+				slices.Sort(want)
+				if got := transitionTable(t, db, tc.table); !slices.Equal(got, want) {
+					t.Fatalf("%s = %v, statemachine.%s.Transitions() = %v", tc.table, got, tc.m.Name(), want)
+				}
 
-			stmts := []string{
-				`INSERT INTO allowed_transitions (from_state, to_state) VALUES ('created', 'succeeded')`,
-				`UPDATE allowed_transitions SET to_state = 'succeeded' WHERE from_state = 'created'`,
-				`DELETE FROM allowed_transitions WHERE from_state = 'reconciling' AND to_state = 'declined'`,
-				`DELETE FROM allowed_transitions`,
-			}
-			switch d.name {
-			case migrations.Postgres:
-				stmts = append(stmts,
-					`TRUNCATE allowed_transitions CASCADE`,
-					`DELETE FROM allowed_transitions WHERE false`, // a statement trigger: refused even when it would touch nothing
-				)
-			case migrations.SQLite:
-				stmts = append(stmts, `INSERT OR REPLACE INTO allowed_transitions (from_state, to_state) VALUES ('created', 'submitted')`)
-			}
-			for _, stmt := range stmts {
-				_, err := db.ExecContext(t.Context(), stmt)
-				if err == nil || !strings.Contains(err.Error(), "allowed_transitions is read-only") {
-					t.Fatalf("%s: got %v, want allowed_transitions to refuse it", stmt, err)
+				stmts := []string{
+					`INSERT INTO ` + tc.table + ` (from_state, to_state) VALUES ('created', 'succeeded')`,
+					`UPDATE ` + tc.table + ` SET to_state = 'succeeded' WHERE from_state = 'created'`,
+					`DELETE FROM ` + tc.table + ` WHERE from_state = 'reconciling' AND to_state = 'uncertain'`,
+					`DELETE FROM ` + tc.table,
 				}
-				var pgErr *pgconn.PgError
-				if d.name == migrations.Postgres && (!errors.As(err, &pgErr) || pgErr.Code != "PR002") {
-					t.Fatalf("%s: got %v, want SQLSTATE PR002", stmt, err)
+				switch d.name {
+				case migrations.Postgres:
+					stmts = append(stmts,
+						`TRUNCATE `+tc.table+` CASCADE`,
+						`DELETE FROM `+tc.table+` WHERE false`, // a statement trigger: refused even when it would touch nothing
+					)
+				case migrations.SQLite:
+					stmts = append(stmts, `INSERT OR REPLACE INTO `+tc.table+` (from_state, to_state) VALUES ('created', 'submitted')`)
 				}
-			}
-			if got := transitionTable(t, db); !slices.Equal(got, want) {
-				t.Fatalf("allowed_transitions after the refused changes = %v, want %v", got, want)
+				for _, stmt := range stmts {
+					_, err := db.ExecContext(t.Context(), stmt)
+					if err == nil || !strings.Contains(err.Error(), tc.table+" is read-only") {
+						t.Fatalf("%s: got %v, want %s to refuse it", stmt, err, tc.table)
+					}
+					var pgErr *pgconn.PgError
+					if d.name == migrations.Postgres && (!errors.As(err, &pgErr) || pgErr.Code != "PR002") {
+						t.Fatalf("%s: got %v, want SQLSTATE PR002", stmt, err)
+					}
+				}
+				if got := transitionTable(t, db, tc.table); !slices.Equal(got, want) {
+					t.Fatalf("%s after the refused changes = %v, want %v", tc.table, got, want)
+				}
 			}
 		})
 	}
@@ -449,6 +460,125 @@ FROM purchase_states s LEFT JOIN purchases p ON p.state = s.state GROUP BY s.sta
 			}
 			if got, want := counted(), plain(); !slices.Equal(got, want) {
 				t.Fatalf("after 00007 again: counts %v, a GROUP BY says %v", got, want)
+			}
+		})
+	}
+}
+
+// refundsVersion is the migration that adds refunds, per dialect.
+var refundsVersion = map[migrations.Dialect]int64{migrations.Postgres: 9, migrations.SQLite: 8}
+
+// TestMigrationRefunds applies the refunds' migration (00009 on Postgres,
+// 00008 on SQLite) to a database with a purchase, its job and its audit:
+// the job becomes a purchase's job whose id is the purchase's, the audit
+// keeps its rows and ids and refuses what it refused, and refunds, their
+// jobs and their audit rows can be written. Its Down drops the refunds
+// and their rows, and gives back the schema before it: the purchase's job
+// keyed by its purchase, the audit's transitions held to
+// allowed_transitions.
+func TestMigrationRefunds(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d.name), func(t *testing.T) {
+			ctx := t.Context()
+			db := d.open(t)
+			p := newProvider(t, db, d.name, d.goose)
+			v := refundsVersion[d.name]
+			if _, err := p.UpTo(ctx, v-1); err != nil {
+				t.Fatalf("up to %d: %v", v-1, err)
+			}
+			mustExec(t, db, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES ('pur_1', 'cus_1', 100, 'eur', 'created', 1, `+d.now+`, `+d.now+`)`)
+			mustExec(t, db, `UPDATE purchases SET state = 'submitted', provider_payment_id = 'pi_1' WHERE id = 'pur_1'`)
+			mustExec(t, db, `UPDATE purchases SET state = 'succeeded' WHERE id = 'pur_1'`)
+			mustExec(t, db, `INSERT INTO jobs (purchase_id, run_at, lease_token, checks) VALUES ('pur_1', `+d.now+`, 3, 3)`)
+			for i, move := range [][2]string{{"created", "submitted"}, {"submitted", "succeeded"}} {
+				mustExec(t, db, fmt.Sprintf(`INSERT INTO transitions (id, purchase_id, from_state, to_state, cause, actor, at)
+VALUES (%d, 'pur_1', '%s', '%s', 'submit', 'w1', %s)`, 10*(i+1), move[0], move[1], d.now))
+			}
+			mustExec(t, db, `INSERT INTO provider_attempts (id, purchase_id, op, outcome, applied, at)
+VALUES (7, 'pur_1', 'create', 'succeeded', `+map[migrations.Dialect]string{migrations.Postgres: "true", migrations.SQLite: "1"}[d.name]+`, `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO operator_actions (id, purchase_id, operator, action, at) VALUES (8, 'pur_1', 'alice', 'note', `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO audit_findings (id, provider, payment_id, kind, purchase_id, amount, found_at)
+VALUES (9, 'stripe', 'pi_dup', 'duplicate_charge', 'pur_1', 100, `+d.now+`)`)
+			audit := func() []string {
+				t.Helper()
+				rows := queryStrings(t, db, `SELECT 't' || id || ':' || from_state || '>' || to_state FROM transitions ORDER BY id`)
+				rows = append(rows, queryStrings(t, db, `SELECT 'a' || id || ':' || op FROM provider_attempts ORDER BY id`)...)
+				rows = append(rows, queryStrings(t, db, `SELECT 'o' || id || ':' || action FROM operator_actions ORDER BY id`)...)
+				return append(rows, queryStrings(t, db, `SELECT 'f' || id || ':' || kind FROM audit_findings ORDER BY id`)...)
+			}
+			before := audit()
+
+			if _, err := p.UpTo(ctx, v); err != nil {
+				t.Fatalf("up to %d: %v", v, err)
+			}
+			if got, want := queryStrings(t, db, `SELECT id || ':' || kind || ':' || purchase_id || ':' || lease_token FROM jobs`), []string{"pur_1:purchase:pur_1:3"}; !slices.Equal(got, want) {
+				t.Fatalf("jobs after the migration: %v, want %v", got, want)
+			}
+			if got := audit(); !slices.Equal(got, before) {
+				t.Fatalf("transitions after the migration: %v, want %v", got, before)
+			}
+
+			// A refund, its job and its audit rows.
+			mustExec(t, db, `INSERT INTO refunds (id, purchase_id, payment_id, amount, currency, state, version,
+    provider_key, provider_request, params_hash, created_at, updated_at)
+VALUES ('ref_1', 'pur_1', 'pi_1', 60, 'eur', 'created', 1, 'payrecon-ref_1', '{}', 'h', `+d.now+`, `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO jobs (kind, purchase_id, refund_id, run_at) VALUES ('refund', 'pur_1', 'ref_1', `+d.now+`)`)
+			mustExec(t, db, `UPDATE refunds SET state = 'submitted' WHERE id = 'ref_1'`)
+			mustExec(t, db, `UPDATE refunds SET state = 'failed' WHERE id = 'ref_1'`)
+			mustExec(t, db, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
+VALUES ('pur_1', 'ref_1', 'submitted', 'failed', 'submit_response', `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO provider_attempts (purchase_id, refund_id, op, outcome, applied, at)
+VALUES ('pur_1', 'ref_1', 'refund_create', 'failed', `+map[migrations.Dialect]string{migrations.Postgres: "true", migrations.SQLite: "1"}[d.name]+`, `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO operator_actions (purchase_id, refund_id, operator, action, at)
+VALUES ('pur_1', 'ref_1', 'alice', 'refund', `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO audit_findings (provider, payment_id, kind, purchase_id, amount, found_at)
+VALUES ('stripe', 're_1', 'orphan_refund', 'pur_1', 100, `+d.now+`)`)
+			if got, want := queryStrings(t, db, `SELECT id || ':' || kind FROM jobs ORDER BY id`), []string{"pur_1:purchase", "ref_1:refund"}; !slices.Equal(got, want) {
+				t.Fatalf("jobs with a refund's: %v, want %v", got, want)
+			}
+			for _, stmt := range []string{
+				// A purchase's row of the audit holds a purchase's move.
+				`INSERT INTO transitions (purchase_id, from_state, to_state, cause, at) VALUES ('pur_1', 'submitted', 'failed', 'operator', ` + d.now + `)`,
+				// A refund's row a refund's move.
+				`INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at) VALUES ('pur_1', 'ref_1', 'submitted', 'declined', 'operator', ` + d.now + `)`,
+				// A refund's row names its own purchase.
+				`INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at) VALUES ('pur_2', 'cus_1', 100, 'eur', 'created', 1, ` + d.now + `, ` + d.now + `);
+INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at) VALUES ('pur_2', 'ref_1', 'created', 'submitted', 'operator', ` + d.now + `)`,
+				// A second purchase job of a purchase.
+				`INSERT INTO jobs (purchase_id, run_at) VALUES ('pur_1', ` + d.now + `)`,
+				// A refund's job naming no refund.
+				`INSERT INTO jobs (kind, purchase_id, run_at) VALUES ('refund', 'pur_1', ` + d.now + `)`,
+				`UPDATE transitions SET actor = 'mallory'`,
+			} {
+				if _, err := db.ExecContext(ctx, stmt); err == nil {
+					t.Fatalf("%s: accepted", stmt)
+				}
+			}
+
+			if _, err := p.DownTo(ctx, v-1); err != nil {
+				t.Fatalf("down to %d: %v", v-1, err)
+			}
+			if got := audit(); !slices.Equal(got, before) {
+				t.Fatalf("transitions after the Down: %v, want %v", got, before)
+			}
+			if got, want := queryStrings(t, db, `SELECT purchase_id || ':' || lease_token FROM jobs`), []string{"pur_1:3"}; !slices.Equal(got, want) {
+				t.Fatalf("jobs after the Down: %v, want %v", got, want)
+			}
+			for _, table := range []string{"refunds", "refund_allowed_transitions", "refund_states"} {
+				if _, err := db.ExecContext(ctx, `SELECT 1 FROM `+table); err == nil {
+					t.Fatalf("after the Down, %s is still there", table)
+				}
+			}
+			if _, err := db.ExecContext(ctx, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
+VALUES ('pur_1', 'created', 'succeeded', 'operator', `+d.now+`)`); err == nil {
+				t.Fatal("after the Down, a transition outside allowed_transitions was inserted")
+			}
+			if _, err := db.ExecContext(ctx, `INSERT INTO jobs (purchase_id, run_at) VALUES ('pur_1', `+d.now+`)`); err == nil {
+				t.Fatal("after the Down, a second job of pur_1 was inserted")
+			}
+			if _, err := p.Up(ctx); err != nil {
+				t.Fatalf("up again: %v", err)
 			}
 		})
 	}

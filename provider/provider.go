@@ -30,6 +30,9 @@ const (
 	// (processing, requires_action), or another request with the same key
 	// is in flight.
 	Pending Outcome = "pending"
+	// Failed: the provider confirms a refund failed or was canceled: no
+	// money went back. Refunds only; a charge's negative is Declined.
+	Failed Outcome = "failed"
 	// Unknown: the call failed in a way that leaves the outcome open
 	// (timeout, lost reply, 5xx, connection reset).
 	Unknown Outcome = "unknown"
@@ -48,8 +51,8 @@ const (
 	Rejected Outcome = "rejected"
 )
 
-// Final reports whether o settles the purchase.
-func (o Outcome) Final() bool { return o == Succeeded || o == Declined }
+// Final reports whether o settles the purchase (or the refund).
+func (o Outcome) Final() bool { return o == Succeeded || o == Declined || o == Failed }
 
 // Errors an adapter wraps (with %w) so that callers can classify a failure.
 // Any other error from a Provider method means the outcome is unknown.
@@ -233,6 +236,91 @@ type Provider interface {
 	// records directly rather than a lagging index. A failure returns an
 	// error and no payments: the caller lists the window again.
 	List(ctx context.Context, w Window) ([]Payment, error)
+
+	// CreateRefund refunds req.Amount of payment req.PaymentID under
+	// req.IdempotencyKey. Sending the same key and parameters again must
+	// not create a second refund while the provider retains the key. The
+	// result's Outcome is Succeeded, Failed or Pending; errors classify as
+	// for Create (OutcomeOf).
+	CreateRefund(ctx context.Context, req RefundRequest) (RefundResult, error)
+	// GetRefund looks up a refund by the provider's refund id. An unknown
+	// id gives Outcome NotFound, never Failed.
+	GetRefund(ctx context.Context, refundID string) (RefundResult, error)
+	// ListRefunds returns every refund of payment paymentID, oldest first,
+	// reading every page; none for a payment with no refunds. A failure
+	// returns an error and no refunds.
+	ListRefunds(ctx context.Context, paymentID string) ([]RefundResult, error)
+	// ListRefundsCreated returns every refund the provider created within
+	// w, oldest first, reading every page, for the audit from the
+	// provider's side. A failure returns an error and no refunds.
+	ListRefundsCreated(ctx context.Context, w Window) ([]RefundResult, error)
+}
+
+// RefundRequest is everything sent to create a refund. payrecon stores
+// it, with its hash and key, before the first call, and replays exactly
+// the stored request afterwards.
+type RefundRequest struct {
+	// IdempotencyKey is stable for the refund: every attempt and replay
+	// sends the same key.
+	IdempotencyKey string `json:"idempotency_key"`
+	// RefundID is payrecon's refund id, sent as metadata (refund_id) so
+	// that a listing finds the refund when its provider id is unknown.
+	RefundID string `json:"refund_id"`
+	// PurchaseID is the purchase the refund belongs to, sent as metadata
+	// (purchase_id).
+	PurchaseID string `json:"purchase_id"`
+	// PaymentID is the provider's payment refunded: the purchase's own, or
+	// a duplicate charge's an operator named from an audit finding.
+	PaymentID string `json:"payment_id"`
+	Amount    int64  `json:"amount"`
+	Currency  string `json:"currency"`
+	// Reason is the provider's reason word, when one applies
+	// ("duplicate", "requested_by_customer", "fraudulent"); "" sends none.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Hash returns a stable hex SHA-256 of the request's parameters, key
+// included, for detecting a replay with different parameters.
+func (r RefundRequest) Hash() string {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("provider: marshal RefundRequest: %v", err)) // plain struct: cannot fail
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// RefundResult is a provider-neutral answer about one refund.
+type RefundResult struct {
+	// Outcome is Succeeded, Failed or Pending for a refund the provider
+	// has; NotFound for a lookup of an unknown id.
+	Outcome Outcome `json:"outcome"`
+	// ID is the provider's refund id, when known.
+	ID string `json:"id,omitempty"`
+	// PaymentID is the payment the provider's refund returns money from.
+	PaymentID string `json:"payment_id,omitempty"`
+	// RefundID and PurchaseID are payrecon's ids from the refund's
+	// metadata, exactly as stored there; "" when it names none (a refund
+	// made in the provider's dashboard).
+	RefundID   string `json:"refund_id,omitempty"`
+	PurchaseID string `json:"purchase_id,omitempty"`
+	Amount     int64  `json:"amount,omitempty"`
+	Currency   string `json:"currency,omitempty"`
+	// Status is the provider's own status word, for the audit trail.
+	Status string `json:"status,omitempty"`
+	// Reason explains a failure (the provider's failure reason), for the
+	// audit trail.
+	Reason  string    `json:"reason,omitempty"`
+	Created time.Time `json:"created,omitzero"`
+}
+
+// RefundOutcomeOf classifies the result of a refund call as OutcomeOf
+// does for a charge.
+func RefundOutcomeOf(res RefundResult, err error) Outcome {
+	if err == nil {
+		return res.Outcome
+	}
+	return OutcomeOf(Result{}, err)
 }
 
 // Op names a provider operation, for the audit trail and metrics.
@@ -244,6 +332,10 @@ const (
 	OpStatus Op = "status"
 	OpSearch Op = "search"
 	OpList   Op = "list"
+
+	OpRefundCreate Op = "refund_create"
+	OpRefundGet    Op = "refund_get"
+	OpRefundList   Op = "refund_list"
 )
 
 // Event is a provider's notification about a payment, verified and
@@ -262,6 +354,12 @@ type Event struct {
 	PaymentID string
 	// PurchaseID is payrecon's purchase id from the payment's metadata.
 	PurchaseID string
+	// Refund is set for an event about a refund (refund.created,
+	// refund.updated, refund.failed, and charge.refunded when it carries
+	// the refund): the refund as the event's object shows it. Outcome is
+	// then the refund's (Succeeded, Failed or Pending), PaymentID the
+	// refunded payment's, Amount and Currency the refund's.
+	Refund *RefundResult
 	// Amount and Currency are the payment's, as the event's object
 	// carries them; 0 and "" when it carries none.
 	Amount   int64

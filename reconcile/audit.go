@@ -34,6 +34,8 @@ type AuditReport struct {
 	// Payments is how many payments the provider listed in the chunks
 	// this call covered.
 	Payments int
+	// Refunds is how many refunds the provider listed in those chunks.
+	Refunds int
 	// New lists the findings this call stored.
 	New []Finding
 }
@@ -85,11 +87,12 @@ func (s *Service) audit(ctx context.Context, name string, w provider.Window) (Au
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: audit [%s, %s): %w", chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
 		}
-		rep.Payments += n
+		rep.Payments += n.payments
+		rep.Refunds += n.refunds
 		rep.New = append(rep.New, found...)
 	}
 	s.cfg.Logger.Info("audit run complete", "audit", name, "from", rep.Run.From, "until", rep.Run.Until,
-		"payments", rep.Payments, "new_findings", len(rep.New))
+		"payments", rep.Payments, "refunds", rep.Refunds, "new_findings", len(rep.New))
 	return rep, nil
 }
 
@@ -128,10 +131,10 @@ func (s *Service) AuditDue(ctx context.Context) (AuditReport, error) {
 
 // auditChunk lists the payments of one chunk and matches them, storing the
 // findings and advancing the run's watermark in one transaction.
-func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Window) (int, []Finding, error) {
+func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Window) (listed, []Finding, error) {
 	payments, err := s.list(ctx, w)
 	if err != nil {
-		return 0, nil, err
+		return listed{}, nil, err
 	}
 	seen := make(map[string]bool, len(payments))
 	for _, pay := range payments {
@@ -139,7 +142,11 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 	}
 	missing, err := s.missingAtProvider(ctx, w, seen)
 	if err != nil {
-		return 0, nil, err
+		return listed{}, nil, err
+	}
+	refunds, err := s.listRefunds(ctx, w)
+	if err != nil {
+		return listed{}, nil, err
 	}
 	var (
 		stored []Finding
@@ -159,6 +166,11 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 			}
 			found = append(found, fs...)
 		}
+		fs, err := s.matchRefunds(ctx, tx, refunds)
+		if err != nil {
+			return err
+		}
+		found = append(found, fs...)
 		found = append(found, missing...)
 		for _, f := range found {
 			f.Provider, f.FoundAt = s.cfg.ProviderName, now
@@ -179,15 +191,18 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 		return tx.SaveAuditRun(ctx, next)
 	})
 	if err != nil {
-		return 0, nil, err
+		return listed{}, nil, err
 	}
 	*run = next
 	for _, f := range stored {
 		s.cfg.Logger.Warn("audit finding", "kind", f.Kind, "payment", f.PaymentID, "purchase", f.PurchaseID,
 			"amount", f.Amount, "currency", f.Currency, "evidence", f.Evidence)
 	}
-	return len(payments), stored, nil
+	return listed{payments: len(payments), refunds: len(refunds)}, stored, nil
 }
+
+// listed counts what the provider listed in one chunk.
+type listed struct{ payments, refunds int }
 
 // list asks the provider for the payments created in w.
 func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
@@ -340,6 +355,9 @@ func escalationFor(k FindingKind) EscalationReason {
 func (s *Service) escalateForFinding(ctx context.Context, tx Tx, f Finding, now time.Time) error {
 	if f.PurchaseID == "" {
 		return nil
+	}
+	if f.Kind == FindingOrphanRefund || f.Kind == FindingRefundMismatch {
+		return s.escalateRefundForFinding(ctx, tx, f, now)
 	}
 	p, err := tx.GetPurchase(ctx, f.PurchaseID)
 	if err != nil {

@@ -54,6 +54,12 @@ const (
 	// KindEventConflict: a provider event id arrived again with another
 	// payload.
 	KindEventConflict Kind = "event_conflict"
+	// KindRefundExceeds: the refunds of one payment, pending ones
+	// included, would exceed the payment's amount.
+	KindRefundExceeds Kind = "refund_exceeds"
+	// KindNotRefundable: the purchase is not succeeded and the refund
+	// names no audit finding's payment.
+	KindNotRefundable Kind = "not_refundable"
 )
 
 // kindText is what each kind says when nothing more is known; the
@@ -75,6 +81,8 @@ var kindText = map[Kind]string{
 	KindKeyMismatch:         "idempotency key reused with a different request",
 	KindKeyInFlight:         "a request with this idempotency key is still in flight",
 	KindEventConflict:       "event id reused with a different payload",
+	KindRefundExceeds:       "the payment's refunds would exceed its amount",
+	KindNotRefundable:       "nothing to refund: the purchase is not succeeded",
 }
 
 // Error is an error of payrecon's protocol, in the spirit of upspin's
@@ -177,6 +185,8 @@ var (
 	ErrKeyMismatch         = &Error{Kind: KindKeyMismatch}
 	ErrKeyInFlight         = &Error{Kind: KindKeyInFlight}
 	ErrEventConflict       = &Error{Kind: KindEventConflict}
+	ErrRefundExceeds       = &Error{Kind: KindRefundExceeds}
+	ErrNotRefundable       = &Error{Kind: KindNotRefundable}
 	// ErrAuditWindow: an audit's window is empty or inverted.
 	ErrAuditWindow = &Error{Kind: KindInvalid, Detail: "audit window is empty"}
 )

@@ -64,6 +64,13 @@ type Event struct {
 	Created     time.Time
 	PayloadHash string // hex SHA-256 of the raw payload
 	Payload     []byte
+	// Refund is true for an event about a refund: PaymentID is then the
+	// provider's refund id, Outcome the refund's, Amount and Currency the
+	// refund's, RefundID the refund id its metadata names ("" for none)
+	// and Refunded the payment it returns money from.
+	Refund   bool
+	RefundID string
+	Refunded string
 }
 
 // InboxEvent is one row of the webhook inbox, unique by (Provider, EventID).
@@ -82,6 +89,11 @@ type InboxEvent struct {
 	Outcome     EventOutcome
 	ReceivedAt  time.Time
 	ProcessedAt time.Time
+	// Refund, RefundID and Refunded are the event's (see Event), so that
+	// an unmatched refund event is retried as one.
+	Refund   bool
+	RefundID string
+	Refunded string
 }
 
 // maxWriteRaces bounds how often a writer re-reads and tries again after
@@ -115,6 +127,7 @@ func (s *Service) ApplyEvent(ctx context.Context, ev Event) (EventOutcome, error
 			Payload: ev.Payload, ObjectID: ev.PaymentID, Result: ev.Outcome, PurchaseID: ev.PurchaseID,
 			Amount: ev.Amount, Currency: ev.Currency, Created: ev.Created,
 			Outcome: EventUnmatched, ReceivedAt: now,
+			Refund: ev.Refund, RefundID: ev.RefundID, Refunded: ev.Refunded,
 		})
 		if err != nil {
 			return err
@@ -166,6 +179,7 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 			Provider: ie.Provider, ID: ie.EventID, Type: ie.Type, PaymentID: ie.ObjectID,
 			PurchaseID: ie.PurchaseID, PayloadHash: ie.PayloadHash, Payload: ie.Payload,
 			Outcome: ie.Result, Amount: ie.Amount, Currency: ie.Currency, Created: ie.Created,
+			Refund: ie.Refund, RefundID: ie.RefundID, Refunded: ie.Refunded,
 		}
 		var outcome EventOutcome
 		var moves []move
@@ -255,6 +269,9 @@ func (s *Service) applyEventTx(ctx context.Context, tx Tx, ev Event, now time.Ti
 		// A type payrecon does not act on: kept for the record, never
 		// retried as unmatched.
 		return EventIgnored, nil, tx.UpdateInboxEvent(ctx, ev.Provider, ev.ID, ev.PurchaseID, EventIgnored, now)
+	}
+	if ev.Refund {
+		return s.applyRefundEventTx(ctx, tx, ev, now)
 	}
 	p, err := s.matchEvent(ctx, tx, ev)
 	if errors.Is(err, ErrNotFound) {

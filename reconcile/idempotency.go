@@ -66,8 +66,82 @@ func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHa
 	if err != nil {
 		return SavedResponse{}, fmt.Errorf("reconcile: create purchase: %w", err)
 	}
+	out, err := s.once(ctx, client, key, requestHash, func(ctx context.Context, tx Tx) (SavedResponse, error) {
+		p, err := s.createPurchaseTx(ctx, tx, np, client)
+		if errors.Is(err, ErrDuplicate) && np.Reference != "" {
+			existing, ferr := tx.FindPurchaseByReference(ctx, np.Customer, np.Reference)
+			if ferr != nil {
+				return SavedResponse{}, errors.Join(err, ferr)
+			}
+			conflict := &ReferenceConflictError{Reference: np.Reference}
+			if client != "" && existing.Client == client {
+				conflict.ExistingPurchaseID = existing.ID
+			}
+			return SavedResponse{}, conflict
+		}
+		if err != nil {
+			return SavedResponse{}, err
+		}
+		status, body, err := render(p)
+		if err != nil {
+			return SavedResponse{}, fmt.Errorf("render response: %w", err)
+		}
+		return SavedResponse{StatusCode: status, Body: body, PurchaseID: p.ID}, nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("reconcile: create purchase with key %q: %w", key, err)
+	}
+	return out, nil
+}
+
+// RenderRefundFunc turns a created refund into the response to save and
+// send.
+type RenderRefundFunc func(Refund) (statusCode int, body []byte, err error)
+
+// CreateRefundOnce creates a refund at most once per (client, key), as
+// CreatePurchaseOnce creates a purchase: the key, the refund, its job
+// and the saved response commit together or not at all; a retry with
+// the same key and hash replays the saved response and creates nothing;
+// the same key with another hash returns an error wrapping
+// ErrKeyMismatch. client must be the purchase's Client: a purchase the
+// client did not create is not found. Errors of CreateRefund (ErrInvalid,
+// ErrNotRefundable, ErrRefundExceeds) store nothing, so a corrected retry
+// runs as a first attempt.
+func (s *Service) CreateRefundOnce(ctx context.Context, client, key, requestHash string, nr NewRefund, render RenderRefundFunc) (SavedResponse, error) {
+	nr, err := ValidateRefund(nr)
+	if err != nil {
+		return SavedResponse{}, fmt.Errorf("reconcile: create refund: %w", err)
+	}
+	out, err := s.once(ctx, client, key, requestHash, func(ctx context.Context, tx Tx) (SavedResponse, error) {
+		p, err := tx.GetPurchase(ctx, nr.PurchaseID)
+		if err != nil {
+			return SavedResponse{}, err
+		}
+		if client == "" || p.Client != client {
+			return SavedResponse{}, ErrNotFound // never tell a client about another's purchase
+		}
+		r, err := s.createRefundTx(ctx, tx, nr, client)
+		if err != nil {
+			return SavedResponse{}, err
+		}
+		status, body, err := render(r)
+		if err != nil {
+			return SavedResponse{}, fmt.Errorf("render response: %w", err)
+		}
+		return SavedResponse{StatusCode: status, Body: body, PurchaseID: p.ID}, nil
+	})
+	if err != nil {
+		return out, fmt.Errorf("reconcile: create refund with key %q: %w", key, err)
+	}
+	return out, nil
+}
+
+// once runs create at most once per (client, key), in one transaction
+// with the key's insert and the saved response (see CreatePurchaseOnce).
+// create returns the response to save; its error rolls everything back.
+func (s *Service) once(ctx context.Context, client, key, requestHash string, create func(context.Context, Tx) (SavedResponse, error)) (SavedResponse, error) {
 	var out SavedResponse
-	err = s.inGroup(ctx, func(ctx context.Context, tx Tx) error {
+	err := s.inGroup(ctx, func(ctx context.Context, tx Tx) error {
 		out = SavedResponse{}
 		now, err := tx.Now(ctx)
 		if err != nil {
@@ -93,32 +167,14 @@ func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHa
 			}
 			return nil
 		}
-		p, err := s.createPurchaseTx(ctx, tx, np, client)
-		if errors.Is(err, ErrDuplicate) && np.Reference != "" {
-			existing, ferr := tx.FindPurchaseByReference(ctx, np.Customer, np.Reference)
-			if ferr != nil {
-				return errors.Join(err, ferr)
-			}
-			conflict := &ReferenceConflictError{Reference: np.Reference}
-			if client != "" && existing.Client == client {
-				conflict.ExistingPurchaseID = existing.ID
-			}
-			return conflict
-		}
+		created, err := create(ctx, tx)
 		if err != nil {
 			return err
 		}
-		status, body, err := render(p)
-		if err != nil {
-			return fmt.Errorf("render response: %w", err)
-		}
-		out = SavedResponse{StatusCode: status, Body: body, PurchaseID: p.ID}
-		return tx.SaveIdempotencyResponse(ctx, client, key, status, body, p.ID)
+		out = created
+		return tx.SaveIdempotencyResponse(ctx, client, key, out.StatusCode, out.Body, out.PurchaseID)
 	})
-	if err != nil {
-		return out, fmt.Errorf("reconcile: create purchase with key %q: %w", key, err)
-	}
-	return out, nil
+	return out, err
 }
 
 // SweepIdempotencyKeys deletes keys created before now-retention, in

@@ -63,7 +63,23 @@ type Answer struct {
 	At time.Time
 	// Owner is the purchase the books give PaymentID to, "" if none. The
 	// caller looks it up in the transaction that applies the verdict.
+	// For a refund answer: the refund the books give the provider's
+	// refund id to.
 	Owner string
+
+	// For an answer about a refund (JudgeRefund), PaymentID is the
+	// provider's refund id, RefundID the refund id its metadata names
+	// ("" for none), and Refunded the payment it returns money from.
+	RefundID string
+	Refunded string
+}
+
+// refundAnswerOf builds the Answer to a refund call from its result.
+func refundAnswerOf(src Source, outcome provider.Outcome, res provider.RefundResult) Answer {
+	return Answer{
+		Source: src, Outcome: outcome, PaymentID: res.ID, PurchaseID: res.PurchaseID,
+		RefundID: res.RefundID, Refunded: res.PaymentID, Amount: res.Amount, Currency: res.Currency,
+	}
 }
 
 // answerOf builds the Answer to a provider call from its result.

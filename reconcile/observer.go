@@ -22,12 +22,16 @@ type Observer interface {
 	// Resolved is called when a purchase that was once uncertain reaches a
 	// terminal state, with the time since it first became uncertain.
 	Resolved(uncertainFor time.Duration)
+	// RefundTransition is called once per committed transition of a
+	// refund.
+	RefundTransition(from, to statemachine.State, cause Cause)
 }
 
 type nopObserver struct{}
 
-func (nopObserver) Transition(statemachine.State, statemachine.State, Cause)  {}
-func (nopObserver) ProviderCall(provider.Op, provider.Outcome, time.Duration) {}
-func (nopObserver) JobsClaimed(int)                                           {}
-func (nopObserver) LeaseLost()                                                {}
-func (nopObserver) Resolved(time.Duration)                                    {}
+func (nopObserver) Transition(statemachine.State, statemachine.State, Cause)       {}
+func (nopObserver) ProviderCall(provider.Op, provider.Outcome, time.Duration)      {}
+func (nopObserver) JobsClaimed(int)                                                {}
+func (nopObserver) LeaseLost()                                                     {}
+func (nopObserver) Resolved(time.Duration)                                         {}
+func (nopObserver) RefundTransition(statemachine.State, statemachine.State, Cause) {}

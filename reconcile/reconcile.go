@@ -159,6 +159,9 @@ func (p Purchase) Escalated() bool { return !p.EscalatedAt.IsZero() }
 type TransitionRecord struct {
 	ID         int64
 	PurchaseID string
+	// RefundID is set for a move of a refund of the purchase (From and To
+	// are then the refund's states); empty for the purchase's own moves.
+	RefundID   string
 	From, To   statemachine.State
 	Cause      Cause
 	Evidence   string // what the decision rests on: the provider's answer, an event id, an operator's note
@@ -171,6 +174,9 @@ type TransitionRecord struct {
 type Attempt struct {
 	ID         int64
 	PurchaseID string
+	// RefundID is set for a call about a refund of the purchase; empty
+	// for the purchase's own charge.
+	RefundID   string
 	Op         provider.Op
 	Key        string // idempotency key sent, for create
 	Outcome    provider.Outcome
@@ -210,17 +216,37 @@ type IdempotencyKey struct {
 type OperatorAction struct {
 	ID         int64
 	PurchaseID string
-	Operator   string
-	Action     string // recheck, resolve or note
-	Saw        string // the provider's live view shown before confirming
-	Did        string // what was done, e.g. "uncertain→reconciling→succeeded"
-	Evidence   string // the operator's evidence or note text
-	At         time.Time
+	// RefundID is the refund the action started or concerned, if any.
+	RefundID string
+	Operator string
+	Action   string // recheck, resolve, note or refund (the operator's "refund this charge")
+	Saw      string // the provider's live view shown before confirming
+	Did      string // what was done, e.g. "uncertain→reconciling→succeeded"
+	Evidence string // the operator's evidence or note text
+	At       time.Time
 }
 
-// Job is the leased unit of work that moves one purchase.
+// JobKind says what a job moves.
+type JobKind string
+
+// The kinds of job. One table holds both, claimed by the same worker with
+// the same leases, backoff and sweeps.
+const (
+	// JobPurchase moves a purchase; its job id is the purchase id.
+	JobPurchase JobKind = "purchase"
+	// JobRefund moves a refund; its job id is the refund id.
+	JobRefund JobKind = "refund"
+)
+
+// Job is the leased unit of work that moves one purchase or one refund.
 type Job struct {
-	PurchaseID     string
+	// Kind is what the job moves; the zero value means JobPurchase.
+	Kind JobKind
+	// PurchaseID is the purchase moved, or the purchase the refund
+	// belongs to.
+	PurchaseID string
+	// RefundID is the refund moved, for a JobRefund; empty otherwise.
+	RefundID       string
 	RunAt          time.Time
 	LeaseOwner     string // empty when not leased
 	LeaseToken     int64  // increases on every claim
@@ -266,10 +292,16 @@ type Move struct {
 // Lease is a worker's claim on one job. Every write made under it is fenced
 // by Token.
 type Lease struct {
+	// Kind is the leased job's kind; the zero value means JobPurchase.
+	Kind JobKind
+	// PurchaseID is the purchase of the job (a refund job's: the
+	// purchase its refund belongs to).
 	PurchaseID string
-	Owner      string
-	Token      int64
-	ExpiresAt  time.Time
+	// RefundID is the refund of a JobRefund; empty otherwise.
+	RefundID  string
+	Owner     string
+	Token     int64
+	ExpiresAt time.Time
 	// TakenOver is true when the previous lease expired without being
 	// released: the worker holding it died or stalled, possibly mid-call.
 	TakenOver bool
@@ -284,10 +316,85 @@ type Lease struct {
 	// when the claim did not read it. It may be stale by the time it is
 	// used: every write made from it is conditional on its version.
 	Purchase *Purchase
+	// Refund is, for a JobRefund, the refund as the claim read it (nil
+	// when the claim did not read it); always nil for a JobPurchase.
+	Refund *Refund
 
 	// local is the worker's own clock reading when it got the lease.
 	local time.Time
 }
+
+// JobID returns the id of the leased job: the refund id of a JobRefund,
+// the purchase id otherwise.
+func (l Lease) JobID() string {
+	if l.Kind == JobRefund {
+		return l.RefundID
+	}
+	return l.PurchaseID
+}
+
+// JobID returns the job's id: the refund id of a JobRefund, the purchase
+// id otherwise.
+func (j Job) JobID() string {
+	if j.Kind == JobRefund {
+		return j.RefundID
+	}
+	return j.PurchaseID
+}
+
+// Refund is one refund: its own process, with its own id, provider key
+// and states (statemachine.Refund), returning money from one payment of a
+// purchase. It is never a charge with a minus sign.
+type Refund struct {
+	ID         string // "ref_…"
+	PurchaseID string
+	// PaymentID is the provider's payment refunded: the purchase's own
+	// payment id, or a duplicate charge's named by an audit finding.
+	PaymentID string
+	// FindingID is the audit finding whose payment is refunded (an
+	// operator's "refund this charge"); 0 for a refund of the purchase's
+	// own payment.
+	FindingID int64
+	Amount    int64  // minor units, > 0
+	Currency  string // the payment's currency
+	Reason    string // why, in the requester's words
+	// Client is the purchase API client that asked for it; empty for the
+	// CLI or an operator.
+	Client string
+	// RequestedBy is who asked: an API client, "cli", or an operator.
+	RequestedBy string
+
+	State   statemachine.State // a statemachine.Refund state
+	Version int64
+
+	// ProviderKey is the refund's provider idempotency key, fixed at
+	// insert and never changed.
+	ProviderKey string
+	// ProviderRequest is the exact request stored before the first call;
+	// replays send it unchanged. ParamsHash is its Hash.
+	ProviderRequest *provider.RefundRequest
+	ParamsHash      string
+	// ProviderRefundID is the provider's id for the refund, once known.
+	ProviderRefundID string
+	// FailureReason is the provider's reason for a failed refund.
+	FailureReason string
+
+	FirstAttemptAt   time.Time
+	UncertainSince   time.Time
+	EscalatedAt      time.Time
+	EscalationReason EscalationReason
+	SettledAt        time.Time
+
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Escalated reports whether the refund is on the operator list.
+func (r Refund) Escalated() bool { return !r.EscalatedAt.IsZero() }
+
+// RefundKeyFor returns the stable provider idempotency key of a refund,
+// derived from its id as a purchase's is.
+func RefundKeyFor(refundID string) string { return "payrecon-" + refundID }
 
 // FindingKind names what the audit from the provider's side found.
 type FindingKind string
@@ -313,12 +420,21 @@ const (
 	// FindingMissingAtProvider: a succeeded purchase whose payment the
 	// provider does not have.
 	FindingMissingAtProvider FindingKind = "missing_at_provider"
+	// FindingOrphanRefund: a refund at the provider with no refund in the
+	// books (made in the dashboard, or under an id the books do not know).
+	// Its PaymentID is the provider's refund id.
+	FindingOrphanRefund FindingKind = "orphan_refund"
+	// FindingRefundMismatch: a refund at the provider whose amount,
+	// currency or payment disagrees with the refund in the books. Its
+	// PaymentID is the provider's refund id.
+	FindingRefundMismatch FindingKind = "refund_mismatch"
 )
 
 // FindingKinds lists every kind, for metrics and validation.
 var FindingKinds = []FindingKind{
 	FindingOrphanCharge, FindingDuplicateCharge, FindingAmountMismatch,
 	FindingCurrencyMismatch, FindingStateDisagreement, FindingMissingAtProvider,
+	FindingOrphanRefund, FindingRefundMismatch,
 }
 
 // Finding is one discrepancy the audit from the provider's side found

@@ -45,11 +45,17 @@ type Store interface {
 	// sweep uses it to move such purchases on promptly.
 	ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Lease, error)
 
-	// ClaimJob leases the one job of purchaseID, whether due or not, if it
-	// is not done and not leased (or its lease expired), with a new fencing
-	// token as ClaimJobs does. For an operator's recheck. Returns
-	// ErrConflict if another owner holds an unexpired lease or the job is
-	// done, ErrNotFound if there is no such job.
+	// ClaimJobs and ClaimExpiredJobs return jobs of both kinds, in one
+	// order (run_at, then job id), each Lease with its Kind set; a
+	// JobRefund's Lease carries its Refund as the claim read it, and the
+	// purchase it belongs to as PurchaseID and Purchase.
+	//
+	// ClaimJob leases the purchase job of purchaseID (never one of its
+	// refunds' jobs), whether due or not, if it is not done and not leased
+	// (or its lease expired), with a new fencing token as ClaimJobs does.
+	// For an operator's recheck. Returns ErrConflict if another owner
+	// holds an unexpired lease or the job is done, ErrNotFound if there is
+	// no such job.
 	ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (Lease, error)
 
 	// ReleaseLeases gives up every lease owner holds, making those jobs due
@@ -124,22 +130,39 @@ type Tx interface {
 	// ErrDuplicate if p's provider payment id belongs to another purchase.
 	UpdatePurchase(ctx context.Context, p Purchase, from statemachine.State) error
 
-	// InsertTransition appends to the transition audit.
+	// InsertTransition appends to the transition audit: a purchase's move,
+	// or a refund's when r.RefundID is set.
 	InsertTransition(ctx context.Context, r TransitionRecord) error
-	// ListTransitions returns a purchase's transitions, oldest first.
+	// ListTransitions returns a purchase's own transitions (not its
+	// refunds'), oldest first.
 	ListTransitions(ctx context.Context, purchaseID string) ([]TransitionRecord, error)
+	// ListRefundTransitions returns a refund's transitions, oldest first.
+	ListRefundTransitions(ctx context.Context, refundID string) ([]TransitionRecord, error)
 
-	// InsertAttempt appends to the provider call audit.
+	// InsertAttempt appends to the provider call audit: a call about the
+	// purchase's charge, or about a refund when a.RefundID is set.
 	InsertAttempt(ctx context.Context, a Attempt) error
-	// ListAttempts returns a purchase's provider calls, oldest first.
+	// ListAttempts returns the provider calls about a purchase's own
+	// charge (not its refunds), oldest first.
 	ListAttempts(ctx context.Context, purchaseID string) ([]Attempt, error)
+	// ListRefundAttempts returns a refund's provider calls, oldest first.
+	ListRefundAttempts(ctx context.Context, refundID string) ([]Attempt, error)
 
-	// InsertJob creates the job for a purchase, due at job.RunAt.
+	// InsertJob creates a job, due at job.RunAt: a purchase's (Kind
+	// JobPurchase or empty) or a refund's (JobRefund, with RefundID and
+	// its PurchaseID). Returns ErrDuplicate if a job with its id exists,
+	// ErrNotFound if its purchase does not exist or its refund is not
+	// one of that purchase's, and ErrInvalid for another kind, a refund's
+	// job without its RefundID, or a purchase's job naming a refund.
+	//
+	// The job methods below take a job id: the purchase id of a
+	// purchase's job, the refund id of a refund's (ids are distinct by
+	// their prefixes).
 	InsertJob(ctx context.Context, job Job) error
-	// GetJob returns a purchase's job, or ErrNotFound.
-	GetJob(ctx context.Context, purchaseID string) (Job, error)
+	// GetJob returns the job with id jobID, its Kind set, or ErrNotFound.
+	GetJob(ctx context.Context, jobID string) (Job, error)
 
-	// CheckLease returns nil if l is still the job's current lease (same
+	// CheckLease returns nil if l is still its job's current lease (same
 	// owner and token) and unexpired by the store's clock, and locks the
 	// job row for the rest of the transaction so that no claim can take it
 	// over before commit. Returns ErrLeaseLost otherwise.
@@ -147,18 +170,68 @@ type Tx interface {
 
 	// RescheduleJob releases the job's lease and makes it due at runAt.
 	// Call it after CheckLease (or for a job not leased).
-	RescheduleJob(ctx context.Context, purchaseID string, runAt time.Time) error
+	RescheduleJob(ctx context.Context, jobID string, runAt time.Time) error
 
 	// CompleteJob releases the job's lease and marks it done at now; a done
 	// job is never claimed again, unless reopened.
-	CompleteJob(ctx context.Context, purchaseID string, now time.Time) error
+	CompleteJob(ctx context.Context, jobID string, now time.Time) error
 
 	// ReopenJob makes a job due at runAt again, done or not, without
 	// touching a live lease (a leased job keeps its lease and gets runAt
 	// for its next run). For a settled purchase whose final state a newer
 	// provider answer puts in doubt. Returns ErrNotFound if there is no
 	// such job.
-	ReopenJob(ctx context.Context, purchaseID string, runAt time.Time) error
+	ReopenJob(ctx context.Context, jobID string, runAt time.Time) error
+
+	// InsertRefund stores a new refund in state created, with its
+	// provider key, request and hash. The database refuses, and the
+	// transaction stays usable:
+	//   - ErrDuplicate if its id or its provider key exists;
+	//   - ErrForbiddenTransition if its state is not created;
+	//   - ErrNotFound if its purchase does not exist;
+	//   - ErrInvalid if its provider key, request or hash is missing, or
+	//     its amount is not positive;
+	//   - ErrNotRefundable if r.FindingID is 0 and its purchase is not
+	//     succeeded or r.PaymentID is not the purchase's payment id, or
+	//     if r.FindingID names no finding of r.PaymentID for r.PurchaseID
+	//     (or names a finding about a refund, FindingOrphanRefund or
+	//     FindingRefundMismatch, whose PaymentID is no payment);
+	//   - ErrRefundExceeds if the refunds of r.PaymentID not failed,
+	//     pending ones included, would add up to more than the payment's
+	//     amount (the purchase's amount for its own payment, the
+	//     finding's amount for a finding's payment). Concurrent inserts
+	//     for one payment are serialized, so two that together exceed it
+	//     cannot both commit.
+	InsertRefund(ctx context.Context, r Refund) error
+	// GetRefund returns the refund with id, or ErrNotFound.
+	GetRefund(ctx context.Context, id string) (Refund, error)
+	// ListRefunds returns a purchase's refunds, oldest first.
+	ListRefunds(ctx context.Context, purchaseID string) ([]Refund, error)
+	// FindRefunds returns, in one read, the refunds whose id is in ids or
+	// whose provider refund id is in providerIDs, each once, in no
+	// particular order; unknown ids and empty strings find nothing.
+	FindRefunds(ctx context.Context, ids, providerIDs []string) ([]Refund, error)
+	// UpdateRefund writes r (state, provider refund id, failure reason,
+	// times, escalation) if the stored row is still in state from at
+	// version r.Version; it stores version r.Version+1. Amount, payment,
+	// key and request never change. Returns ErrConflict if the row moved
+	// on, ErrNotFound if there is no such row, ErrForbiddenTransition if
+	// statemachine.Refund refuses from → r.State, and ErrDuplicate if r's
+	// provider refund id belongs to another refund.
+	UpdateRefund(ctx context.Context, r Refund, from statemachine.State) error
+	// ListEscalatedRefunds returns the refunds on the operator list,
+	// oldest escalation first.
+	ListEscalatedRefunds(ctx context.Context) ([]Refund, error)
+	// ListOverdueUncertainRefunds returns up to limit refunds in state
+	// uncertain, not escalated, uncertain since before the given time,
+	// oldest first.
+	ListOverdueUncertainRefunds(ctx context.Context, uncertainBefore time.Time, limit int) ([]Refund, error)
+	// CountRefundsByState returns how many refunds are in each state;
+	// every statemachine.Refund state is present, 0 when it has none.
+	CountRefundsByState(ctx context.Context) (map[statemachine.State]int, error)
+	// OldestUncertainRefundSince returns the earliest UncertainSince of
+	// the refunds now uncertain or reconciling, or the zero time.
+	OldestUncertainRefundSince(ctx context.Context) (time.Time, error)
 
 	// ListEscalated returns the purchases on the operator list, oldest
 	// escalation first.
@@ -232,10 +305,12 @@ type Tx interface {
 	// touched.
 	DeleteIdempotencyKeysBefore(ctx context.Context, before time.Time, limit int) (int, error)
 
-	// InsertOperatorAction appends to the operator audit.
+	// InsertOperatorAction appends to the operator audit: an action on a
+	// purchase, or on one of its refunds when a.RefundID is set (ErrNotFound
+	// if that refund is not the purchase's).
 	InsertOperatorAction(ctx context.Context, a OperatorAction) error
-	// ListOperatorActions returns a purchase's operator actions, oldest
-	// first.
+	// ListOperatorActions returns a purchase's operator actions, those on
+	// its refunds included, oldest first.
 	ListOperatorActions(ctx context.Context, purchaseID string) ([]OperatorAction, error)
 
 	// AcquireSweepLock takes the named lock for owner until the store's

@@ -170,6 +170,9 @@ func (s *Service) Process(ctx context.Context, l Lease) error {
 	if l.local.IsZero() {
 		l.local = s.cfg.Now()
 	}
+	if l.Kind == JobRefund {
+		return s.processRefund(ctx, l)
+	}
 	log := s.cfg.Logger.With("purchase", l.PurchaseID, "lease_token", l.Token)
 	for range maxStepsPerRun {
 		done, err := s.step(ctx, &l)
@@ -212,6 +215,9 @@ func (s *Service) Process(ctx context.Context, l Lease) error {
 // returns it.
 func (s *Service) runFailed(l Lease, err error) error {
 	log := s.cfg.Logger.With("purchase", l.PurchaseID, "lease_token", l.Token)
+	if l.Kind == JobRefund {
+		log = log.With("refund", l.RefundID)
+	}
 	if errors.Is(err, ErrLeaseLost) {
 		s.cfg.Observer.LeaseLost()
 		log.Warn("lease lost: leaving the purchase to its new owner")
@@ -547,12 +553,18 @@ func (s *Service) escalateOnly(ctx context.Context, l Lease, p Purchase, reason 
 // reason when that weighs more than the one it is listed for (see
 // escalationRank). It reports whether p changed.
 func markEscalated(p *Purchase, reason EscalationReason, now time.Time) bool {
+	return escalate(&p.EscalatedAt, &p.EscalationReason, reason, now)
+}
+
+// escalate is markEscalated over the escalation fields of a purchase or a
+// refund.
+func escalate(at *time.Time, current *EscalationReason, reason EscalationReason, now time.Time) bool {
 	switch {
-	case !p.Escalated():
-		p.EscalatedAt, p.EscalationReason = now, reason
+	case at.IsZero():
+		*at, *current = now, reason
 		return true
-	case escalationRank(reason) > escalationRank(p.EscalationReason):
-		p.EscalationReason = reason
+	case escalationRank(reason) > escalationRank(*current):
+		*current = reason
 		return true
 	}
 	return false

@@ -170,6 +170,8 @@ func (o *countingObserver) ProviderCall(provider.Op, provider.Outcome, time.Dura
 func (o *countingObserver) JobsClaimed(int)                                           {}
 func (o *countingObserver) LeaseLost()                                                {}
 func (o *countingObserver) Resolved(time.Duration)                                    {}
+func (o *countingObserver) RefundTransition(statemachine.State, statemachine.State, reconcile.Cause) {
+}
 
 // TestWorkLoopStopsCleanly: the Work loop settles due purchases and, when
 // its context ends, returns with no lease held.

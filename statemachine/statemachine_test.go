@@ -3,6 +3,7 @@ package statemachine_test
 import (
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -118,5 +119,132 @@ func TestReadmeDiagramIsCurrent(t *testing.T) {
 	if !strings.Contains(string(readme), block) {
 		t.Fatalf("README.md does not contain the current diagram; regenerate it with\n"+
 			"  go run ./cmd/payrecon statemachine --mermaid\nwant:\n%s", block)
+	}
+}
+
+// TestRefundTransitionsAreExactlyTheTable pins the refund machine to the
+// list in the design (issue 12): created → submitted → {succeeded |
+// failed | uncertain}, uncertain → reconciling → {succeeded | failed |
+// uncertain}.
+func TestRefundTransitionsAreExactlyTheTable(t *testing.T) {
+	want := []string{
+		"created→submitted",
+		"submitted→succeeded",
+		"submitted→failed",
+		"submitted→uncertain",
+		"uncertain→reconciling",
+		"reconciling→succeeded",
+		"reconciling→failed",
+		"reconciling→uncertain",
+	}
+	var got []string
+	for _, p := range statemachine.Refund.Transitions() {
+		got = append(got, p.String())
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("refund transitions:\n got %v\nwant %v", got, want)
+	}
+	if got, want := statemachine.Refund.States(), []statemachine.State{
+		statemachine.Created, statemachine.Submitted, statemachine.Uncertain,
+		statemachine.Reconciling, statemachine.Succeeded, statemachine.Failed,
+	}; !slices.Equal(got, want) {
+		t.Fatalf("refund states: got %v, want %v", got, want)
+	}
+	if statemachine.Refund.Name() != "refund" || statemachine.Purchase.Name() != "purchase" {
+		t.Fatalf("machine names: %q and %q", statemachine.Purchase.Name(), statemachine.Refund.Name())
+	}
+}
+
+// TestRefundTransition checks every pair of the refund machine's states,
+// self-moves and the purchase's declined included, against its table: an
+// allowed move is nil, any other a *TransitionError naming both states
+// and the refund machine.
+func TestRefundTransition(t *testing.T) {
+	allowed := map[statemachine.Pair]bool{}
+	for _, p := range statemachine.Refund.Transitions() {
+		allowed[p] = true
+	}
+	states := append(statemachine.Refund.States(), statemachine.Declined)
+	for _, from := range states {
+		for _, to := range states {
+			t.Run(string(from)+"_to_"+string(to), func(t *testing.T) {
+				err := statemachine.Refund.Transition(from, to)
+				if allowed[statemachine.Pair{From: from, To: to}] {
+					if err != nil {
+						t.Fatalf("%s→%s: unexpected error %v", from, to, err)
+					}
+					return
+				}
+				var te *statemachine.TransitionError
+				if !errors.As(err, &te) {
+					t.Fatalf("%s→%s: got %v, want *TransitionError", from, to, err)
+				}
+				if te.Machine != "refund" || te.From != from || te.To != to {
+					t.Fatalf("%s→%s: error %+v, want the refund machine's, naming the move", from, to, te)
+				}
+				msg := err.Error()
+				if !strings.Contains(msg, string(from)) || !strings.Contains(msg, string(to)) || !strings.Contains(msg, "refund transition") {
+					t.Fatalf("%s→%s: error %q does not name both states and the refund machine", from, to, msg)
+				}
+			})
+		}
+	}
+}
+
+// TestRefundTransitionReasons: a refund's error says why, judged by the
+// refund machine: declined is no refund state, failed is terminal there
+// (and unknown to a purchase).
+func TestRefundTransitionReasons(t *testing.T) {
+	for _, tt := range []struct {
+		m        statemachine.Machine
+		from, to statemachine.State
+		want     string
+	}{
+		{statemachine.Refund, statemachine.Submitted, statemachine.Declined, `unknown state "declined"`},
+		{statemachine.Refund, statemachine.Declined, statemachine.Failed, `unknown state "declined"`},
+		{statemachine.Refund, statemachine.Failed, statemachine.Submitted, "failed is terminal"},
+		{statemachine.Refund, statemachine.Succeeded, statemachine.Failed, "succeeded is terminal"},
+		{statemachine.Refund, statemachine.Created, statemachine.Failed, "not in the table"},
+		{statemachine.Purchase, statemachine.Submitted, statemachine.Failed, `unknown state "failed"`},
+	} {
+		err := tt.m.Transition(tt.from, tt.to)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s.Transition(%q, %q) = %v, want error containing %q", tt.m.Name(), tt.from, tt.to, err, tt.want)
+		}
+	}
+	for _, tt := range []struct {
+		s    statemachine.State
+		want bool
+	}{
+		{statemachine.Created, false}, {statemachine.Uncertain, false},
+		{statemachine.Succeeded, true}, {statemachine.Failed, true}, {statemachine.Declined, false},
+	} {
+		if got := statemachine.Refund.Terminal(tt.s); got != tt.want {
+			t.Errorf("Refund.Terminal(%s) = %v, want %v", tt.s, got, tt.want)
+		}
+	}
+	if _, err := statemachine.Refund.Parse("declined"); err == nil || !strings.Contains(err.Error(), "refund") {
+		t.Errorf(`Refund.Parse("declined") = %v, want an error naming the refund machine`, err)
+	}
+	if got, err := statemachine.Refund.Parse("failed"); err != nil || got != statemachine.Failed {
+		t.Errorf(`Refund.Parse("failed") = %q, %v`, got, err)
+	}
+}
+
+// TestReadmeRefundDiagramIsCurrent fails when the README's diagram of the
+// refund machine drifts from its table. Regenerate it with `go run
+// ./cmd/payrecon statemachine --mermaid --refund`.
+func TestReadmeRefundDiagramIsCurrent(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatalf("read README: %v", err)
+	}
+	block := "```mermaid\n" + statemachine.Refund.Mermaid() + "```"
+	if !strings.Contains(string(readme), block) {
+		t.Fatalf("README.md does not contain the refund machine's current diagram; regenerate it with\n"+
+			"  go run ./cmd/payrecon statemachine --mermaid --refund\nwant:\n%s", block)
+	}
+	if statemachine.Refund.Mermaid() == statemachine.Mermaid() {
+		t.Fatal("the refund machine's diagram is the purchase's")
 	}
 }

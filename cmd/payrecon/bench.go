@@ -303,6 +303,10 @@ func (o *benchObserver) JobsClaimed(int)                                        
 func (o *benchObserver) LeaseLost()                                                {}
 func (o *benchObserver) Resolved(time.Duration)                                    {}
 
+// RefundTransition implements reconcile.Observer; the bench counts
+// purchases only.
+func (o *benchObserver) RefundTransition(_, _ statemachine.State, _ reconcile.Cause) {}
+
 // work runs the worker as `payrecon worker` does (Service.Work) until
 // reached reports n purchases, ctx ends, or nothing moves for
 // benchStall. It returns the time from the worker's start until reached

@@ -220,9 +220,11 @@ func TestTokenRules(t *testing.T) {
 func TestExitCodes(t *testing.T) {
 	unsetenv(t, settingEnvs()...)
 	db := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
-	if code, _, stderr := run(t, nil, "purchase", "create", "--database-url", db, "--amount", "300", "--currency", "usd", "--customer", "c"); code != 0 {
+	code, out, stderr := run(t, nil, "purchase", "create", "--database-url", db, "--amount", "300", "--currency", "usd", "--customer", "c")
+	if code != 0 {
 		t.Fatalf("set-up: %s", stderr)
 	}
+	unsettled := strings.TrimSpace(out) // created: not refundable
 	tests := []struct {
 		args []string
 		code int
@@ -256,6 +258,18 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"version", "extra"}, 2, "unexpected arguments"},
 		{[]string{"purchase", "show", "--database-url", db, "pur_nope"}, 1, `no purchase with id "pur_nope"`},
 		{[]string{"ops", "show", "--database-url", db, "pur_nope"}, 1, `no purchase with id "pur_nope"`},
+		{[]string{"refund"}, 2, "want `refund create PURCHASE`"},
+		{[]string{"refund", "nonsense"}, 2, "unknown refund subcommand"},
+		{[]string{"refund", "create", "--database-url", db}, 2, "want exactly one purchase id"},
+		{[]string{"refund", "create", "--database-url", db, unsettled}, 2, "--amount, --reason required"},
+		{[]string{"refund", "create", "--database-url", db, unsettled, "--amount", "1.50", "--reason", "r"}, 2, "whole number"},
+		{[]string{"refund", "create", "--database-url", db, unsettled, "--amount", "0", "--reason", "r"}, 2, "amount"},
+		{[]string{"refund", "create", "--database-url", db, unsettled, "--amount", "1", "--reason", " "}, 2, "--reason required"},
+		{[]string{"refund", "create", "--database-url", db, "pur_nope", "--amount", "1", "--reason", "r"}, 1, `no purchase with id "pur_nope"`},
+		{[]string{"refund", "create", "--database-url", db, unsettled, "--amount", "1", "--reason", "r"}, 1, "only a succeeded purchase is refunded"},
+		{[]string{"refund", "show", "--database-url", db}, 2, "want exactly one refund id"},
+		{[]string{"refund", "show", "--database-url", db, "ref_nope"}, 1, `no refund with id "ref_nope"`},
+		{[]string{"refund", "--help"}, 0, ""},
 		{[]string{"worker", "--database-url", "postgres://nobody@127.0.0.1:1/none"}, 1, "cannot reach database"},
 		{[]string{"help"}, 0, ""},
 		{[]string{"-h"}, 0, ""},
@@ -267,6 +281,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"version"}, 0, ""},
 		{[]string{"--version"}, 0, ""},
 		{[]string{"statemachine"}, 0, ""},
+		{[]string{"statemachine", "--refund", "--mermaid"}, 0, ""},
 		{[]string{"ops", "list", "--database-url", db}, 0, ""},
 	}
 	for _, tt := range tests {
@@ -353,6 +368,7 @@ func TestVersion(t *testing.T) {
 func TestReadOnlyCommandsBuildNoProvider(t *testing.T) {
 	f := newOpsFixture(t)
 	id := f.escalated(t, false, fakeprovider.Timeout)
+	clean := f.purchase(t, false) // succeeded: refundable
 	unsetenv(t, settingEnvs()...)
 	env := map[string]string{"STRIPE_SECRET_KEY_FILE": filepath.Join(t.TempDir(), "no-such-file")}
 	stripe := []string{"--provider", "stripe", "--database-url", f.db}
@@ -368,6 +384,7 @@ func TestReadOnlyCommandsBuildNoProvider(t *testing.T) {
 		{"statemachine"},
 		{"purchase", "create", "--amount", "300", "--currency", "usd", "--customer", "c"},
 		{"ops", "note", id, "--text", "looked at it", "--operator", "alice"},
+		{"refund", "create", clean.ID, "--amount", "100", "--reason", "returned"},
 	} {
 		code, out, stderr := run(t, env, append(args, stripe...)...)
 		if code != 0 || out == "" {

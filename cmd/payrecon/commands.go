@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -73,8 +74,8 @@ func newObservedService(ctx context.Context, e *env, obs reconcile.Observer) (*r
 }
 
 // newBooks is newService for the commands that only read or write the
-// books and never ask the provider (purchase create and show, ops list,
-// show, note, findings and close-finding): it builds no provider, so
+// books and never ask the provider (purchase create and show, refund
+// create and show, ops list, show, note, findings and close-finding): it builds no provider, so
 // they need none of its settings or secrets and log nothing about one.
 // The service's provider refuses every call.
 func newBooks(ctx context.Context, e *env) (*reconcile.Service, func(), error) {
@@ -114,6 +115,18 @@ func (noProvider) Search(context.Context, string) (provider.Result, error) {
 	return provider.Result{}, errNoProvider
 }
 func (noProvider) List(context.Context, provider.Window) ([]provider.Payment, error) {
+	return nil, errNoProvider
+}
+func (noProvider) CreateRefund(context.Context, provider.RefundRequest) (provider.RefundResult, error) {
+	return provider.RefundResult{}, errNoProvider
+}
+func (noProvider) GetRefund(context.Context, string) (provider.RefundResult, error) {
+	return provider.RefundResult{}, errNoProvider
+}
+func (noProvider) ListRefunds(context.Context, string) ([]provider.RefundResult, error) {
+	return nil, errNoProvider
+}
+func (noProvider) ListRefundsCreated(context.Context, provider.Window) ([]provider.RefundResult, error) {
 	return nil, errNoProvider
 }
 
@@ -200,12 +213,20 @@ func runPurchaseShow(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	refunds, err := svc.PurchaseRefunds(ctx, id)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(d)
+		return enc.Encode(struct {
+			reconcile.Detail
+			Refunds []reconcile.Refund
+		}{d, refunds})
 	}
 	printDetail(e, d)
+	printRefunds(e.stdout, refunds)
 	return nil
 }
 
@@ -236,17 +257,25 @@ func printDetail(e *env, d reconcile.Detail) {
 		fmt.Fprintf(w, "job\tnext run %s, %d runs so far\n", stamp(d.Job.RunAt), d.Job.Checks)
 	}
 	w.Flush()
+	printTransitions(e.stdout, d.Transitions)
+	printAttempts(e.stdout, d.Attempts)
+}
 
-	fmt.Fprintln(e.stdout, "\ntransitions:")
-	w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	for _, t := range d.Transitions {
+// printTransitions writes a purchase's or a refund's transitions.
+func printTransitions(out io.Writer, ts []reconcile.TransitionRecord) {
+	fmt.Fprintln(out, "\ntransitions:")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, t := range ts {
 		fmt.Fprintf(w, "  %s\t%s → %s\t%s\tby %s (lease %d)\t%s\n", stamp(t.At), t.From, t.To, t.Cause, t.Actor, t.LeaseToken, t.Evidence)
 	}
 	w.Flush()
+}
 
-	fmt.Fprintln(e.stdout, "\nprovider calls:")
-	w = tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	for _, a := range d.Attempts {
+// printAttempts writes a purchase's or a refund's provider calls.
+func printAttempts(out io.Writer, as []reconcile.Attempt) {
+	fmt.Fprintln(out, "\nprovider calls:")
+	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	for _, a := range as {
 		applied := "applied"
 		switch {
 		case a.Derived:
@@ -264,22 +293,30 @@ func printDetail(e *env, d reconcile.Detail) {
 	w.Flush()
 }
 
+// runStatemachine prints the purchase's machine, or the refund's with
+// --refund: its moves, one a line, or with --mermaid the diagram the
+// README carries.
 func runStatemachine(ctx context.Context, e *env, args []string) error {
-	var mermaid bool
+	var mermaid, refund bool
 	rest, err := e.parse("statemachine", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&mermaid, "mermaid", false, "print a Mermaid state diagram")
+		fs.BoolVar(&refund, "refund", false, "the refund's machine instead of the purchase's")
 	})
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usageError(fmt.Errorf("unexpected arguments %q: statemachine takes only --mermaid", rest))
+		return usageError(fmt.Errorf("unexpected arguments %q: statemachine takes only --mermaid and --refund", rest))
+	}
+	m := statemachine.Purchase
+	if refund {
+		m = statemachine.Refund
 	}
 	if mermaid {
-		fmt.Fprint(e.stdout, statemachine.Mermaid())
+		fmt.Fprint(e.stdout, m.Mermaid())
 		return nil
 	}
-	for _, p := range statemachine.Transitions() {
+	for _, p := range m.Transitions() {
 		fmt.Fprintln(e.stdout, p)
 	}
 	return nil

@@ -171,13 +171,26 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 
 	outside := make([]*fakeprovider.Charge, len(scenarios)) // the changes made outside payrecon, per scenario
 	audited := false
-	// observe gathers what a check looks at: the case, and what the fake
-	// provider knows of it.
-	observe := func(i int, c reconcile.Case) demo.Observed {
+	// observe gathers what a check looks at: the case and its refunds,
+	// and what the fake provider knows of them.
+	observe := func(i int, c reconcile.Case) (demo.Observed, error) {
+		refunds, err := stk.svc.Refunds(ctx, c.Purchase.ID)
+		if err != nil {
+			return demo.Observed{}, err
+		}
+		back := make(map[string]int, len(refunds))
+		for _, d := range refunds {
+			for _, r := range stk.fake.RefundsFor(d.Refund.ID) {
+				if r.MoneyReturned() {
+					back[d.Refund.ID]++
+				}
+			}
+		}
 		return demo.Observed{
 			Case: c, Charges: stk.fake.MoneyTaken(c.Purchase.ID), Deliveries: stk.fakeSrv.Deliveries(),
 			Outside: outside[i], Audited: audited,
-		}
+			Refunds: refunds, ProviderRefunds: back, NetCharges: stk.fake.NetCharges(c.Purchase.ID),
+		}, nil
 	}
 
 	say := func(i int, line string) {
@@ -195,6 +208,35 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 		for _, line := range demo.Timeline(c, start) {
 			say(i, line)
 		}
+		refunds, err := stk.svc.Refunds(ctx, c.Purchase.ID)
+		if err != nil {
+			return // the check that follows reads them again and fails
+		}
+		for _, line := range demo.RefundTimeline(refunds, start) {
+			say(i, line)
+		}
+	}
+	// refunded holds, per scenario, the refund it asked for.
+	refunded := make([]string, len(scenarios))
+	// askRefund asks for scenario i's refund of the purchase's own payment
+	// once the purchase has reached the state the scenario wants: the
+	// client's refund of the whole amount, with the plan's faults.
+	askRefund := func(i int, c reconcile.Case) error {
+		rp := scenarios[i].Refund
+		if rp == nil || rp.OfFinding || refunded[i] != "" || c.Purchase.State != scenarios[i].Want {
+			return nil
+		}
+		r, err := stk.svc.CreateRefund(ctx, reconcile.NewRefund{
+			PurchaseID: c.Purchase.ID, Amount: c.Purchase.Amount, Reason: "demo: the customer returns the goods", RequestedBy: "demo",
+		})
+		if err != nil {
+			return err
+		}
+		stk.fake.ScriptRefund(r.ID, rp.Faults...)
+		refunded[i] = r.ID
+		say(i, fmt.Sprintf("+%s  the client asks for refund %s of %s", demo.ClockOffset(clock.Now().Sub(start)), r.ID,
+			demo.Money{Amount: r.Amount, Currency: r.Currency}))
+		return nil
 	}
 	// change makes scenario i's change outside payrecon if it is due. A
 	// change announced by webhook is delivered before the clock moves on,
@@ -233,39 +275,53 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 				return 0, fmt.Errorf("scenario %q: %w", scenarios[i].Name, err)
 			}
 			tick(i, c)
-			if len(scenarios[i].Check(observe(i, c))) == 0 {
+			if err := askRefund(i, c); err != nil {
+				return 0, fmt.Errorf("scenario %q: refund: %w", scenarios[i].Name, err)
+			}
+			o, err := observe(i, c)
+			if err != nil {
+				return 0, err
+			}
+			if len(scenarios[i].Check(o)) == 0 {
 				n++
 			}
 		}
 		return n, nil
 	}
-	lastProgress := time.Now()
-	for {
-		done, err := finished()
-		if err != nil {
-			stk.stop()
-			return demo.Report{}, err
+	// play moves the simulated clock until every scenario is settled (or
+	// waits for the audit only), or a limit is reached.
+	play := func() error {
+		lastProgress := time.Now()
+		for {
+			done, err := finished()
+			if err != nil {
+				return err
+			}
+			elapsed := clock.Now().Sub(start)
+			if done == len(scenarios) || elapsed > demoSimLimit || time.Since(realStart) > timeout || ctx.Err() != nil {
+				return nil
+			}
+			if time.Since(lastProgress) > 2*time.Second {
+				fmt.Fprintf(out, "… simulated time +%s, %d of %d scenarios settled\n", demo.ClockOffset(elapsed), done, len(scenarios))
+				lastProgress = time.Now()
+			}
+			// Fine steps while first answers and short backoffs play out, then
+			// coarse ones through the hours of key retention.
+			step := 15 * time.Second
+			if elapsed > 15*time.Minute {
+				step = 2 * time.Minute
+			}
+			clock.Advance(step)
+			stk.fakeSrv.Tick()
+			select {
+			case <-ctx.Done():
+			case <-time.After(25 * time.Millisecond): // let the worker and the webhooks run
+			}
 		}
-		elapsed := clock.Now().Sub(start)
-		if done == len(scenarios) || elapsed > demoSimLimit || time.Since(realStart) > timeout || ctx.Err() != nil {
-			break
-		}
-		if time.Since(lastProgress) > 2*time.Second {
-			fmt.Fprintf(out, "… simulated time +%s, %d of %d scenarios settled\n", demo.ClockOffset(elapsed), done, len(scenarios))
-			lastProgress = time.Now()
-		}
-		// Fine steps while first answers and short backoffs play out, then
-		// coarse ones through the hours of key retention.
-		step := 15 * time.Second
-		if elapsed > 15*time.Minute {
-			step = 2 * time.Minute
-		}
-		clock.Advance(step)
-		stk.fakeSrv.Tick()
-		select {
-		case <-ctx.Done():
-		case <-time.After(25 * time.Millisecond): // let the worker and the webhooks run
-		}
+	}
+	if err := play(); err != nil {
+		stk.stop()
+		return demo.Report{}, err
 	}
 
 	// The audit from the provider's side, over every payment the
@@ -289,6 +345,35 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 			return demo.Report{}, err
 		}
 		audit = demo.NewAudit(rep, findings, results, start)
+		// The operator's "refund this charge" on each duplicate charge a
+		// scenario wants refunded; then the clock runs again until those
+		// refunds settle.
+		asked := false
+		for i, sc := range scenarios {
+			if sc.Refund == nil || !sc.Refund.OfFinding {
+				continue
+			}
+			for _, f := range findings {
+				if f.PurchaseID != results[i].PurchaseID || f.Kind != reconcile.FindingDuplicateCharge || !f.Open() {
+					continue
+				}
+				r, err := stk.svc.RefundCharge(ctx, f.ID, 0, "demo-operator", "the audit shows a second charge for one purchase")
+				if err != nil {
+					stk.stop()
+					return demo.Report{}, fmt.Errorf("scenario %q: refund this charge: %w", sc.Name, err)
+				}
+				refunded[i], asked = r.ID, true
+				say(i, fmt.Sprintf("+%s  the operator refunds charge %s (finding %d): refund %s", demo.ClockOffset(clock.Now().Sub(start)), f.PaymentID, f.ID, r.ID))
+			}
+		}
+		audited = true
+		if asked {
+			fmt.Fprintf(out, "\nThe operators refund the duplicate charges the audit found, through the refund process:\n")
+			if err := play(); err != nil {
+				stk.stop()
+				return demo.Report{}, err
+			}
+		}
 	}
 	audited = true // from now on, a finding a scenario wants must be there
 	if err := stk.stop(); err != nil {
@@ -305,8 +390,18 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 		r := &results[i]
 		r.FinalState = string(c.Purchase.State)
 		r.Escalation = string(c.Purchase.EscalationReason)
-		o := observe(i, c)
+		o, err := observe(i, c)
+		if err != nil {
+			return demo.Report{}, err
+		}
 		r.Charges = o.Charges
+		r.NetCharges = o.NetCharges
+		for _, d := range o.Refunds {
+			r.Refunds = append(r.Refunds, demo.RefundResult{
+				ID: d.Refund.ID, State: string(d.Refund.State), Escalation: string(d.Refund.EscalationReason),
+				ProviderRefunds: o.ProviderRefunds[d.Refund.ID], Creates: stk.fake.RefundCreateCalls(d.Refund.ProviderKey),
+			})
+		}
 		r.Creates = stk.fake.CreateCalls(c.Purchase.ProviderKey)
 		r.Problems = sc.Check(o)
 		r.OK = len(r.Problems) == 0

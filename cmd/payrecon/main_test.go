@@ -60,19 +60,30 @@ func TestDemoEndToEnd(t *testing.T) {
 		escalation string
 		charges    int
 	}{
-		"clean success":                          {"succeeded", "", 1},
-		"decline":                                {"declined", "", 0},
-		"reply lost after the charge":            {"succeeded", "", 1},
-		"timeout before the charge":              {"succeeded", "", 1},
-		"delayed webhook":                        {"succeeded", "", 1},
-		"duplicated webhook":                     {"succeeded", "", 1},
-		"stale processing after success":         {"succeeded", "", 1},
-		"search not-found lag":                   {"succeeded", "", 1},
-		"key retention expired, outcome unknown": {"uncertain", "key_retention_expired", 0},
-		"success after a decline":                {"declined", "state_disagreement", 1},
-		"second charge outside payrecon":         {"succeeded", "duplicate_charge", 2},
-		"late approval, no webhook":              {"declined", "state_disagreement", 1},
-		"webhook with a wrong amount":            {"uncertain", "amount_mismatch", 1},
+		"clean success":                             {"succeeded", "", 1},
+		"decline":                                   {"declined", "", 0},
+		"reply lost after the charge":               {"succeeded", "", 1},
+		"timeout before the charge":                 {"succeeded", "", 1},
+		"delayed webhook":                           {"succeeded", "", 1},
+		"duplicated webhook":                        {"succeeded", "", 1},
+		"stale processing after success":            {"succeeded", "", 1},
+		"search not-found lag":                      {"succeeded", "", 1},
+		"key retention expired, outcome unknown":    {"uncertain", "key_retention_expired", 0},
+		"success after a decline":                   {"declined", "state_disagreement", 1},
+		"second charge outside payrecon":            {"succeeded", "duplicate_charge", 2},
+		"late approval, no webhook":                 {"declined", "state_disagreement", 1},
+		"webhook with a wrong amount":               {"uncertain", "amount_mismatch", 1},
+		"refund with a lost reply":                  {"succeeded", "", 1},
+		"duplicate charge refunded by the operator": {"succeeded", "duplicate_charge", 2},
+	}
+	// The refunds: the lost reply's refund is settled by its webhook or
+	// by replaying its own key, whichever first, and made once; the
+	// operator's refund of the duplicate charge leaves one net charge.
+	wantRefunds := map[string]struct {
+		maxCreates, net int
+	}{
+		"refund with a lost reply":                  {2, 0},
+		"duplicate charge refunded by the operator": {1, 1},
 	}
 	for _, r := range report.Results {
 		w, ok := want[r.Scenario]
@@ -85,6 +96,15 @@ func TestDemoEndToEnd(t *testing.T) {
 		}
 		if len(r.Timeline) < 2 {
 			t.Errorf("%s: timeline has %d lines", r.Scenario, len(r.Timeline))
+		}
+		if wr, ok := wantRefunds[r.Scenario]; ok {
+			if len(r.Refunds) != 1 || r.Refunds[0].State != "succeeded" || r.Refunds[0].ProviderRefunds != 1 ||
+				r.Refunds[0].Creates < 1 || r.Refunds[0].Creates > wr.maxCreates || r.NetCharges != wr.net {
+				t.Errorf("%s: refunds %+v, %d net charges; want one succeeded refund made once in at most %d creates, %d net charges",
+					r.Scenario, r.Refunds, r.NetCharges, wr.maxCreates, wr.net)
+			}
+		} else if len(r.Refunds) != 0 {
+			t.Errorf("%s: unexpected refunds %+v", r.Scenario, r.Refunds)
 		}
 		// The clock stands still until the wrong amount's webhook is
 		// judged: its purchase never gets a replay. (Its first create may
@@ -102,10 +122,11 @@ func TestDemoEndToEnd(t *testing.T) {
 		t.Fatal("the report has no audit")
 	}
 	wantFindings := map[string]string{
-		"success after a decline":        "state_disagreement",
-		"second charge outside payrecon": "duplicate_charge",
-		"late approval, no webhook":      "state_disagreement",
-		"webhook with a wrong amount":    "amount_mismatch",
+		"success after a decline":                   "state_disagreement",
+		"second charge outside payrecon":            "duplicate_charge",
+		"late approval, no webhook":                 "state_disagreement",
+		"duplicate charge refunded by the operator": "duplicate_charge",
+		"webhook with a wrong amount":               "amount_mismatch",
 	}
 	var atRisk int64
 	for _, f := range a.Findings {

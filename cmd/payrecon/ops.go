@@ -115,14 +115,24 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	refunds, err := svc.EscalatedRefunds(ctx)
+	if err != nil {
+		return err
+	}
 	findings, err := svc.Findings(ctx, false)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		out := opsListJSON{Cases: make([]caseJSON, 0, len(cases)), Findings: toFindingsJSON(findings)}
+		out := opsListJSON{
+			Cases: make([]caseJSON, 0, len(cases)), Refunds: make([]refundCaseJSON, 0, len(refunds)),
+			Findings: toFindingsJSON(findings),
+		}
 		for _, c := range cases {
 			out.Cases = append(out.Cases, toCaseJSON(c))
+		}
+		for _, c := range refunds {
+			out.Refunds = append(out.Refunds, toRefundCaseJSON(c))
 		}
 		return printJSON(e, out)
 	}
@@ -141,6 +151,10 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	fmt.Fprintln(e.stdout)
+	if err := printEscalatedRefunds(e, refunds); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout)
 	if len(findings) == 0 {
 		fmt.Fprintln(e.stdout, "no open audit findings")
 		return nil
@@ -151,10 +165,11 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 }
 
 // opsListJSON is `ops list --json`: the escalated cases and, beside them,
-// the open audit findings.
+// the escalated refunds and the open audit findings.
 type opsListJSON struct {
-	Cases    []caseJSON    `json:"cases"`
-	Findings []findingJSON `json:"findings"`
+	Cases    []caseJSON       `json:"cases"`
+	Refunds  []refundCaseJSON `json:"refunds"`
+	Findings []findingJSON    `json:"findings"`
 }
 
 // findingJSON is the scripted view of an audit finding. Amount and
@@ -321,7 +336,12 @@ func runOpsShow(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	refunds, err := svc.PurchaseRefunds(ctx, id)
+	if err != nil {
+		return err
+	}
 	printDetail(e, c.Detail)
+	printRefunds(e.stdout, refunds)
 	fmt.Fprintln(e.stdout, "\nwebhooks:")
 	for _, ev := range c.Events {
 		fmt.Fprintf(e.stdout, "  %s  %s  %s  %s\n", stamp(ev.ReceivedAt), ev.EventID, ev.Type, ev.Outcome)

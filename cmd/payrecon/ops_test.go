@@ -80,8 +80,14 @@ var stripeEnv = map[string]string{"STRIPE_SECRET_KEY": stripeKey}
 // which the caller may script, is used.
 func (f *opsFixture) service(t *testing.T, viaStripe bool) (*reconcile.Service, *fakeprovider.Fake, func()) {
 	t.Helper()
+	return f.serviceAt(t, viaStripe, func() time.Time { return f.now })
+}
+
+// serviceAt is service on clock: time.Now, for a worker that takes jobs
+// the CLI made on the real clock.
+func (f *opsFixture) serviceAt(t *testing.T, viaStripe bool, clock func() time.Time) (*reconcile.Service, *fakeprovider.Fake, func()) {
+	t.Helper()
 	ctx := context.Background()
-	clock := func() time.Time { return f.now }
 	st, err := sqlite.Open(ctx, sqlite.Config{Path: f.path, Now: clock})
 	if err != nil {
 		t.Fatal(err)

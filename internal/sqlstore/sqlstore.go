@@ -54,7 +54,15 @@ func (d Dialect) Wrap(err, kind error, what string) error {
 // refers to a purchase, as reconcile.ErrNotFound: "postgres: insert job
 // of pur_1: purchase not found: ERROR: insert or update on table ...".
 func (d Dialect) MissingPurchase(err error, what string) error {
-	return fmt.Errorf("%s: %s: purchase %w: %w", d, what, reconcile.ErrNotFound, err)
+	return d.Missing(err, what, "purchase")
+}
+
+// Missing returns err, a foreign key violation of a row that refers to
+// another, as reconcile.ErrNotFound naming the row referred to (ref: "purchase",
+// "refund", ...): "sqlite: insert transition submitted -> failed of
+// ref_1: refund not found: ...".
+func (d Dialect) Missing(err error, what, ref string) error {
+	return fmt.Errorf("%s: %s: %s %w: %w", d, what, ref, reconcile.ErrNotFound, err)
 }
 
 // NotFound returns the store's reconcile.ErrNotFound for what: "sqlite:
@@ -85,7 +93,7 @@ func (d Dialect) Conflict(what, detail string) error {
 // LeaseLost returns the store's reconcile.ErrLeaseLost for a check of l,
 // with detail (see LeaseLostDetail) saying what became of it.
 func (d Dialect) LeaseLost(l reconcile.Lease, detail string) error {
-	what := fmt.Sprintf("check lease of job %s (owner %q, token %d)", l.PurchaseID, l.Owner, l.Token)
+	what := fmt.Sprintf("check lease of job %s (owner %q, token %d)", l.JobID(), l.Owner, l.Token)
 	return d.Fail(what, reconcile.KindLeaseLost, detail)
 }
 
@@ -117,6 +125,36 @@ func (d Dialect) CheckClaim(what, owner string, limit int, leaseFor time.Duratio
 		return d.Invalid(what, fmt.Sprintf("lease duration %s", leaseFor))
 	}
 	return nil
+}
+
+// CheckJob refuses a job InsertJob cannot store: a kind that is not
+// reconcile.JobPurchase (or empty) or reconcile.JobRefund, a refund's
+// job without its refund or its purchase, and a purchase's job naming a
+// refund.
+func (d Dialect) CheckJob(what string, j reconcile.Job) error {
+	switch j.Kind {
+	case "", reconcile.JobPurchase:
+		if j.RefundID != "" {
+			return d.Invalid(what, fmt.Sprintf("a purchase's job names refund %q", j.RefundID))
+		}
+	case reconcile.JobRefund:
+		if j.RefundID == "" || j.PurchaseID == "" {
+			return d.Invalid(what, "a refund's job needs its RefundID and PurchaseID")
+		}
+	default:
+		return d.Invalid(what, fmt.Sprintf("unknown job kind %q", j.Kind))
+	}
+	return nil
+}
+
+// JobKind returns the stored kind of job j: "purchase" for
+// reconcile.JobPurchase or the zero value, "refund" for
+// reconcile.JobRefund (CheckJob refuses the others).
+func JobKind(j reconcile.JobKind) string {
+	if j == "" {
+		return string(reconcile.JobPurchase)
+	}
+	return string(j)
 }
 
 // CheckSweepLock refuses to acquire a sweep lock with an empty name or
@@ -224,6 +262,17 @@ func StateCounts() map[statemachine.State]int {
 	return counts
 }
 
+// RefundStateCounts returns a count for every state of
+// statemachine.Refund, each 0.
+func RefundStateCounts() map[statemachine.State]int {
+	states := statemachine.Refund.States()
+	counts := make(map[statemachine.State]int, len(states))
+	for _, s := range states {
+		counts[s] = 0
+	}
+	return counts
+}
+
 // FindingCounts returns a count for every kind of
 // reconcile.FindingKinds, each 0.
 func FindingCounts() map[reconcile.FindingKind]int {
@@ -275,10 +324,11 @@ func NilIfEmpty(b []byte) []byte {
 	return b
 }
 
-// MarshalRequest encodes the stored provider request as JSON, of type T
-// (json.RawMessage for PostgreSQL's jsonb, string for SQLite's TEXT); nil
-// stays NULL.
-func MarshalRequest[T ~[]byte | ~string](r *provider.CreateRequest) (any, error) {
+// MarshalRequest encodes a stored provider request (a purchase's
+// *provider.CreateRequest, a refund's *provider.RefundRequest) as JSON,
+// of type T (json.RawMessage for PostgreSQL's jsonb, string for SQLite's
+// TEXT); nil stays NULL.
+func MarshalRequest[T ~[]byte | ~string, R any](r *R) (any, error) {
 	if r == nil {
 		return nil, nil
 	}
@@ -298,6 +348,19 @@ func UnmarshalRequest(purchaseID string, b []byte) (*provider.CreateRequest, err
 	r := new(provider.CreateRequest)
 	if err := json.Unmarshal(b, r); err != nil {
 		return nil, fmt.Errorf("decode provider_request of %s: %w", purchaseID, err)
+	}
+	return r, nil
+}
+
+// UnmarshalRefundRequest decodes the provider request of refund refundID
+// as MarshalRequest stored it; NULL (nil) is no request.
+func UnmarshalRefundRequest(refundID string, b []byte) (*provider.RefundRequest, error) {
+	if b == nil {
+		return nil, nil
+	}
+	r := new(provider.RefundRequest)
+	if err := json.Unmarshal(b, r); err != nil {
+		return nil, fmt.Errorf("decode provider_request of %s: %w", refundID, err)
 	}
 	return r, nil
 }
@@ -327,6 +390,22 @@ func (r afterRow) Scan(dest ...any) error {
 	return r.row.Scan(append(append([]any{}, r.lead...), dest...)...)
 }
 
+// Around returns a Row whose Scan fills lead, then the destinations its
+// caller gives, then trail: a scan function written for one table's
+// columns reads a row that has other columns before and after them.
+func Around(row Row, lead, trail []any) Row { return aroundRow{row, lead, trail} }
+
+type aroundRow struct {
+	row         Row
+	lead, trail []any
+}
+
+func (r aroundRow) Scan(dest ...any) error {
+	all := make([]any, 0, len(r.lead)+len(dest)+len(r.trail))
+	all = append(append(append(all, r.lead...), dest...), r.trail...)
+	return r.row.Scan(all...)
+}
+
 // NonEmpty returns ss without its empty strings.
 func NonEmpty(ss []string) []string {
 	out := make([]string, 0, len(ss))
@@ -340,9 +419,10 @@ func NonEmpty(ss []string) []string {
 
 // CheckMoves returns why moves is not a batch Tx.ApplyMoves can write,
 // or nil: each move names one purchase (From and To the same), no
-// purchase twice, a transition exactly when the state changes and
-// recording that change, and a time for a job it completes or
-// reschedules.
+// purchase twice, is fenced by the lease of that purchase's own job (not
+// a refund's), records a transition exactly when the state changes and
+// recording that change, records neither a transition nor an attempt of
+// a refund, and has a time for a job it completes or reschedules.
 func CheckMoves(moves []reconcile.Move) error {
 	seen := make(map[string]bool, len(moves))
 	for _, mv := range moves {
@@ -352,14 +432,18 @@ func CheckMoves(moves []reconcile.Move) error {
 			return fmt.Errorf("a move from purchase %q writes purchase %q", id, mv.To.ID)
 		case seen[id]:
 			return fmt.Errorf("purchase %s is moved twice in one batch", id)
-		case mv.Lease.PurchaseID != id:
-			return fmt.Errorf("the move of purchase %s is fenced by the lease of job %q", id, mv.Lease.PurchaseID)
+		case mv.Lease.PurchaseID != id || mv.Lease.Kind == reconcile.JobRefund:
+			return fmt.Errorf("the move of purchase %s is fenced by the lease of job %q", id, mv.Lease.JobID())
 		case (mv.From.State != mv.To.State) != (mv.Transition != nil):
 			return fmt.Errorf("purchase %s: %s -> %s needs a transition exactly when the state changes", id, mv.From.State, mv.To.State)
 		case mv.Transition != nil && (mv.Transition.PurchaseID != id || mv.Transition.From != mv.From.State || mv.Transition.To != mv.To.State):
 			return fmt.Errorf("purchase %s: the transition recorded (%s -> %s) is not the move (%s -> %s)", id, mv.Transition.From, mv.Transition.To, mv.From.State, mv.To.State)
+		case mv.Transition != nil && mv.Transition.RefundID != "":
+			return fmt.Errorf("purchase %s: the transition recorded is of refund %s", id, mv.Transition.RefundID)
 		case mv.Attempt != nil && mv.Attempt.PurchaseID != id:
 			return fmt.Errorf("purchase %s: the attempt recorded is of purchase %q", id, mv.Attempt.PurchaseID)
+		case mv.Attempt != nil && mv.Attempt.RefundID != "":
+			return fmt.Errorf("purchase %s: the attempt recorded is of refund %s", id, mv.Attempt.RefundID)
 		case mv.Job != reconcile.JobKeep && mv.RunAt.IsZero():
 			return fmt.Errorf("purchase %s: a job completed or rescheduled needs a time", id)
 		}

@@ -3,6 +3,7 @@ package sqlstore_test
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,12 +34,16 @@ func TestErrorShapes(t *testing.T) {
 			"sqlite: insert purchase pur_1: constraint failed", reconcile.KindInternal, ""},
 		{d.MissingPurchase(driver, "insert job of pur_1"),
 			"sqlite: insert job of pur_1: purchase not found: constraint failed", reconcile.KindNotFound, ""},
+		{d.Missing(driver, "insert transition submitted -> failed of ref_1 (of pur_1)", "refund"),
+			"sqlite: insert transition submitted -> failed of ref_1 (of pur_1): refund not found: constraint failed", reconcile.KindNotFound, ""},
 		{d.NotFound("get purchase pur_1"), "sqlite: get purchase pur_1: not found", reconcile.KindNotFound, ""},
 		{d.Conflict("update purchase pur_1", sqlstore.ConflictDetail(statemachine.Uncertain, 3, statemachine.Submitted, 2)),
 			"sqlite: update purchase pur_1: conflict: state or version changed: it is uncertain at version 3, the write expected submitted at version 2",
 			reconcile.KindConflict, "it is uncertain at version 3, the write expected submitted at version 2"},
 		{d.LeaseLost(reconcile.Lease{PurchaseID: "pur_1", Owner: "w1", Token: 4}, sqlstore.NoSuchJob),
 			`sqlite: check lease of job pur_1 (owner "w1", token 4): lease lost: no such job`, reconcile.KindLeaseLost, "no such job"},
+		{d.LeaseLost(reconcile.Lease{Kind: reconcile.JobRefund, PurchaseID: "pur_1", RefundID: "ref_1", Owner: "w1", Token: 4}, sqlstore.NoSuchJob),
+			`sqlite: check lease of job ref_1 (owner "w1", token 4): lease lost: no such job`, reconcile.KindLeaseLost, "no such job"},
 		{d.CheckLimit("list unmatched events", 0),
 			"sqlite: list unmatched events: invalid input: limit 0", reconcile.KindInvalid, "limit 0"},
 	} {
@@ -78,12 +83,59 @@ func TestChecks(t *testing.T) {
 		{"close without operator", d.CheckCloseFinding("close finding 1", "", "n", at), "sqlite: close finding 1: invalid input: empty operator"},
 		{"close without note", d.CheckCloseFinding("close finding 1", "ann", "", at), "sqlite: close finding 1: invalid input: empty note"},
 		{"close without time", d.CheckCloseFinding("close finding 1", "ann", "n", time.Time{}), "sqlite: close finding 1: invalid input: zero time"},
+		{"purchase job", d.CheckJob("insert job", reconcile.Job{PurchaseID: "pur_1"}), ""},
+		{"purchase job by kind", d.CheckJob("insert job", reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1"}), ""},
+		{"refund job", d.CheckJob("insert job", reconcile.Job{Kind: reconcile.JobRefund, PurchaseID: "pur_1", RefundID: "ref_1"}), ""},
+		{"purchase job naming a refund", d.CheckJob("insert job", reconcile.Job{PurchaseID: "pur_1", RefundID: "ref_1"}),
+			`sqlite: insert job: invalid input: a purchase's job names refund "ref_1"`},
+		{"refund job without its refund", d.CheckJob("insert job", reconcile.Job{Kind: reconcile.JobRefund, PurchaseID: "pur_1"}),
+			"sqlite: insert job: invalid input: a refund's job needs its RefundID and PurchaseID"},
+		{"unknown job kind", d.CheckJob("insert job", reconcile.Job{Kind: "payout", PurchaseID: "pur_1"}),
+			`sqlite: insert job: invalid input: unknown job kind "payout"`},
 	} {
 		switch {
 		case tc.want == "" && tc.err != nil:
 			t.Errorf("%s: %v, want nil", tc.name, tc.err)
 		case tc.want != "" && (tc.err == nil || tc.err.Error() != tc.want || !errors.Is(tc.err, reconcile.ErrInvalid)):
 			t.Errorf("%s: %v, want %q (ErrInvalid)", tc.name, tc.err, tc.want)
+		}
+	}
+}
+
+// TestCheckMoves: a batch of ApplyMoves moves purchases only, each under
+// its own purchase job's lease.
+func TestCheckMoves(t *testing.T) {
+	p := reconcile.Purchase{ID: "pur_1", State: statemachine.Created, Version: 1}
+	next := p
+	next.State = statemachine.Submitted
+	ok := reconcile.Move{
+		Lease: reconcile.Lease{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "w1", Token: 1},
+		From:  p, To: next,
+		Transition: &reconcile.TransitionRecord{PurchaseID: "pur_1", From: statemachine.Created, To: statemachine.Submitted},
+		Attempt:    &reconcile.Attempt{PurchaseID: "pur_1"},
+	}
+	if err := sqlstore.CheckMoves([]reconcile.Move{ok}); err != nil {
+		t.Fatalf("CheckMoves of a purchase's move: %v", err)
+	}
+	for name, mutate := range map[string]func(*reconcile.Move){
+		"under a refund job's lease": func(mv *reconcile.Move) {
+			mv.Lease.Kind, mv.Lease.RefundID = reconcile.JobRefund, "ref_1"
+		},
+		"recording a refund's transition": func(mv *reconcile.Move) {
+			tr := *mv.Transition
+			tr.RefundID = "ref_1"
+			mv.Transition = &tr
+		},
+		"recording a refund's attempt": func(mv *reconcile.Move) {
+			a := *mv.Attempt
+			a.RefundID = "ref_1"
+			mv.Attempt = &a
+		},
+	} {
+		mv := ok
+		mutate(&mv)
+		if err := sqlstore.CheckMoves([]reconcile.Move{mv}); err == nil {
+			t.Errorf("CheckMoves of a move %s: no error", name)
 		}
 	}
 }
@@ -117,7 +169,7 @@ func TestValues(t *testing.T) {
 	if sqlstore.NullBytes([]byte{}) != nil || sqlstore.NotNullBytes(nil) == nil || sqlstore.NilIfEmpty([]byte{}) != nil {
 		t.Error("NullBytes/NotNullBytes/NilIfEmpty")
 	}
-	if v, err := sqlstore.MarshalRequest[string](nil); v != nil || err != nil {
+	if v, err := sqlstore.MarshalRequest[string, provider.CreateRequest](nil); v != nil || err != nil {
 		t.Errorf("MarshalRequest(nil) = %v, %v; want NULL", v, err)
 	}
 	req := &provider.CreateRequest{IdempotencyKey: "payrecon-pur_1", PurchaseID: "pur_1", Amount: 100, Currency: "eur"}
@@ -137,6 +189,27 @@ func TestValues(t *testing.T) {
 	}
 	if counts := sqlstore.StateCounts(); len(counts) != len(statemachine.States) {
 		t.Errorf("StateCounts: %v", counts)
+	}
+	refundReq := &provider.RefundRequest{IdempotencyKey: "payrecon-ref_1", RefundID: "ref_1", PurchaseID: "pur_1", PaymentID: "pi_1", Amount: 40, Currency: "eur", Reason: "duplicate"}
+	text, err := sqlstore.MarshalRequest[string](refundReq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := sqlstore.UnmarshalRefundRequest("ref_1", []byte(text.(string))); err != nil || *got != *refundReq {
+		t.Errorf("refund request round trip: %+v, %v; want %+v", got, err, refundReq)
+	}
+	if got, err := sqlstore.UnmarshalRefundRequest("ref_1", nil); got != nil || err != nil {
+		t.Errorf("UnmarshalRefundRequest(NULL) = %v, %v", got, err)
+	}
+	if _, err := sqlstore.UnmarshalRefundRequest("ref_1", []byte("{")); err == nil || !strings.Contains(err.Error(), "ref_1") {
+		t.Errorf("UnmarshalRefundRequest of bad JSON: %v, want an error naming ref_1", err)
+	}
+	counts := sqlstore.RefundStateCounts()
+	if len(counts) != len(statemachine.Refund.States()) {
+		t.Errorf("RefundStateCounts: %v", counts)
+	}
+	if _, ok := counts[statemachine.Failed]; !ok {
+		t.Errorf("RefundStateCounts has no failed: %v", counts)
 	}
 	if counts := sqlstore.FindingCounts(); len(counts) != len(reconcile.FindingKinds) {
 		t.Errorf("FindingCounts: %v", counts)

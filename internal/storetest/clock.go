@@ -82,7 +82,7 @@ func testStoreClock(t *testing.T, newStore func(*testing.T) *testStore) {
 		}
 		now := at(time.Minute + 7*time.Microsecond)
 		l := claimOne(t, s, "w1", "pur_1", now, leaseFor)
-		equal(t, "lease", l, reconcile.Lease{PurchaseID: "pur_1", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now})
+		equal(t, "lease", l, reconcile.Lease{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now})
 	})
 
 	parallel(t, "LeaseLostOnceTheClockPassesItsExpiry", func(t *testing.T) {
@@ -108,7 +108,7 @@ func testStoreClock(t *testing.T, newStore func(*testing.T) *testStore) {
 			}
 		}
 		equal(t, "job after the checks", getJob(t, s, "pur_1"), reconcile.Job{
-			PurchaseID: "pur_1", RunAt: base, LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: l.ExpiresAt, Checks: 1,
+			Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: base, LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: l.ExpiresAt, Checks: 1,
 		})
 	})
 
@@ -121,7 +121,7 @@ func testStoreClock(t *testing.T, newStore func(*testing.T) *testStore) {
 		if n, err := s.ReleaseLeases(t.Context(), "w1"); err != nil || n != 1 {
 			t.Fatalf("ReleaseLeases = %d, %v; want 1, nil", n, err)
 		}
-		equal(t, "released job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: now, LeaseToken: 1, Checks: 1})
+		equal(t, "released job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: now, LeaseToken: 1, Checks: 1})
 	})
 
 	parallel(t, "SweepLocksExpireByTheClock", func(t *testing.T) {

@@ -99,7 +99,13 @@ func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 			ProcessedAt: at(2*time.Second + 1*time.Microsecond).In(zone),
 		}
 		minimal := reconcile.InboxEvent{Provider: "stripe", EventID: "evt_min", PayloadHash: "h", Outcome: reconcile.EventUnmatched, ReceivedAt: base}
-		for _, e := range []reconcile.InboxEvent{full, minimal} {
+		refund := reconcile.InboxEvent{
+			Provider: "stripe", EventID: "evt_refund", Type: "refund.updated", PayloadHash: "r",
+			ObjectID: "re_1", Result: provider.Succeeded, PurchaseID: "pur_1", Amount: 300, Currency: "eur",
+			Outcome: reconcile.EventUnmatched, ReceivedAt: base,
+			Refund: true, RefundID: "ref_1", Refunded: "pi_1",
+		}
+		for _, e := range []reconcile.InboxEvent{full, minimal, refund} {
 			if !insertEvent(t, s, e) {
 				t.Fatalf("InsertInboxEvent(%s) on an empty inbox reported not inserted", e.EventID)
 			}

@@ -16,7 +16,7 @@ import (
 func insertJob(t *testing.T, s reconcile.Store, id string, runAt time.Time) {
 	t.Helper()
 	inTx(t, s, func(tx reconcile.Tx) error {
-		return tx.InsertJob(t.Context(), reconcile.Job{PurchaseID: id, RunAt: runAt})
+		return tx.InsertJob(t.Context(), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: id, RunAt: runAt})
 	})
 }
 
@@ -51,20 +51,30 @@ func claim(t *testing.T, s *testStore, owner string, limit int, now time.Time, l
 	return leases
 }
 
-// checkLeaseNow fails unless every lease's Now is now, in UTC, and its
-// Purchase is its purchase as stored; it then clears each Purchase, so
-// that tests compare the leases alone.
+// checkLeaseNow fails unless every lease's Now is now, in UTC, its
+// Purchase is its purchase as stored (a refund's job's: the purchase of
+// its refund), and its Refund is, for a refund's job, its refund as
+// stored, nil for a purchase's; it then clears each Purchase and Refund,
+// so that tests compare the leases alone.
 func checkLeaseNow(t *testing.T, s reconcile.Store, leases []reconcile.Lease, now time.Time) {
 	t.Helper()
 	for i, l := range leases {
 		if !l.Now.Equal(now) || l.Now.Location() != time.UTC {
-			t.Fatalf("lease of %s granted at store time %s: Now = %s, want it in UTC", l.PurchaseID, now, l.Now)
+			t.Fatalf("lease of %s granted at store time %s: Now = %s, want it in UTC", l.JobID(), now, l.Now)
 		}
 		if l.Purchase == nil {
-			t.Fatalf("lease of %s: no purchase read with the claim", l.PurchaseID)
+			t.Fatalf("lease of %s: no purchase read with the claim", l.JobID())
 		}
-		equal(t, "purchase read with the lease of "+l.PurchaseID, *l.Purchase, getPurchase(t, s, l.PurchaseID))
-		leases[i].Purchase = nil
+		equal(t, "purchase read with the lease of "+l.JobID(), *l.Purchase, getPurchase(t, s, l.PurchaseID))
+		switch {
+		case l.Kind == reconcile.JobRefund && l.Refund == nil:
+			t.Fatalf("lease of refund job %s: no refund read with the claim", l.JobID())
+		case l.Kind == reconcile.JobRefund:
+			equal(t, "refund read with the lease of "+l.JobID(), *l.Refund, getRefund(t, s, l.RefundID))
+		case l.Refund != nil:
+			t.Fatalf("lease of purchase job %s came with refund %s", l.JobID(), l.Refund.ID)
+		}
+		leases[i].Purchase, leases[i].Refund = nil, nil
 	}
 }
 
@@ -72,16 +82,18 @@ func checkLeaseNow(t *testing.T, s reconcile.Store, leases []reconcile.Lease, no
 func claimOne(t *testing.T, s *testStore, owner, id string, now time.Time, leaseFor time.Duration) reconcile.Lease {
 	t.Helper()
 	leases := claim(t, s, owner, 10, now, leaseFor)
-	if len(leases) != 1 || leases[0].PurchaseID != id {
+	if len(leases) != 1 || leases[0].JobID() != id {
 		t.Fatalf("ClaimJobs at %s: got %v, want the job of %s alone", now, ids(leases), id)
 	}
 	return leases[0]
 }
 
+// ids returns the job ids of leases: the purchase id of a purchase's job,
+// the refund id of a refund's.
 func ids(leases []reconcile.Lease) []string {
 	out := make([]string, len(leases))
 	for i, l := range leases {
-		out[i] = l.PurchaseID
+		out[i] = l.JobID()
 	}
 	return out
 }
@@ -99,10 +111,10 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 	parallel(t, "InsertGet", func(t *testing.T) {
 		s := newStore(t)
 		purchaseWithJob(t, s, "pur_1", at(time.Minute+3*time.Microsecond))
-		equal(t, "new job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: at(time.Minute + 3*time.Microsecond)})
+		equal(t, "new job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: at(time.Minute + 3*time.Microsecond)})
 
 		err := txErr(t, s, func(tx reconcile.Tx) error {
-			return tx.InsertJob(t.Context(), reconcile.Job{PurchaseID: "pur_1", RunAt: base})
+			return tx.InsertJob(t.Context(), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: base})
 		})
 		wantErr(t, "second InsertJob", err, reconcile.ErrDuplicate)
 		err = txErr(t, s, func(tx reconcile.Tx) error { _, err := tx.GetJob(t.Context(), "pur_missing"); return err })
@@ -120,14 +132,14 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 		now := at(2 * time.Minute) // run_at <= now is due: pur_1 and pur_2
 		got := claim(t, s, "w1", 10, now, leaseFor)
 		want := []reconcile.Lease{
-			{PurchaseID: "pur_1", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
-			{PurchaseID: "pur_2", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
+			{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
+			{Kind: reconcile.JobPurchase, PurchaseID: "pur_2", Owner: "w1", Token: 1, ExpiresAt: now.Add(leaseFor), Checks: 1, Now: now},
 		}
 		equal(t, "leases", got, want)
 		equal(t, "leased job", getJob(t, s, "pur_1"), reconcile.Job{
-			PurchaseID: "pur_1", RunAt: at(time.Minute), LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: now.Add(leaseFor), Checks: 1,
+			Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: at(time.Minute), LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: now.Add(leaseFor), Checks: 1,
 		})
-		equal(t, "job not yet due", getJob(t, s, "pur_3"), reconcile.Job{PurchaseID: "pur_3", RunAt: at(3 * time.Minute)})
+		equal(t, "job not yet due", getJob(t, s, "pur_3"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_3", RunAt: at(3 * time.Minute)})
 	})
 
 	parallel(t, "LimitAndOrder", func(t *testing.T) {
@@ -164,7 +176,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 		now := first.ExpiresAt // lease_expires_at <= now: expired
 		second := claimOne(t, s, "w2", "pur_1", now, leaseFor)
 		equal(t, "takeover lease", second, reconcile.Lease{
-			PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
+			Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
 		})
 	})
 
@@ -200,7 +212,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 			}
 			return tx.RescheduleJob(t.Context(), "pur_1", runAt)
 		})
-		equal(t, "rescheduled job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
+		equal(t, "rescheduled job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
 		wantErr(t, "CheckLease after reschedule", checkLease(t, s, l, base), reconcile.ErrLeaseLost)
 		if got := claim(t, s, "w2", 10, runAt.Add(-time.Microsecond), leaseFor); len(got) != 0 {
 			t.Fatalf("claimed %v before its new run_at", ids(got))
@@ -227,7 +239,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 			}
 			return tx.CompleteJob(t.Context(), "pur_2", at(time.Second)) // never leased
 		})
-		equal(t, "done job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: base, LeaseToken: 1, Checks: 1, DoneAt: at(time.Second)})
+		equal(t, "done job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: base, LeaseToken: 1, Checks: 1, DoneAt: at(time.Second)})
 		if got := claim(t, s, "w1", 10, at(1000*time.Hour), leaseFor); len(got) != 0 {
 			t.Fatalf("claimed done jobs %v", ids(got))
 		}
@@ -247,7 +259,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 		})
 		runAt := at(time.Hour + 3*time.Microsecond)
 		inTx(t, s, func(tx reconcile.Tx) error { return tx.ReopenJob(t.Context(), "pur_1", runAt) })
-		equal(t, "reopened job", getJob(t, s, "pur_1"), reconcile.Job{PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
+		equal(t, "reopened job", getJob(t, s, "pur_1"), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: runAt, LeaseToken: 1, Checks: 1})
 		if got := claim(t, s, "w2", 10, runAt.Add(-time.Microsecond), leaseFor); len(got) != 0 {
 			t.Fatalf("claimed %v before the reopened job's run_at", ids(got))
 		}
@@ -277,7 +289,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 		runAt := at(10 * time.Second)
 		inTx(t, s, func(tx reconcile.Tx) error { return tx.ReopenJob(t.Context(), "pur_1", runAt) })
 		equal(t, "leased job after ReopenJob", getJob(t, s, "pur_1"), reconcile.Job{
-			PurchaseID: "pur_1", RunAt: runAt, LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: l.ExpiresAt, Checks: 1,
+			Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: runAt, LeaseOwner: "w1", LeaseToken: 1, LeaseExpiresAt: l.ExpiresAt, Checks: 1,
 		})
 		if err := checkLease(t, s, l, runAt); err != nil {
 			t.Fatalf("the lease after ReopenJob: %v", err)
@@ -354,7 +366,7 @@ func testJobs(t *testing.T, newStore func(*testing.T) *testStore) {
 			t.Fatalf("ReleaseLeases(w1) = %d, %v; want 2, nil", n, err)
 		}
 		for _, l := range w1 {
-			equal(t, "released job", getJob(t, s, l.PurchaseID), reconcile.Job{PurchaseID: l.PurchaseID, RunAt: now, LeaseToken: 1, Checks: 1})
+			equal(t, "released job", getJob(t, s, l.PurchaseID), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: l.PurchaseID, RunAt: now, LeaseToken: 1, Checks: 1})
 			wantErr(t, "CheckLease of a released lease", checkLease(t, s, l, now), reconcile.ErrLeaseLost)
 		}
 		for _, l := range w2 {
@@ -389,7 +401,7 @@ func testConcurrentClaims(t *testing.T, s *testStore) {
 			if err := tx.InsertPurchase(t.Context(), p); err != nil {
 				return err
 			}
-			if err := tx.InsertJob(t.Context(), reconcile.Job{PurchaseID: id, RunAt: at(time.Duration(i) * time.Millisecond)}); err != nil {
+			if err := tx.InsertJob(t.Context(), reconcile.Job{Kind: reconcile.JobPurchase, PurchaseID: id, RunAt: at(time.Duration(i) * time.Millisecond)}); err != nil {
 				return err
 			}
 		}
@@ -504,7 +516,7 @@ func testClaimExpiredJobs(t *testing.T, s *testStore) {
 	equal(t, "expired jobs claimed", sorted(ids(got)), []string{"pur_exp1", "pur_exp2"})
 	for _, l := range got {
 		equal(t, "rescue lease", l, reconcile.Lease{
-			PurchaseID: l.PurchaseID, Owner: "w-rescue", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
+			Kind: reconcile.JobPurchase, PurchaseID: l.PurchaseID, Owner: "w-rescue", Token: 2, ExpiresAt: now.Add(leaseFor), TakenOver: true, Checks: 2, Now: now,
 		})
 	}
 	for _, l := range dead {
@@ -541,9 +553,9 @@ func testClaimJob(t *testing.T, s *testStore) {
 	if err != nil {
 		t.Fatalf("ClaimJob of a job not yet due: %v", err)
 	}
-	equal(t, "first lease", first, reconcile.Lease{PurchaseID: "pur_1", Owner: "operator-w", Token: 1, ExpiresAt: base.Add(leaseFor), Checks: 1, Now: base})
+	equal(t, "first lease", first, reconcile.Lease{Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "operator-w", Token: 1, ExpiresAt: base.Add(leaseFor), Checks: 1, Now: base})
 	equal(t, "job leased by ClaimJob", getJob(t, s, "pur_1"), reconcile.Job{
-		PurchaseID: "pur_1", RunAt: at(time.Hour), LeaseOwner: "operator-w", LeaseToken: 1, LeaseExpiresAt: first.ExpiresAt, Checks: 1,
+		Kind: reconcile.JobPurchase, PurchaseID: "pur_1", RunAt: at(time.Hour), LeaseOwner: "operator-w", LeaseToken: 1, LeaseExpiresAt: first.ExpiresAt, Checks: 1,
 	})
 
 	_, err = claimJob("pur_1", "w2", first.ExpiresAt.Add(-time.Microsecond))
@@ -555,7 +567,7 @@ func testClaimJob(t *testing.T, s *testStore) {
 		t.Fatalf("ClaimJob after the lease expired: %v", err)
 	}
 	equal(t, "takeover lease", second, reconcile.Lease{
-		PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: first.ExpiresAt.Add(leaseFor), TakenOver: true, Checks: 2, Now: first.ExpiresAt,
+		Kind: reconcile.JobPurchase, PurchaseID: "pur_1", Owner: "w2", Token: 2, ExpiresAt: first.ExpiresAt.Add(leaseFor), TakenOver: true, Checks: 2, Now: first.ExpiresAt,
 	})
 	wantErr(t, "CheckLease of the lease ClaimJob took over", checkLease(t, s, first, base), reconcile.ErrLeaseLost)
 

@@ -139,7 +139,7 @@ func testApplyMoves(t *testing.T, newStore func(*testing.T) *testStore) {
 		wantAtt.ID = atts[0].ID
 		equal(t, "pur_attempt's attempt", atts[0], wantAtt)
 		equal(t, "pur_attempt's job", getJob(t, s, "pur_attempt"), reconcile.Job{
-			PurchaseID: "pur_attempt", RunAt: at(time.Minute), LeaseToken: lease["pur_attempt"].Token, Checks: 1,
+			Kind: reconcile.JobPurchase, PurchaseID: "pur_attempt", RunAt: at(time.Minute), LeaseToken: lease["pur_attempt"].Token, Checks: 1,
 		})
 
 		// The next move of pur_ok completes its job.

@@ -52,16 +52,28 @@ func update(t *testing.T, s reconcile.Store, p reconcile.Purchase, from statemac
 	return getPurchase(t, s, p.ID)
 }
 
-// pathTo returns the allowed moves from created to target, shortest
-// first found.
+// pathTo returns the purchase's allowed moves from created to target,
+// shortest first found.
 func pathTo(target statemachine.State) []statemachine.Pair {
+	return pathIn(statemachine.Purchase, target)
+}
+
+// pathIn returns machine m's allowed moves from created to target,
+// shortest first found.
+func pathIn(m statemachine.Machine, target statemachine.State) []statemachine.Pair {
+	return pathFrom(m, statemachine.Created, target)
+}
+
+// pathFrom returns machine m's allowed moves from from to target,
+// shortest first found.
+func pathFrom(m statemachine.Machine, from, target statemachine.State) []statemachine.Pair {
 	prev := map[statemachine.State]statemachine.Pair{}
-	seen := map[statemachine.State]bool{statemachine.Created: true}
-	queue := []statemachine.State{statemachine.Created}
+	seen := map[statemachine.State]bool{from: true}
+	queue := []statemachine.State{from}
 	for len(queue) > 0 {
 		cur := queue[0]
 		queue = queue[1:]
-		for _, p := range statemachine.Transitions() {
+		for _, p := range m.Transitions() {
 			if p.From == cur && !seen[p.To] {
 				seen[p.To] = true
 				prev[p.To] = p
@@ -70,9 +82,9 @@ func pathTo(target statemachine.State) []statemachine.Pair {
 		}
 	}
 	var path []statemachine.Pair
-	for s := target; s != statemachine.Created; s = prev[s].From {
+	for s := target; s != from; s = prev[s].From {
 		if _, ok := prev[s]; !ok {
-			panic(fmt.Sprintf("storetest: state %s is unreachable from created", target))
+			panic(fmt.Sprintf("storetest: %s state %s is unreachable from %s", m.Name(), target, from))
 		}
 		path = append([]statemachine.Pair{prev[s]}, path...)
 	}

@@ -23,10 +23,12 @@
 // and the reverse.
 //
 // Some tests race transactions: up to 8 at once, each from its own
-// goroutine, inserting the same inbox event or idempotency key, or taking
-// the same sweep lock. The store must make them wait for each other (or
-// retry them inside InTx), not fail them: exactly one must report
-// success, the others must see its row.
+// goroutine, inserting the same inbox event or idempotency key, taking
+// the same sweep lock, or inserting refunds of one payment that together
+// exceed it. The store must make them wait for each other (or retry them
+// inside InTx), not fail them: exactly one must report success, the
+// others must see its row (or, for the refunds, be refused with
+// reconcile.ErrRefundExceeds).
 //
 // Checks that need raw SQL (the audit tables refusing UPDATE and DELETE,
 // audit findings refusing any change but their closing, the transition
@@ -38,7 +40,9 @@
 // test uses), clock.go, store.go (Ready, InTx, Savepoint), purchases.go,
 // audit_trail.go (transitions and provider attempts), jobs.go (claims and
 // leases), inbox.go, idempotency_keys.go, operator_actions.go,
-// sweep_locks.go and findings.go (audit findings, links and runs). Run
+// sweep_locks.go, findings.go (audit findings, links and runs) and
+// refunds.go (refunds: their writes, guard and limits, their jobs beside
+// the purchases', their rows of the audit, their periodic reads). Run
 // lists the tests in that order.
 package storetest
 
@@ -112,6 +116,15 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		// findings.go
 		{"Findings", testFindings},
 		{"AuditRuns", withStore(testAuditRuns)},
+		// refunds.go
+		{"Refund", testRefund},
+		{"UpdateRefund", testUpdateRefund},
+		{"RefundTransitionGuard", withStore(testRefundTransitionGuard)},
+		{"RefundLimits", testRefundLimits},
+		{"ConcurrentRefunds", withStore(testConcurrentRefunds)},
+		{"RefundJobs", testRefundJobs},
+		{"RefundAuditTrail", withStore(testRefundAuditTrail)},
+		{"RefundReads", testRefundReads},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -225,24 +225,33 @@ func (w want) check(t *testing.T, prefix string, res provider.Result, err error)
 	if res != w.res {
 		t.Errorf("result\n got %+v\nwant %+v", res, w.res)
 	}
+	checkErr(t, prefix, err, w.err)
+}
+
+// checkErr checks err against want: nil for no error, errUnknown for an
+// error wrapping no sentinel, else the sentinel err must wrap. Errors
+// must start with prefix, hide stripe-go's types and never carry a client
+// secret.
+func checkErr(t *testing.T, prefix string, err, want error) {
+	t.Helper()
 	sentinels := []error{provider.ErrRetryLater, provider.ErrIdempotencyMismatch, stripe.ErrRejected}
 	switch {
-	case w.err == nil:
+	case want == nil:
 		if err != nil {
 			t.Errorf("error %v, want none", err)
 		}
 		return
 	case err == nil:
-		t.Errorf("no error, want %v", w.err)
+		t.Errorf("no error, want %v", want)
 		return
-	case w.err == errUnknown:
+	case want == errUnknown:
 		for _, s := range sentinels {
 			if errors.Is(err, s) {
 				t.Errorf("error %v wraps %v, want no sentinel", err, s)
 			}
 		}
-	case !errors.Is(err, w.err):
-		t.Errorf("error %v, want one wrapping %v", err, w.err)
+	case !errors.Is(err, want):
+		t.Errorf("error %v, want one wrapping %v", err, want)
 	}
 	if !strings.HasPrefix(err.Error(), prefix) {
 		t.Errorf("error %q does not start with %q", err, prefix)

@@ -40,8 +40,15 @@ func listAsResult(t *testing.T, w provider.Window) func(ctx context.Context, p *
 // in pis first), at most limit (default 10) a page after starting_after,
 // with has_more. An unknown starting_after is a 400, as in Stripe.
 func stripeList(t *testing.T, pis []map[string]any) reply {
+	return stripeListOf(t, "/v1/payment_intents", "payment_intent", pis)
+}
+
+// stripeListOf is stripeList for the objects (named object in errors)
+// served at path. A payment_intent parameter keeps the objects whose
+// payment_intent it names, as the refunds' list does.
+func stripeListOf(t *testing.T, path, object string, pis []map[string]any) reply {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodGet || r.URL.Path != "/v1/payment_intents" {
+		if r.Method != http.MethodGet || r.URL.Path != path {
 			respond(404, `{"error":{"type":"invalid_request_error","message":"Unrecognized request URL"}}`)(w, r)
 			return
 		}
@@ -76,6 +83,9 @@ func stripeList(t *testing.T, pis []map[string]any) reply {
 			if n, ok := bound("lte"); ok && c > n {
 				continue
 			}
+			if q.Has("payment_intent") && pi["payment_intent"] != q.Get("payment_intent") {
+				continue
+			}
 			match = append(match, item{i, pi})
 		}
 		slices.SortFunc(match, func(a, b item) int {
@@ -84,7 +94,7 @@ func stripeList(t *testing.T, pis []map[string]any) reply {
 		if after := q.Get("starting_after"); after != "" {
 			i := slices.IndexFunc(match, func(it item) bool { return it.pi["id"] == after })
 			if i < 0 {
-				respond(400, fmt.Sprintf(`{"error":{"type":"invalid_request_error","code":"resource_missing","param":"starting_after","message":"No such payment_intent: '%s'"}}`, after))(w, r)
+				respond(400, fmt.Sprintf(`{"error":{"type":"invalid_request_error","code":"resource_missing","param":"starting_after","message":"No such %s: '%s'"}}`, object, after))(w, r)
 				return
 			}
 			match = match[i+1:]
@@ -106,7 +116,7 @@ func stripeList(t *testing.T, pis []map[string]any) reply {
 		for i, it := range match {
 			data[i] = it.pi
 		}
-		respond(200, jsonOf(t, map[string]any{"object": "list", "url": "/v1/payment_intents", "has_more": more, "data": data}))(w, r)
+		respond(200, jsonOf(t, map[string]any{"object": "list", "url": path, "has_more": more, "data": data}))(w, r)
 	}
 }
 

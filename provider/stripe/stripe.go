@@ -1,4 +1,5 @@
-// Package stripe implements provider.Provider on Stripe PaymentIntents.
+// Package stripe implements provider.Provider on Stripe PaymentIntents and
+// Refunds.
 //
 // It is the only package of payrecon that imports stripe-go. Every answer
 // and error of Stripe is translated here, by one table (func translate in
@@ -17,6 +18,12 @@
 // Every answer reports the purchase_id its PaymentIntent names, as stored,
 // for payrecon's judge to compare; List reads the PaymentIntents created
 // in a window, for the audit from Stripe's side.
+//
+// A refund is one Refund of a PaymentIntent (refunds.go), created with
+// the refund's own stored idempotency key and tagged with metadata
+// refund_id and purchase_id; its status is translated by a table of its
+// own (refundStatusOutcomes), its errors as a charge's. ListRefunds reads
+// a payment's refunds, ListRefundsCreated those created in a window.
 package stripe
 
 import (
@@ -418,13 +425,8 @@ const listPageSize = 100
 // sending (ErrRejected): an audit of nothing is a caller's bug.
 func (p *Provider) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
 	where := fmt.Sprintf("list payment intents created in [%s, %s)", formatBound(w.From), formatBound(w.Until))
-	switch {
-	case w.From.IsZero() || w.Until.IsZero():
-		return nil, fmt.Errorf("stripe: %s: window without a bound: %w", where, ErrRejected)
-	case w.From.Before(time.Unix(0, 0)):
-		return nil, fmt.Errorf("stripe: %s: window starts before the Unix epoch: %w", where, ErrRejected)
-	case !w.Until.After(w.From):
-		return nil, fmt.Errorf("stripe: %s: empty window: %w", where, ErrRejected)
+	if err := checkWindow(where, w); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, notSentYet(where, err)
@@ -449,6 +451,21 @@ func (p *Provider) List(ctx context.Context, w provider.Window) ([]provider.Paym
 	return payments, nil
 }
 
+// checkWindow refuses, before sending, a window with a zero bound, one
+// starting before the Unix epoch, and one whose Until is not after its
+// From: an error wrapping ErrRejected.
+func checkWindow(where string, w provider.Window) error {
+	switch {
+	case w.From.IsZero() || w.Until.IsZero():
+		return fmt.Errorf("stripe: %s: window without a bound: %w", where, ErrRejected)
+	case w.From.Before(time.Unix(0, 0)):
+		return fmt.Errorf("stripe: %s: window starts before the Unix epoch: %w", where, ErrRejected)
+	case !w.Until.After(w.From):
+		return fmt.Errorf("stripe: %s: empty window: %w", where, ErrRejected)
+	}
+	return nil
+}
+
 // ceilUnix returns t in Unix seconds, rounded up.
 func ceilUnix(t time.Time) int64 {
 	s := t.Unix()
@@ -466,11 +483,15 @@ func formatBound(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// listError translates the error of a listing. The answers translateError
-// turns into results without error (a decline, a key in use) cannot answer
-// a listing; should one come, the listing's outcome is unknown.
-func listError(where string, err error) error {
-	res, terr := translateError(provider.OpList, where, err)
+// listError translates the error of a listing of PaymentIntents.
+func listError(where string, err error) error { return listErrorOf(provider.OpList, where, err) }
+
+// listErrorOf translates the error of a listing op. The answers
+// translateError turns into results without error (a decline, a key in
+// use) cannot answer a listing; should one come, the listing's outcome is
+// unknown.
+func listErrorOf(op provider.Op, where string, err error) error {
+	res, terr := translateError(op, where, err)
 	if terr == nil {
 		return fmt.Errorf("stripe: %s: unexpected %s answer (%s): outcome unknown", where, res.Outcome, res.Reason)
 	}

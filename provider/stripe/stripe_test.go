@@ -31,6 +31,23 @@ type row struct {
 // default MaxNetworkRetries stripe-go must not retry anything.
 func (r row) run(t *testing.T, prefix string, call func(ctx context.Context, p *stripe.Provider) (provider.Result, error)) []recorded {
 	t.Helper()
+	var (
+		res provider.Result
+		err error
+	)
+	reqs := r.send(t, func(ctx context.Context, p *stripe.Provider) { res, err = call(ctx, p) })
+	r.want.check(t, prefix, res, err)
+	if r.wantErrIs != nil && !errors.Is(err, r.wantErrIs) {
+		t.Errorf("error %v, want one wrapping %v", err, r.wantErrIs)
+	}
+	return reqs
+}
+
+// send plays r's server side against a fresh fake Stripe server while
+// call runs, and checks that exactly one request (none if closed) was
+// sent. It returns the requests.
+func (r row) send(t *testing.T, call func(ctx context.Context, p *stripe.Provider)) []recorded {
+	t.Helper()
 	answer := r.reply
 	if answer == nil {
 		answer = func(w http.ResponseWriter, _ *http.Request) { t.Error("request reached a closed server") }
@@ -53,11 +70,7 @@ func (r row) run(t *testing.T, prefix string, call func(ctx context.Context, p *
 	if r.closed {
 		srv.Close()
 	}
-	res, err := call(ctx, p)
-	r.want.check(t, prefix, res, err)
-	if r.wantErrIs != nil && !errors.Is(err, r.wantErrIs) {
-		t.Errorf("error %v, want one wrapping %v", err, r.wantErrIs)
-	}
+	call(ctx, p)
 	reqs := srv.requests()
 	wantN := 1
 	if r.closed {

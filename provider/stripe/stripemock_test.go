@@ -32,7 +32,8 @@ const (
 	stripeMockStartTimeout = 30 * time.Second
 )
 
-// TestStripeMock runs Create, Status, Search and List against stripe-mock,
+// TestStripeMock runs Create, Status, Search and List, and the refund
+// calls (checkStripeMockRefunds), against stripe-mock,
 // which validates every request against Stripe's OpenAPI spec and answers
 // with fixtures. It proves the requests are well-formed Stripe requests; it
 // cannot check behaviour, since stripe-mock keeps no state (its create
@@ -140,6 +141,84 @@ func TestStripeMock(t *testing.T) {
 		t.Fatalf("request: %v", err)
 	}
 	checkRefused(t, "GET with a malformed created filter", bad)
+
+	t.Run("Refunds", func(t *testing.T) { checkStripeMockRefunds(t, base, p) })
+}
+
+// checkStripeMockRefunds runs CreateRefund, GetRefund, ListRefunds and
+// ListRefundsCreated against stripe-mock at base: the requests must pass
+// its validation against Stripe's spec, and the adapter must read its
+// fixtures (whose status and ids do not follow the requests) as refunds.
+func checkStripeMockRefunds(t *testing.T, base string, p *stripe.Provider) {
+	ctx := t.Context()
+	req := testRefundRequest()
+	for _, reason := range []string{req.Reason, ""} {
+		req.Reason = reason
+		created, err := p.CreateRefund(ctx, req)
+		if err != nil {
+			t.Fatalf("CreateRefund (reason %q): %v", reason, err)
+		}
+		checkSaneRefund(t, "CreateRefund", created)
+	}
+	got, err := p.GetRefund(ctx, "re_1")
+	if err != nil {
+		t.Fatalf("GetRefund: %v", err)
+	}
+	checkSaneRefund(t, "GetRefund", got)
+
+	refunds, err := p.ListRefunds(ctx, "pi_1")
+	if err != nil {
+		t.Fatalf("ListRefunds: %v", err)
+	}
+	if len(refunds) == 0 {
+		t.Fatal("ListRefunds: no refunds, want stripe-mock's fixture")
+	}
+	for i, r := range refunds {
+		checkSaneRefund(t, fmt.Sprintf("ListRefunds: refund %d", i), r)
+	}
+	now := time.Now()
+	refunds, err = p.ListRefundsCreated(ctx, provider.Window{From: now.Add(-24 * time.Hour), Until: now})
+	if err != nil {
+		t.Fatalf("ListRefundsCreated: %v", err)
+	}
+	if len(refunds) == 0 {
+		t.Fatal("ListRefundsCreated: no refunds, want stripe-mock's fixture")
+	}
+	for i, r := range refunds {
+		checkSaneRefund(t, fmt.Sprintf("ListRefundsCreated: refund %d", i), r)
+	}
+
+	// stripe-mock must refuse what the spec does not allow, or the checks
+	// above prove nothing: an unknown parameter, a reason not in the
+	// spec's enumeration.
+	for what, form := range map[string]url.Values{
+		"POST /v1/refunds with an unknown parameter": {"payment_intent": {"pi_1"}, "amount": {"500"}, "no_such_parameter": {"1"}},
+		"POST /v1/refunds with reason=because":       {"payment_intent": {"pi_1"}, "amount": {"500"}, "reason": {"because"}},
+	} {
+		bad, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/refunds", strings.NewReader(form.Encode()))
+		if err != nil {
+			t.Fatalf("request: %v", err)
+		}
+		bad.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		checkRefused(t, what, bad)
+	}
+}
+
+// checkSaneRefund checks that r is a refund in a status the refund table
+// knows.
+func checkSaneRefund(t *testing.T, what string, r provider.RefundResult) {
+	t.Helper()
+	if !strings.HasPrefix(r.ID, "re_") {
+		t.Errorf("%s: id %q, want re_…", what, r.ID)
+	}
+	switch r.Outcome {
+	case provider.Succeeded, provider.Pending, provider.Failed:
+	default:
+		t.Errorf("%s: outcome %q, want a refund's outcome (%+v)", what, r.Outcome, r)
+	}
+	if r.Status == "" || r.Currency == "" || r.Amount <= 0 || r.Created.IsZero() {
+		t.Errorf("%s: incomplete refund %+v", what, r)
+	}
 }
 
 // checkRefused sends req to stripe-mock with the test key and checks that

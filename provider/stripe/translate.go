@@ -73,7 +73,8 @@ var statusOutcomes = map[stripego.PaymentIntentStatus]provider.Outcome{
 //	409 idempotency_key_in_use                     Pending, Reason ReasonKeyInUse, nil error
 //	idempotency_error (400)                        error wrapping provider.ErrIdempotencyMismatch
 //	429 (rate_limit, lock_timeout)                 error wrapping provider.ErrRetryLater
-//	404 resource_missing on OpStatus               NotFound, Reason ReasonNotFound, nil error
+//	404 resource_missing on OpStatus,              NotFound, Reason ReasonNotFound, nil error
+//	  OpRefundGet
 //	other 4xx but 409, 424 (400, 401, 403, 404…)   error wrapping ErrRejected → Rejected
 //	5xx, other 409, 424, a body that is no
 //	Stripe error, timeout, reset, EOF              error → Unknown
@@ -138,7 +139,7 @@ func translateError(op provider.Op, where string, err error) (provider.Result, e
 		ae.kind = provider.ErrIdempotencyMismatch
 	case status == http.StatusTooManyRequests:
 		ae.kind = provider.ErrRetryLater
-	case op == provider.OpStatus && status == http.StatusNotFound && se.Code == stripego.ErrorCodeResourceMissing:
+	case (op == provider.OpStatus || op == provider.OpRefundGet) && status == http.StatusNotFound && se.Code == stripego.ErrorCodeResourceMissing:
 		return provider.Result{Outcome: provider.NotFound, Reason: ReasonNotFound}, nil
 	case status >= 400 && status < 500 && status != http.StatusConflict && status != http.StatusFailedDependency:
 		// Refused before acting (Stripe keeps no idempotent result for a

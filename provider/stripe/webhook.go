@@ -57,7 +57,9 @@ var (
 	// ErrMalformedEvent: the signed payload is not a Stripe event payrecon
 	// can translate: not JSON, not an event, a required field missing, a
 	// payment_intent event whose object is no PaymentIntent or whose status
-	// the status table does not know.
+	// the status table does not know, a refund event whose object is no
+	// Refund, a charge.refunded event whose object is no Charge, or a
+	// refund whose status the refund status table does not know.
 	ErrMalformedEvent = errors.New("stripe webhook: malformed event")
 	// ErrAPIVersion: the event was rendered in an API version incompatible
 	// with WebhookConfig.APIVersion (see there).
@@ -194,6 +196,31 @@ func (v *WebhookVerifier) SignatureHeader() string { return WebhookSignatureHead
 //	any other payment_intent.*                    by status
 //	status not in the table (where needed)        ErrMalformedEvent
 //
+// For a refund event (refund.created, refund.updated, refund.failed, any
+// refund.*), whose object must be a Refund, Refund is the refund as the
+// object shows it (translated as the API calls translate it, refundOf),
+// Outcome its outcome by the refund status table (refundOutcome: by the
+// status, whatever the event type says; a status the table does not know
+// is ErrMalformedEvent, never Failed), PaymentID its payment_intent,
+// PurchaseID its metadata purchase_id, Amount and Currency its own. A
+// refund naming no refund_id (made in the Dashboard) is translated all
+// the same, with Refund.RefundID "": it is still money leaving a payment,
+// which payrecon's judge and audit must see.
+//
+// A charge.refunded event, whose object must be a Charge, gets PaymentID
+// the charge's payment_intent. When the charge carries its refunds
+// (refunds.data, which Stripe includes only when expanded), the event is
+// about the most recent of them (the latest created; of those created in
+// the same second, the first listed, as Stripe lists newest first): Refund,
+// Outcome, PurchaseID, Amount and Currency are then that refund's, as for
+// a refund event. The event does not say which refund's change it
+// announces, and the most recent is not always that one (an older refund
+// settling after a newer one was made); but the charge shows each of its
+// refunds as of the event, so what is reported is true of the refund it
+// names, as a refund.updated about it would be. A charge carrying none
+// verifies with Outcome "" and nothing else but PaymentID: payrecon learns
+// of the refund from its own refund events.
+//
 // Any other event type (charge.*, customer.*, …) verifies with Outcome ""
 // (payrecon ignores it), PurchaseID "", Amount 0, Currency "" and
 // PaymentID the event object's id if it is a PaymentIntent's (pi_…), else
@@ -229,13 +256,18 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 		Created: time.Unix(e.Created, 0).UTC(),
 		Digest:  eventDigest(e),
 	}
-	if !strings.HasPrefix(ev.Type, paymentIntentEventPrefix) {
+	where := fmt.Sprintf("event %s (%s)", ev.ID, ev.Type)
+	switch {
+	case strings.HasPrefix(ev.Type, refundEventPrefix):
+		return refundEvent(ev, e, where)
+	case ev.Type == chargeRefundedEvent:
+		return chargeRefunded(ev, e, where)
+	case !strings.HasPrefix(ev.Type, paymentIntentEventPrefix):
 		if id, ok := e.Data.Object["id"].(string); ok && strings.HasPrefix(id, paymentIntentIDPrefix) {
 			ev.PaymentID = id
 		}
 		return ev, nil
 	}
-	where := fmt.Sprintf("event %s (%s)", ev.ID, ev.Type)
 	var pi stripego.PaymentIntent
 	if err := json.Unmarshal(e.Data.Raw, &pi); err != nil {
 		return provider.Event{}, fmt.Errorf("%w: %s: data.object is not a payment intent: %w", ErrMalformedEvent, where, err)
@@ -269,11 +301,75 @@ func eventDigest(e stripego.Event) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// Prefixes of PaymentIntent event types and ids.
+// Prefixes of PaymentIntent event types and ids, of refund event types,
+// and the type of the event of a refunded charge.
 const (
 	paymentIntentEventPrefix = "payment_intent."
 	paymentIntentIDPrefix    = "pi_"
+	refundEventPrefix        = "refund."
+	chargeRefundedEvent      = "charge.refunded"
 )
+
+// refundEvent translates a refund.* event e into ev (see Verify).
+func refundEvent(ev provider.Event, e stripego.Event, where string) (provider.Event, error) {
+	var r stripego.Refund
+	if err := json.Unmarshal(e.Data.Raw, &r); err != nil {
+		return provider.Event{}, fmt.Errorf("%w: %s: data.object is not a refund: %w", ErrMalformedEvent, where, err)
+	}
+	if r.Object != "refund" || r.ID == "" {
+		return provider.Event{}, fmt.Errorf("%w: %s: data.object is a %q with id %q, want a refund", ErrMalformedEvent, where, r.Object, r.ID)
+	}
+	return withRefund(ev, &r, "", where)
+}
+
+// chargeRefunded translates a charge.refunded event e into ev (see
+// Verify).
+func chargeRefunded(ev provider.Event, e stripego.Event, where string) (provider.Event, error) {
+	var c stripego.Charge
+	if err := json.Unmarshal(e.Data.Raw, &c); err != nil {
+		return provider.Event{}, fmt.Errorf("%w: %s: data.object is not a charge: %w", ErrMalformedEvent, where, err)
+	}
+	if c.Object != "charge" || c.ID == "" {
+		return provider.Event{}, fmt.Errorf("%w: %s: data.object is a %q with id %q, want a charge", ErrMalformedEvent, where, c.Object, c.ID)
+	}
+	if c.PaymentIntent != nil {
+		ev.PaymentID = c.PaymentIntent.ID
+	}
+	if c.Refunds == nil {
+		return ev, nil
+	}
+	var latest *stripego.Refund
+	for _, r := range c.Refunds.Data {
+		if r != nil && (latest == nil || r.Created > latest.Created) {
+			latest = r
+		}
+	}
+	if latest == nil {
+		return ev, nil
+	}
+	return withRefund(ev, latest, ev.PaymentID, where)
+}
+
+// withRefund sets ev's fields from the refund r it is about: Refund,
+// Outcome by the refund status table, PaymentID (r's payment_intent, else
+// paymentID), PurchaseID, Amount and Currency. A status the table does
+// not know is ErrMalformedEvent.
+func withRefund(ev provider.Event, r *stripego.Refund, paymentID, where string) (provider.Event, error) {
+	res := refundOf(r)
+	if res.Outcome == provider.Unknown {
+		return provider.Event{}, fmt.Errorf("%w: %s: refund %s: unrecognised status %q", ErrMalformedEvent, where, r.ID, r.Status)
+	}
+	if res.PaymentID == "" {
+		res.PaymentID = paymentID
+	}
+	ev.Refund = &res
+	ev.Outcome = res.Outcome
+	ev.PaymentID = res.PaymentID
+	ev.PurchaseID = res.PurchaseID
+	ev.Amount = res.Amount
+	ev.Currency = res.Currency
+	return ev, nil
+}
 
 // eventOutcome returns what a payment_intent event of type typ, whose
 // PaymentIntent is in status, reports: by the event type where it says

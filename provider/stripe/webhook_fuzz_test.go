@@ -71,7 +71,9 @@ func flipLast(header string) string {
 // an accepted event has an id, a type and a creation time, and its
 // outcome is a neutral outcome (succeeded, declined or pending for a
 // payment_intent.* event, which also names its payment and purchase;
-// none for any other event); a refused one is refused for what it says,
+// succeeded, failed or pending for a refund event, or a charge.refunded
+// carrying refunds, which reports the refund it is about; none for any
+// other event); a refused one is refused for what it says,
 // never for its signature, with exactly one of Verify's errors and the
 // zero event; and the same payload with a tampered signature, or a
 // tampered payload with its signature, is always refused as a bad
@@ -92,6 +94,13 @@ func FuzzWebhookEvent(f *testing.F) {
 		fuzzEvent("payment_intent.succeeded", map[string]any{"id": "ch_1", "object": "charge"}),
 		fuzzEvent("charge.succeeded", map[string]any{"id": "ch_1", "object": "charge", "payment_intent": pi}),
 		fuzzEvent("charge.refunded", map[string]any{"id": pi, "object": "payment_intent"}),
+		fuzzEvent("refund.created", whRefund("re_1", "succeeded", whRefundMeta, nil)),
+		fuzzEvent("refund.updated", whRefund("re_1", "pending", nil, nil)),
+		fuzzEvent("refund.failed", whRefund("re_1", "failed", whRefundMeta, map[string]any{"failure_reason": "declined"})),
+		fuzzEvent("refund.updated", whRefund("re_1", "teleported", whRefundMeta, nil)),
+		fuzzEvent("refund.updated", whRefund("re_1", "canceled", whRefundMeta, map[string]any{"payment_intent": nil, "charge": nil})),
+		fuzzEvent("charge.refunded", whCharge([]map[string]any{whRefund("re_1", "succeeded", whRefundMeta, nil)})),
+		fuzzEvent("charge.refunded", whCharge(nil)),
 		fuzzEvent("customer.created", map[string]any{"id": "cus_1", "object": "customer"}),
 		[]byte(`{"id":"evt_1","object":"event","api_version":"2025-08-27.basil","created":1,"type":"x","data":{"object":{}}}`),
 		[]byte(`{"id":"evt_1","object":"event","api_version":"2024-06-20","created":1,"type":"x","data":{"object":{}}}`),
@@ -113,8 +122,8 @@ func FuzzWebhookEvent(f *testing.F) {
 		header := whSign(whSecret, signedAt, payload)
 		ev, err := v.Verify(payload, header)
 		ev2, err2 := v.Verify(payload, header)
-		if ev != ev2 || fmt.Sprint(err) != fmt.Sprint(err2) {
-			t.Fatalf("Verify(%q) answered %+v, %v, then %+v, %v", payload, ev, err, ev2, err2)
+		if !sameEvent(ev, ev2) || fmt.Sprint(err) != fmt.Sprint(err2) {
+			t.Fatalf("Verify(%q) answered %s, %v, then %s, %v", payload, showEvent(ev), err, showEvent(ev2), err2)
 		}
 		if err != nil {
 			switch s := oneSentinel(err); {
@@ -122,8 +131,8 @@ func FuzzWebhookEvent(f *testing.F) {
 				t.Fatalf("Verify(%q): error %q wraps none or several of Verify's errors, want one", payload, err)
 			case s == stripe.ErrBadSignature || s == stripe.ErrStaleTimestamp || s == stripe.ErrFutureTimestamp:
 				t.Fatalf("Verify(%q) refused a valid signature: %v", payload, err)
-			case ev != (provider.Event{}):
-				t.Fatalf("Verify(%q) returned %+v with error %v", payload, ev, err)
+			case !sameEvent(ev, provider.Event{}):
+				t.Fatalf("Verify(%q) returned %s with error %v", payload, showEvent(ev), err)
 			}
 		} else {
 			checkEvent(t, payload, ev)
@@ -166,7 +175,27 @@ func checkEvent(t *testing.T, payload []byte, ev provider.Event) {
 		}
 		return
 	}
+	if ev.Refund != nil {
+		r := *ev.Refund
+		switch {
+		case !strings.HasPrefix(ev.Type, "refund.") && ev.Type != "charge.refunded":
+			t.Fatalf("Verify(%q): event of type %q reports a refund: %s", payload, ev.Type, showEvent(ev))
+		case ev.Outcome != provider.Succeeded && ev.Outcome != provider.Failed && ev.Outcome != provider.Pending:
+			t.Fatalf("Verify(%q): refund event with outcome %q, want succeeded, failed or pending", payload, ev.Outcome)
+		case r.Outcome != ev.Outcome || r.PaymentID != ev.PaymentID || r.PurchaseID != ev.PurchaseID || r.Amount != ev.Amount || r.Currency != ev.Currency:
+			t.Fatalf("Verify(%q): event %s disagrees with its refund", payload, showEvent(ev))
+		case r.ID == "":
+			t.Fatalf("Verify(%q): refund without id: %s", payload, showEvent(ev))
+		}
+		return
+	}
+	if strings.HasPrefix(ev.Type, "refund.") {
+		t.Fatalf("Verify(%q): refund event without its refund: %+v", payload, ev)
+	}
 	switch {
+	case ev.Type == "charge.refunded" && ev.Outcome == "" && ev.PurchaseID == "" && ev.Amount == 0 && ev.Currency == "":
+		// A refunded charge carrying no refunds: its payment only, whatever
+		// its payment_intent says.
 	case ev.Outcome != "" || ev.PurchaseID != "" || ev.Amount != 0 || ev.Currency != "":
 		t.Fatalf("Verify(%q): event of type %q reports a payment: %+v", payload, ev.Type, ev)
 	case ev.PaymentID != "" && !strings.HasPrefix(ev.PaymentID, "pi_"):

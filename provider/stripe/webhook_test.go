@@ -624,3 +624,202 @@ func TestWebhookDigest(t *testing.T) {
 		t.Fatal("another object under the same event id digests the same")
 	}
 }
+
+// whRefund returns a Refund object as Stripe renders it in an event: 120
+// usd of pi_3SAbCdEfGhIjKlMn, with metadata (none when nil) and fields
+// overridden by extra.
+func whRefund(id, status string, metadata map[string]string, extra map[string]any) map[string]any {
+	if metadata == nil {
+		metadata = map[string]string{}
+	}
+	r := map[string]any{
+		"id":                  id,
+		"object":              "refund",
+		"amount":              120,
+		"balance_transaction": nil,
+		"charge":              "ch_3SAbCdEfGhIjKlMn0",
+		"created":             whCreated.Unix() - 1,
+		"currency":            "usd",
+		"metadata":            metadata,
+		"payment_intent":      "pi_3SAbCdEfGhIjKlMn",
+		"reason":              "duplicate",
+		"receipt_number":      nil,
+		"status":              status,
+	}
+	for k, v := range extra {
+		r[k] = v
+	}
+	return r
+}
+
+// whRefundMeta is the metadata payrecon puts on its refunds.
+var whRefundMeta = map[string]string{"refund_id": "ref_01JREFUND", "purchase_id": "pur_01JABCDEF"}
+
+// whCharge returns the charge of pi_3SAbCdEfGhIjKlMn (300 usd) as a
+// charge.refunded event renders it, carrying refunds (listed as given:
+// Stripe lists newest first); no refunds list at all when refunds is nil.
+func whCharge(refunds []map[string]any) map[string]any {
+	c := map[string]any{
+		"id": "ch_3SAbCdEfGhIjKlMn0", "object": "charge", "amount": 300, "amount_captured": 300,
+		"amount_refunded": 120, "captured": true, "currency": "usd", "paid": true, "refunded": false,
+		"status": "succeeded", "payment_intent": "pi_3SAbCdEfGhIjKlMn", "metadata": map[string]string{},
+		"created": whCreated.Unix() - 100,
+	}
+	if refunds != nil {
+		c["refunds"] = map[string]any{"object": "list", "url": "/v1/charges/ch_3SAbCdEfGhIjKlMn0/refunds", "has_more": false, "data": refunds}
+	}
+	return c
+}
+
+// TestWebhookTranslatesRefundEvents checks refund.* and charge.refunded
+// events: the refund, its outcome by the refund status table, the
+// refunded payment, the purchase and the refund's amount.
+func TestWebhookTranslatesRefundEvents(t *testing.T) {
+	const pi = "pi_3SAbCdEfGhIjKlMn"
+	at := whCreated.Add(-time.Second)
+	refund := func(o provider.Outcome, id, status, reason string) *provider.RefundResult {
+		return &provider.RefundResult{Outcome: o, ID: id, PaymentID: pi, RefundID: "ref_01JREFUND", PurchaseID: "pur_01JABCDEF",
+			Amount: 120, Currency: "usd", Status: status, Reason: reason, Created: at}
+	}
+	later := whRefund("re_2", "pending", whRefundMeta, map[string]any{"created": whCreated.Unix(), "amount": 80})
+	laterRefund := refund(provider.Pending, "re_2", "pending", "")
+	laterRefund.Amount, laterRefund.Created = 80, whCreated
+	dashboard := refund(provider.Succeeded, "re_1", "succeeded", "")
+	dashboard.RefundID, dashboard.PurchaseID = "", ""
+
+	rows := []struct {
+		name   string
+		typ    string
+		object map[string]any
+		// refund is what the event is about; nil for none.
+		refund *provider.RefundResult
+	}{
+		{name: "refund.created succeeded", typ: "refund.created",
+			object: whRefund("re_1", "succeeded", whRefundMeta, nil), refund: refund(provider.Succeeded, "re_1", "succeeded", "")},
+		{name: "refund.created pending", typ: "refund.created",
+			object: whRefund("re_1", "pending", whRefundMeta, nil), refund: refund(provider.Pending, "re_1", "pending", "")},
+		{name: "refund.updated succeeded", typ: "refund.updated",
+			object: whRefund("re_1", "succeeded", whRefundMeta, nil), refund: refund(provider.Succeeded, "re_1", "succeeded", "")},
+		{name: "refund.updated requires_action", typ: "refund.updated",
+			object: whRefund("re_1", "requires_action", whRefundMeta, nil), refund: refund(provider.Pending, "re_1", "requires_action", "")},
+		{name: "refund.updated canceled", typ: "refund.updated",
+			object: whRefund("re_1", "canceled", whRefundMeta, map[string]any{"failure_reason": "merchant_request"}),
+			refund: refund(provider.Failed, "re_1", "canceled", "merchant_request")},
+		{name: "refund.failed", typ: "refund.failed",
+			object: whRefund("re_1", "failed", whRefundMeta, map[string]any{"failure_reason": "expired_or_canceled_card"}),
+			refund: refund(provider.Failed, "re_1", "failed", "expired_or_canceled_card")},
+		{name: "refund.updated pending after succeeded (stale): by the status", typ: "refund.updated",
+			object: whRefund("re_1", "pending", whRefundMeta, nil), refund: refund(provider.Pending, "re_1", "pending", "")},
+		{name: "payment_intent expanded", typ: "refund.updated",
+			object: whRefund("re_1", "succeeded", whRefundMeta, map[string]any{"payment_intent": whPI(pi, "succeeded", whPurchase, nil)}),
+			refund: refund(provider.Succeeded, "re_1", "succeeded", "")},
+		{name: "a Dashboard refund, naming nothing, is still translated", typ: "refund.created",
+			object: whRefund("re_1", "succeeded", nil, nil), refund: dashboard},
+		{name: "charge.refunded: about the most recent of its refunds", typ: "charge.refunded",
+			object: whCharge([]map[string]any{later, whRefund("re_1", "succeeded", whRefundMeta, nil)}), refund: laterRefund},
+		{name: "charge.refunded: most recent wherever it is listed", typ: "charge.refunded",
+			object: whCharge([]map[string]any{whRefund("re_1", "succeeded", whRefundMeta, nil), later}), refund: laterRefund},
+		{name: "charge.refunded: of refunds created in one second, the first listed", typ: "charge.refunded",
+			object: whCharge([]map[string]any{
+				whRefund("re_1", "succeeded", whRefundMeta, nil),
+				whRefund("re_0", "failed", whRefundMeta, nil),
+			}), refund: refund(provider.Succeeded, "re_1", "succeeded", "")},
+		{name: "charge.refunded without its refunds: the payment only", typ: "charge.refunded", object: whCharge(nil)},
+		{name: "charge.refunded with an empty list: the payment only", typ: "charge.refunded", object: whCharge([]map[string]any{})},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			payload := whEvent(t, r.typ, "", r.object)
+			ev, err := whVerifier(t, stripe.WebhookConfig{}).Verify(payload, whSign(whSecret, whNow, payload))
+			if err != nil {
+				t.Fatalf("Verify: %v", err)
+			}
+			want := provider.Event{ID: "evt_3SAbCdEfGhIjKlMn1", Type: r.typ, PaymentID: pi, Created: whCreated, Refund: r.refund}
+			if r.refund != nil {
+				want.Outcome = r.refund.Outcome
+				want.PurchaseID = r.refund.PurchaseID
+				want.Amount, want.Currency = r.refund.Amount, r.refund.Currency
+			}
+			if len(ev.Digest) != 64 {
+				t.Errorf("digest %q, want a hex SHA-256", ev.Digest)
+			}
+			ev.Digest = ""
+			if !sameEvent(ev, want) {
+				t.Errorf("event\n got %s\nwant %s", showEvent(ev), showEvent(want))
+			}
+			if ev.Outcome == provider.Declined {
+				t.Errorf("a refund event reports a decline: %s", showEvent(ev))
+			}
+		})
+	}
+}
+
+// TestWebhookRefusesRefundEvents: a refund event whose object is no
+// refund, a charge.refunded whose object is no charge, and a refund in a
+// status the table does not know (never read as failed) are malformed.
+func TestWebhookRefusesRefundEvents(t *testing.T) {
+	rows := []struct {
+		name   string
+		typ    string
+		object map[string]any
+	}{
+		{"refund in an unknown status", "refund.updated", whRefund("re_1", "teleported", whRefundMeta, nil)},
+		{"refund.failed in an unknown status", "refund.failed", whRefund("re_1", "teleported", whRefundMeta, nil)},
+		{"refund event about a payment intent", "refund.created", whPI("pi_1", "succeeded", whPurchase, nil)},
+		{"refund event about an object without id", "refund.created", map[string]any{"object": "refund", "status": "succeeded"}},
+		{"charge.refunded about a payment intent", "charge.refunded", whPI("pi_1", "succeeded", whPurchase, nil)},
+		{"charge.refunded carrying a refund in an unknown status", "charge.refunded",
+			whCharge([]map[string]any{whRefund("re_1", "teleported", whRefundMeta, nil)})},
+		{"refund whose amount is not a number", "refund.created", whRefund("re_1", "succeeded", whRefundMeta, map[string]any{"amount": "lots"})},
+	}
+	for _, r := range rows {
+		t.Run(r.name, func(t *testing.T) {
+			payload := whEvent(t, r.typ, "", r.object)
+			ev, err := whVerifier(t, stripe.WebhookConfig{}).Verify(payload, whSign(whSecret, whNow, payload))
+			whCheckErr(t, ev, err, stripe.ErrMalformedEvent)
+		})
+	}
+}
+
+// TestWebhookRefundDigest: a redelivered refund event digests the same, a
+// refund in another status under the same id does not.
+func TestWebhookRefundDigest(t *testing.T) {
+	v := whVerifier(t, stripe.WebhookConfig{})
+	digest := func(payload []byte) string {
+		t.Helper()
+		ev, err := v.Verify(payload, whSign(whSecret, whNow, payload))
+		if err != nil {
+			t.Fatalf("Verify: %v", err)
+		}
+		return ev.Digest
+	}
+	first := whEvent(t, "refund.updated", "", whRefund("re_1", "succeeded", whRefundMeta, nil))
+	redelivered := []byte(strings.Replace(string(first), `"pending_webhooks":1`, `"pending_webhooks":0`, 1))
+	if digest(first) != digest(redelivered) {
+		t.Fatal("a redelivery with another pending_webhooks digests differently")
+	}
+	if digest(first) == digest(whEvent(t, "refund.updated", "", whRefund("re_1", "pending", whRefundMeta, nil))) {
+		t.Fatal("a refund in another status under the same event id digests the same")
+	}
+}
+
+// sameEvent reports whether a and b say the same, comparing the refunds
+// they point to rather than the pointers.
+func sameEvent(a, b provider.Event) bool {
+	ra, rb := a.Refund, b.Refund
+	a.Refund, b.Refund = nil, nil
+	if a != b || (ra == nil) != (rb == nil) {
+		return false
+	}
+	return ra == nil || *ra == *rb
+}
+
+// showEvent formats ev with the refund it points to.
+func showEvent(ev provider.Event) string {
+	if ev.Refund == nil {
+		return fmt.Sprintf("%+v", ev)
+	}
+	r := *ev.Refund
+	ev.Refund = nil
+	return fmt.Sprintf("%+v refund %+v", ev, r)
+}

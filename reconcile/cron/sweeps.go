@@ -125,7 +125,16 @@ func Sweeps(svc *reconcile.Service, refresh func(context.Context) error, cfg Swe
 	}
 	sweeps := []Sweep{
 		{Name: SweepRescueLeases, Schedule: cfg.RescueSchedule, Run: svc.RescueExpired},
-		{Name: SweepEscalate, Schedule: cfg.EscalateSchedule, Run: svc.EscalateOverdue},
+		{Name: SweepEscalate, Schedule: cfg.EscalateSchedule, Run: func(ctx context.Context) (int, error) {
+			// Purchases and refunds alike: the same escalation for both
+			// money-moving processes.
+			purchases, err := svc.EscalateOverdue(ctx)
+			if err != nil {
+				return purchases, err
+			}
+			refunds, err := svc.EscalateOverdueRefunds(ctx)
+			return purchases + refunds, err
+		}},
 		{Name: SweepUnmatched, Schedule: cfg.UnmatchedSchedule, Run: func(ctx context.Context) (int, error) {
 			return svc.ApplyUnmatched(ctx, 500)
 		}},

@@ -61,7 +61,30 @@ type Scenario struct {
 	// operator list until the audit stores its finding, and then carry
 	// Escalation.
 	AuditOnly bool
-	Expect    string // the expected outcome, in words
+	// Refund, if set, is a refund the scenario asks for and how it must
+	// end.
+	Refund *RefundPlan
+	Expect string // the expected outcome, in words
+}
+
+// RefundPlan is a refund of a scenario's purchase: asked for by a client
+// once the purchase has reached its wanted state, or by the operator's
+// "refund this charge" on the duplicate charge the audit found.
+type RefundPlan struct {
+	// Faults are the refund's create calls, in order.
+	Faults []fakeprovider.Fault
+	// OfFinding: the operator refunds the payment of the purchase's
+	// duplicate_charge finding, once the audit has stored it; otherwise a
+	// client refunds the purchase's own payment in full.
+	OfFinding bool
+	// Want is the state the refund must end in.
+	Want statemachine.State
+	// Refunds is how many refunds at the provider must have returned
+	// money for it.
+	Refunds int
+	// NetCharges is how many of the purchase's charges must keep money at
+	// the provider once the refund is done.
+	NetCharges int
 }
 
 // OutsideKind names a change the provider makes outside payrecon.
@@ -209,6 +232,15 @@ func Scenarios() []Scenario {
 			Want:    statemachine.Declined, Escalation: reconcile.EscalationStateDisagreement, Charges: 1,
 			Finding: reconcile.FindingStateDisagreement, AuditOnly: true,
 			Expect: "declined; the audit finds the approval: state_disagreement, 1 charge"},
+		{Name: "refund with a lost reply", Want: statemachine.Succeeded, Charges: 1,
+			Refund: &RefundPlan{Faults: []fakeprovider.Fault{fakeprovider.LostReply}, Want: statemachine.Succeeded, Refunds: 1, NetCharges: 0},
+			Expect: "succeeded, then refunded: the refund's reply lost, its key replayed: 1 refund, no net charge"},
+		{Name: "duplicate charge refunded by the operator",
+			Outside: &Outside{Kind: OutsideCharge, When: statemachine.Succeeded},
+			Want:    statemachine.Succeeded, Escalation: reconcile.EscalationDuplicateCharge, Charges: 2,
+			Finding: reconcile.FindingDuplicateCharge, AuditOnly: true,
+			Refund: &RefundPlan{OfFinding: true, Want: statemachine.Succeeded, Refunds: 1, NetCharges: 1},
+			Expect: "succeeded; the audit finds the second charge and the operator refunds it: 1 net charge"},
 		{Name: "webhook with a wrong amount", Faults: []fakeprovider.Fault{fakeprovider.Timeout},
 			Outside: &Outside{Kind: OutsideCharge, When: statemachine.Uncertain, Amount: WrongAmount, Webhooks: true},
 			Want:    statemachine.Uncertain, Escalation: reconcile.EscalationAmountMismatch, Charges: 1,
@@ -240,6 +272,14 @@ type Observed struct {
 	// finding a scenario wants is demanded only then; findings it does
 	// not want are problems at any time (Case.Findings holds them).
 	Audited bool
+	// Refunds are the purchase's refunds with their audit trails.
+	Refunds []reconcile.RefundDetail
+	// ProviderRefunds counts, per refund id, the refunds at the provider
+	// that returned money for it.
+	ProviderRefunds map[string]int
+	// NetCharges counts the purchase's charges that keep money at the
+	// provider, refunds taken off (fakeprovider.Fake.NetCharges).
+	NetCharges int
 }
 
 // Check returns what is wrong with the scenario's purchase as observed,
@@ -304,6 +344,51 @@ func (sc Scenario) Check(o Observed) []string {
 	for _, a := range c.Attempts {
 		if a.Op == "create" && a.Key != reconcile.ProviderKeyFor(p.ID) {
 			problems = append(problems, "a create was sent with another key: "+a.Key)
+		}
+	}
+	return append(problems, sc.checkRefund(o)...)
+}
+
+// checkRefund returns what is wrong with the scenario's refund: it must
+// be there (once the audit ran, for a refund of a finding), in the state
+// the plan wants, with as many refunds at the provider and net charges,
+// every refund create sent under the refund's own key; and no other
+// refund.
+func (sc Scenario) checkRefund(o Observed) []string {
+	rp := sc.Refund
+	if rp == nil {
+		if len(o.Refunds) > 0 {
+			return []string{fmt.Sprintf("%d unexpected refunds", len(o.Refunds))}
+		}
+		return nil
+	}
+	if len(o.Refunds) == 0 {
+		if rp.OfFinding && !o.Audited {
+			return nil // the operator refunds it once the audit found it
+		}
+		return []string{"no refund"}
+	}
+	var problems []string
+	if len(o.Refunds) > 1 {
+		problems = append(problems, fmt.Sprintf("%d refunds, want 1", len(o.Refunds)))
+	}
+	d := o.Refunds[0]
+	r := d.Refund
+	if r.State != rp.Want {
+		problems = append(problems, fmt.Sprintf("refund %s %s, want %s", r.ID, r.State, rp.Want))
+	}
+	if n := o.ProviderRefunds[r.ID]; n != rp.Refunds {
+		problems = append(problems, fmt.Sprintf("%d refunds at the provider for %s, want %d", n, r.ID, rp.Refunds))
+	}
+	if o.NetCharges != rp.NetCharges {
+		problems = append(problems, fmt.Sprintf("%d net charges at the provider, want %d", o.NetCharges, rp.NetCharges))
+	}
+	if rp.OfFinding && r.FindingID == 0 {
+		problems = append(problems, "the refund names no finding")
+	}
+	for _, a := range d.Attempts {
+		if a.Op == "refund_create" && a.Key != reconcile.RefundKeyFor(r.ID) {
+			problems = append(problems, "a refund create was sent with another key: "+a.Key)
 		}
 	}
 	return problems

@@ -363,9 +363,14 @@ func TestScenarios(t *testing.T) {
 		if sc.Outside != nil && sc.Outside.Webhooks && sc.Webhook == "" {
 			t.Errorf("%s: a change announced by webhook, but no webhook outcome to check", sc.Name)
 		}
+		// The operator refunds only a charge the audit found: the one
+		// action that moves money needs a finding to act on.
+		if rp := sc.Refund; rp != nil && rp.OfFinding && sc.Finding != reconcile.FindingDuplicateCharge {
+			t.Errorf("%s: the operator refunds a finding's charge, but the scenario wants no duplicate_charge finding", sc.Name)
+		}
 	}
-	if len(names) != 13 {
-		t.Errorf("%d scenarios, want the 10 of the seed lesson and the 3 the judge and the audit catch", len(names))
+	if len(names) != 15 {
+		t.Errorf("%d scenarios, want the 10 of the seed lesson, the 3 the judge and the audit catch and the 2 refunds", len(names))
 	}
 }
 

@@ -25,6 +25,22 @@ type Result struct {
 	Problems    []string `json:"problems,omitempty"`
 	Timeline    []string `json:"timeline"`
 	SimDuration string   `json:"simulated_time"`
+	// Refunds are the purchase's refunds, and NetCharges how many of its
+	// charges keep money at the provider once they are done.
+	Refunds    []RefundResult `json:"refunds,omitempty"`
+	NetCharges int            `json:"net_charges_at_provider"`
+}
+
+// RefundResult is one refund of a scenario's purchase in the report.
+type RefundResult struct {
+	ID         string `json:"id"`
+	State      string `json:"state"`
+	Escalation string `json:"escalation,omitempty"`
+	// ProviderRefunds counts the refunds at the provider that returned
+	// money for it.
+	ProviderRefunds int `json:"refunds_at_provider"`
+	// Creates counts the refund create calls sent under its key.
+	Creates int `json:"refund_create_calls"`
 }
 
 // Report is the outcome of a demo run, what `payrecon demo --json` writes.

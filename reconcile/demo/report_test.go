@@ -42,11 +42,11 @@ func TestReportJSON(t *testing.T) {
 	}
 	want := `{"ok":false,"database":"sqlite:/tmp/d/payrecon.db","results":[` +
 		`{"scenario":"clean success","purchase_id":"pur_1","final_state":"succeeded","charges_at_provider":1,"create_calls":1,` +
-		`"expected":"succeeded, 1 charge","ok":true,"timeline":["+00:00:00  a"],"simulated_time":"02:37:15"},` +
+		`"expected":"succeeded, 1 charge","ok":true,"timeline":["+00:00:00  a"],"simulated_time":"02:37:15","net_charges_at_provider":0},` +
 		`{"scenario":"success after a decline","purchase_id":"pur_22","final_state":"declined","escalation":"contradiction",` +
 		`"charges_at_provider":2,"create_calls":1,"expected":"declined, contradiction escalated, 1 charge","ok":false,` +
 		`"problems":["2 charges at the provider, want 1","no webhook with outcome contradiction"],` +
-		`"timeline":["+00:00:00  a","+00:00:15  b"],"simulated_time":"02:37:15"}],` +
+		`"timeline":["+00:00:00  a","+00:00:15  b"],"simulated_time":"02:37:15","net_charges_at_provider":0}],` +
 		`"audit":{"from":"+00:00:00","until":"+02:37:16","payments_listed":3,"new_findings":1,"findings":[` +
 		`{"kind":"state_disagreement","payment_id":"pi_7","purchase_id":"pur_22","scenario":"success after a decline",` +
 		`"amount":1200,"currency":"usd","found":"+01:00:00"},` +

@@ -65,6 +65,42 @@ func Timeline(c reconcile.Case, start time.Time) []string {
 	return lines
 }
 
+// RefundTimeline renders a purchase's refunds as time-ordered lines, as
+// Timeline renders its case: each refund's transitions and provider
+// calls, and its escalation.
+func RefundTimeline(refunds []reconcile.RefundDetail, start time.Time) []string {
+	type entry struct {
+		at   time.Time
+		text string
+	}
+	var es []entry
+	for _, d := range refunds {
+		r := d.Refund
+		for _, t := range d.Transitions {
+			es = append(es, entry{t.At, fmt.Sprintf("refund %s  %-11s → %-11s  (%s)", r.ID, t.From, t.To, t.Cause)})
+		}
+		for _, a := range d.Attempts {
+			text := fmt.Sprintf("refund %s  provider %s → %s", r.ID, a.Op, a.Outcome)
+			if a.Status != "" {
+				text += " [" + a.Status + "]"
+			}
+			if !a.Applied {
+				text += " (not applied)"
+			}
+			es = append(es, entry{a.At, text})
+		}
+		if r.Escalated() {
+			es = append(es, entry{r.EscalatedAt, fmt.Sprintf("refund %s  escalated to the operators: %s", r.ID, r.EscalationReason)})
+		}
+	}
+	slices.SortStableFunc(es, func(a, b entry) int { return a.at.Compare(b.at) })
+	lines := make([]string, len(es))
+	for i, en := range es {
+		lines[i] = "+" + ClockOffset(en.at.Sub(start)) + "  " + en.text
+	}
+	return lines
+}
+
 // ClockOffset formats d as hh:mm:ss, rounded to the second; hours go past
 // 24, and a negative d reads as 00:00:00.
 func ClockOffset(d time.Duration) string {

@@ -41,6 +41,13 @@ var kindStatus = map[reconcile.Kind]kindAnswer{
 	reconcile.KindKeyMismatch:         {http.StatusUnprocessableEntity, "idempotency_key_mismatch"},
 	reconcile.KindKeyInFlight:         {http.StatusConflict, "idempotency_key_in_use"},
 	reconcile.KindEventConflict:       {http.StatusConflict, "conflict"},
+	// A refund the books refuse as they stand, not as it is written: the
+	// request is well formed, and the same one may succeed later (after
+	// a pending refund fails, after the purchase succeeds). 409, like the
+	// other answers about the state of the resource; 400 and 422 keep
+	// their meanings (a bad field, a reused key).
+	reconcile.KindRefundExceeds: {http.StatusConflict, "refund_exceeds_payment"},
+	reconcile.KindNotRefundable: {http.StatusConflict, "not_refundable"},
 }
 
 // statusOf returns the HTTP status of errors of kind k: 500 for a kind

@@ -173,7 +173,8 @@ type v3SchemaView struct {
 
 // TestOpenAPIMatchesTheDomain: the document's lists and limits are the
 // code's: the currencies (every three-letter code, in both cases), the
-// default maximum amount, the states.
+// default maximum amount of a purchase and of a refund, the states of
+// both machines.
 func TestOpenAPIMatchesTheDomain(t *testing.T) {
 	m := openAPIModel(t, api.OpenAPI)
 	currency := regexp.MustCompile(propertyOf(t, m, "PurchaseRequest", "currency").pattern)
@@ -190,19 +191,20 @@ func TestOpenAPIMatchesTheDomain(t *testing.T) {
 			}
 		}
 	}
-	if got, want := propertyOf(t, m, "PurchaseRequest", "amount").maximum, float64(reconcile.DefaultConfig().MaxAmount); got != want {
-		t.Errorf("amount maximum %v, want reconcile's default MaxAmount %v", got, want)
+	for _, schema := range []string{"PurchaseRequest", "RefundRequest"} {
+		if got, want := propertyOf(t, m, schema, "amount").maximum, float64(reconcile.DefaultConfig().MaxAmount); got != want {
+			t.Errorf("%s amount maximum %v, want reconcile's default MaxAmount %v", schema, got, want)
+		}
 	}
-	var states []string
-	for _, s := range statemachine.States {
-		states = append(states, string(s))
-	}
-	if got := m.Components.Schemas.GetOrZero("State").Schema().Enum; len(got) != len(states) {
-		t.Errorf("State has %d values, statemachine %d", len(got), len(states))
-	} else {
-		for i, n := range got {
-			if n.Value != states[i] {
-				t.Errorf("State[%d] = %q, want %q", i, n.Value, states[i])
+	for schema, machine := range map[string]statemachine.Machine{"State": statemachine.Purchase, "RefundState": statemachine.Refund} {
+		states := machine.States()
+		if got := m.Components.Schemas.GetOrZero(schema).Schema().Enum; len(got) != len(states) {
+			t.Errorf("%s has %d values, statemachine.%s %d", schema, len(got), machine.Name(), len(states))
+		} else {
+			for i, n := range got {
+				if n.Value != string(states[i]) {
+					t.Errorf("%s[%d] = %q, want %q", schema, i, n.Value, states[i])
+				}
 			}
 		}
 	}

@@ -126,7 +126,7 @@ func judgeExchange(v validator.Validator, req *http.Request, body []byte, status
 		Body: io.NopCloser(bytes.NewReader(respBody)),
 	}
 	var broken []string
-	if req.Method == http.MethodPost && req.URL.Path == "/v1/purchases" {
+	if req.Method == http.MethodPost && (req.URL.Path == "/v1/purchases" || refundsPath.MatchString(req.URL.Path)) {
 		broken = bodyRules(body)
 	}
 	contractMu.Lock()
@@ -154,11 +154,15 @@ func judgeExchange(v validator.Validator, req *http.Request, body []byte, status
 	return out
 }
 
+// refundsPath is the path of POST /v1/purchases/{id}/refunds, whose body
+// follows the same rules as a purchase's.
+var refundsPath = regexp.MustCompile(`^/v1/purchases/[^/]+/refunds$`)
+
 // integerLiteral is how the contract wants amount written.
 var integerLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 
 // bodyRules returns the rules of the document's description that a
-// purchase request body breaks and that JSON Schema cannot express: its
+// purchase or refund request body breaks and that JSON Schema cannot express: its
 // size, UTF-8 without lone surrogates, one JSON value with no member name
 // twice in an object, amount as an integer literal. A body that is not
 // JSON is left to the schema.

@@ -18,10 +18,11 @@ import (
 //
 // Routes (all under /ops, registered by Ops.Register):
 //
-//	GET  /ops                          the escalated cases and the open audit findings, as HTML tables
-//	GET  /ops/escalations              the same cases with their full record, and the open findings, as JSON
-//	GET  /ops/purchases/{id}           one case: record, findings, timeline, the provider's live view, the actions
-//	                                   (JSON for bearer clients or Accept: application/json)
+//	GET  /ops                          the escalated cases and refunds and the open audit findings, as HTML tables
+//	GET  /ops/escalations              the same cases with their full record, the escalated refunds and the
+//	                                   open findings, as JSON
+//	GET  /ops/purchases/{id}           one case: record, refunds, findings, timeline, the provider's live view,
+//	                                   the actions (JSON for bearer clients or Accept: application/json)
 //	POST /ops/purchases/{id}/recheck   reconcile it now
 //	POST /ops/purchases/{id}/resolve   settle it as succeeded or declined, with evidence
 //	                                   (and override_provider, a reason to go against the provider)
@@ -29,12 +30,19 @@ import (
 //	GET  /ops/findings                 the audit's findings as JSON: the open ones, all with ?all=1
 //	GET  /ops/findings/{fid}           one finding, with its close form (JSON for bearer clients)
 //	POST /ops/findings/{fid}/close     close a finding with a note
+//	POST /ops/findings/{fid}/refund    "Refund this charge": refund an open duplicate charge's payment,
+//	                                   with evidence (amount: the finding's unless given)
+//	GET  /ops/refunds/{rid}            one refund: record and timeline (JSON for bearer clients)
 //	GET  /ops/login, POST /ops/login   the login form
 //	POST /ops/logout                   drop the session
 //
 // An operator may only recheck, resolve (to succeeded or declined, with
-// evidence), add a note or close an audit finding with a note. Nothing
-// here can create a charge or move money. A resolution is checked against
+// evidence), add a note, close an audit finding with a note, or refund a
+// duplicate charge an audit finding names ("Refund this charge"). That
+// refund is the one action here that moves money: it goes through the
+// refund process like any other refund (its own id, key and states,
+// reconciled by the worker) and is recorded with the operator's name and
+// evidence. Nothing here can create a charge. A resolution is checked against
 // the provider's live view by reconcile.Service.Resolve, which fetches and
 // records what the provider said itself: the form never supplies it. When
 // the provider contradicts the resolution the action is refused with 409
@@ -114,7 +122,7 @@ func NewOps(svc *reconcile.Service, cfg OpsConfig) (*Ops, error) {
 		log:       slog.Default(),
 		throttle:  newLoginThrottle(cfg.Now),
 	}
-	for _, page := range []string{"login", "list", "case", "finding", "error"} {
+	for _, page := range []string{"login", "list", "case", "finding", "refund", "error"} {
 		t, err := template.New(page).Funcs(opsFuncs).ParseFS(opsTemplateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ops pages: template %s: %w", page, err)
@@ -144,6 +152,8 @@ func (o *Ops) Register(s *Server) {
 	s.Handle("GET /ops/findings", o.auth(opsJSON, o.findingsJSON))
 	s.Handle("GET /ops/findings/{fid}", o.auth(opsPage, o.findingPage))
 	s.Handle("POST /ops/findings/{fid}/close", o.post(o.closeFinding))
+	s.Handle("POST /ops/findings/{fid}/refund", o.post(o.refundCharge))
+	s.Handle("GET /ops/refunds/{rid}", o.auth(opsPage, o.refundPage))
 	s.Handle("GET /ops/login", http.HandlerFunc(o.loginForm))
 	s.Handle("POST /ops/login", o.cop.Handler(http.HandlerFunc(o.login)))
 	s.Handle("POST /ops/logout", o.cop.Handler(http.HandlerFunc(o.logout)))

@@ -12,8 +12,9 @@ import (
 	"github.com/payrecon/payrecon/statemachine"
 )
 
-// The operator actions (recheck, resolve, note, close a finding) and
-// their answers, done or refused.
+// The operator actions (recheck, resolve, note, close a finding; refund a
+// duplicate charge is in ops_refunds.go) and their answers, done or
+// refused.
 
 // done answers a successful action: JSON for scripts, else a redirect to
 // the case page with a signed flash message (unsigned ones are ignored,
@@ -22,11 +23,15 @@ func (o *Ops) done(w http.ResponseWriter, r *http.Request, who opsWho, msg strin
 	id := r.PathValue("id")
 	if opsWantsJSON(r, who) {
 		c, err := o.svc.Case(r.Context(), id)
+		var refunds []reconcile.Refund
+		if err == nil {
+			refunds, err = o.svc.PurchaseRefunds(r.Context(), id)
+		}
 		if err != nil {
 			writeJSON(w, http.StatusOK, map[string]any{"message": msg})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"message": msg, "case": opsCaseToJSON(c)})
+		writeJSON(w, http.StatusOK, map[string]any{"message": msg, "case": opsCaseToJSON(c, refunds)})
 		return
 	}
 	q := url.Values{"flash": {msg}, "fs": {o.flashSig(id, msg)}}
@@ -48,7 +53,9 @@ func (o *Ops) actionError(w http.ResponseWriter, r *http.Request, who opsWho, st
 			o.renderError(w, r, who, status, "No such finding", msg)
 			return
 		}
-		o.showFinding(w, r, who, status, &opsFlash{Error: true, Text: msg}, r.PostForm.Get("note"))
+		o.showFinding(w, r, who, status, &opsFlash{Error: true, Text: msg}, opsFindingForm{
+			Note: r.PostForm.Get("note"), Amount: r.PostForm.Get("amount"), Evidence: r.PostForm.Get("evidence"),
+		})
 		return
 	}
 	if status == statusOf(reconcile.KindNotFound) {

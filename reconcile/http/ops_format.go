@@ -133,4 +133,13 @@ var opsFuncs = template.FuncMap{
 		return s
 	},
 	"reasonLabel": func(s string) string { return strings.ReplaceAll(s, "_", " ") },
+	// stateClass is the badge class of a purchase's or a refund's state:
+	// st-STATE, but a refund's failed is st-negative, coloured as a
+	// declined purchase (no purchase page names a state "failed").
+	"stateClass": func(s string) string {
+		if statemachine.State(s) == statemachine.Failed {
+			return "st-negative"
+		}
+		return "st-" + s
+	},
 }

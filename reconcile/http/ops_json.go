@@ -37,6 +37,8 @@ type opsCaseJSON struct {
 	// Findings are the audit's findings about the purchase, open and
 	// closed.
 	Findings []opsFindingJSON `json:"findings"`
+	// Refunds are the purchase's refunds, oldest first.
+	Refunds []opsRefundJSON `json:"refunds"`
 	// LiveView is the provider's answer now; only on the single case.
 	LiveView *opsLiveViewJSON `json:"live_view,omitempty"`
 }
@@ -111,7 +113,7 @@ type opsLiveViewJSON struct {
 	Error string `json:"error,omitempty"`
 }
 
-func opsCaseToJSON(c reconcile.Case) opsCaseJSON {
+func opsCaseToJSON(c reconcile.Case, refunds []reconcile.Refund) opsCaseJSON {
 	p := c.Purchase
 	out := opsCaseJSON{
 		PurchaseID: p.ID, ProviderPaymentID: p.ProviderPaymentID, Amount: p.Amount, Currency: p.Currency,
@@ -122,6 +124,7 @@ func opsCaseToJSON(c reconcile.Case) opsCaseJSON {
 		UncertainSince: opsTimePtr(p.UncertainSince), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 		Attempts: toAttemptsJSON(c.Attempts), Transitions: toTransitionsJSON(c.Transitions),
 		Webhooks: []opsWebhookJSON{}, OperatorActions: []opsActionJSON{}, Findings: opsFindingsToJSON(c.Findings),
+		Refunds: opsRefundsToJSON(refunds),
 	}
 	for _, e := range c.Events {
 		out.Webhooks = append(out.Webhooks, opsWebhookJSON{
@@ -144,6 +147,12 @@ func (o *Ops) listJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
 		writeKindError(w, reconcile.KindInternal, "could not read the escalated cases; try again")
 		return
 	}
+	refundCases, err := o.svc.EscalatedRefunds(r.Context())
+	if err != nil {
+		o.log.Error("ops: list escalated refunds", "err", err)
+		writeKindError(w, reconcile.KindInternal, "could not read the escalated refunds; try again")
+		return
+	}
 	findings, err := o.svc.Findings(r.Context(), false)
 	if err != nil {
 		o.log.Error("ops: list findings", "err", err)
@@ -152,10 +161,21 @@ func (o *Ops) listJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
 	}
 	out := make([]opsCaseJSON, 0, len(cases))
 	for _, c := range cases {
-		out = append(out, opsCaseToJSON(c))
+		refunds, err := o.svc.PurchaseRefunds(r.Context(), c.Purchase.ID)
+		if err != nil {
+			o.log.Error("ops: list a case's refunds", "purchase", c.Purchase.ID, "err", err)
+			writeKindError(w, reconcile.KindInternal, "could not read the escalated cases' refunds; try again")
+			return
+		}
+		out = append(out, opsCaseToJSON(c, refunds))
+	}
+	refunds := make([]opsRefundCaseJSON, 0, len(refundCases))
+	for _, c := range refundCases {
+		refunds = append(refunds, opsRefundCaseToJSON(c))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
 		"count": len(out), "cases": out,
+		"refunds_count": len(refunds), "refunds": refunds,
 		"findings_count": len(findings), "findings": opsFindingsToJSON(findings),
 		"money_at_risk": opsMoneyAtRisk(findings),
 	})

@@ -107,7 +107,9 @@ type opsRow struct {
 
 type opsListData struct {
 	opsBase
-	Rows        []opsRow
+	Rows []opsRow
+	// Refunds are the escalated refunds, oldest escalation first.
+	Refunds     []opsRefundRow
 	Findings    []opsFindingRow
 	MoneyAtRisk []string
 	Now         time.Time
@@ -143,6 +145,12 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the cases", "The escalated cases could not be read from the database. Reload to try again.")
 		return
 	}
+	refunds, err := o.svc.EscalatedRefunds(r.Context())
+	if err != nil {
+		o.log.Error("ops: list escalated refunds", "err", err)
+		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the refunds", "The escalated refunds could not be read from the database. Reload to try again.")
+		return
+	}
 	findings, err := o.svc.Findings(r.Context(), false)
 	if err != nil {
 		o.log.Error("ops: list findings", "err", err)
@@ -160,6 +168,9 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 			Reference: p.Reference, Age: opsAge(c.Age), Reason: string(p.EscalationReason), State: string(p.State),
 			EscalatedAt: p.EscalatedAt,
 		})
+	}
+	for _, c := range refunds {
+		data.Refunds = append(data.Refunds, opsRefundRowOf(c.Refund, c.Age))
 	}
 	o.render(w, http.StatusOK, "list", data)
 }
@@ -284,6 +295,8 @@ type opsCaseData struct {
 	Form       opsForm
 	Findings   []opsFindingRow
 	OpenFinds  int // how many of Findings are open
+	// Refunds are the purchase's refunds, oldest first.
+	Refunds []opsRefundRow
 }
 
 func (o *Ops) casePage(w http.ResponseWriter, r *http.Request, who opsWho) {
@@ -304,6 +317,10 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 	// newer than what the provider was asked about, so a resolve based on
 	// this page is refused as stale if anything moved in between.
 	c, err := o.svc.Case(r.Context(), id)
+	var refunds []reconcile.Refund
+	if err == nil {
+		refunds, err = o.svc.PurchaseRefunds(r.Context(), id)
+	}
 	switch {
 	case errors.Is(err, reconcile.ErrNotFound):
 		o.cannotShow(w, r, who, asJSON, reconcile.KindNotFound, "no purchase with id "+quote(id),
@@ -317,7 +334,7 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 	}
 	live, lerr := o.svc.LiveView(r.Context(), id)
 	if asJSON {
-		out := opsCaseToJSON(c)
+		out := opsCaseToJSON(c, refunds)
 		lv := &opsLiveViewJSON{}
 		if lerr != nil {
 			o.log.Error("ops: live view", "purchase", id, "err", lerr)
@@ -337,6 +354,7 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 		opsBase: o.base("Purchase "+p.ID, who), P: p, ID: url.PathEscape(p.ID),
 		Amount: opsAmount(p.Amount, p.Currency), Age: opsAge(c.Age), Final: p.State.Terminal(),
 		Timeline: opsTimeline(c), Flash: flash, Form: form, Findings: opsFindingRows(c.Findings),
+		Refunds: opsRefundRows(refunds),
 	}
 	for _, f := range c.Findings {
 		if f.Open() {
@@ -370,7 +388,15 @@ type opsFindingData struct {
 	opsBase
 	F     opsFindingRow
 	Flash *opsFlash
-	Note  string // what the operator typed, when closing was refused
+	// Form is what the operator typed, when an action was refused.
+	Form opsFindingForm
+	// CanRefund is set for an open duplicate charge of a purchase: its
+	// page offers "Refund this charge", with RefundAmount (minor units)
+	// as the default amount.
+	CanRefund    bool
+	RefundAmount int64
+	// Refunds are the refunds already made for this finding's payment.
+	Refunds []opsRefundRow
 }
 
 // findingID parses the {fid} of the path; false when it is no finding id.
@@ -385,11 +411,12 @@ func (o *Ops) findingPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 	if msg := q.Get("flash"); msg != "" && hmac.Equal([]byte(q.Get("fs")), []byte(o.findingFlashSig(r.PathValue("fid"), msg))) {
 		flash = &opsFlash{Text: msg}
 	}
-	o.showFinding(w, r, who, http.StatusOK, flash, "")
+	o.showFinding(w, r, who, http.StatusOK, flash, opsFindingForm{})
 }
 
-// showFinding renders a finding, or its JSON for script clients.
-func (o *Ops) showFinding(w http.ResponseWriter, r *http.Request, who opsWho, status int, flash *opsFlash, note string) {
+// showFinding renders a finding, or its JSON for script clients, with
+// the refunds already made for its payment.
+func (o *Ops) showFinding(w http.ResponseWriter, r *http.Request, who opsWho, status int, flash *opsFlash, form opsFindingForm) {
 	asJSON := opsWantsJSON(r, who)
 	id, ok := findingID(r)
 	var f reconcile.Finding
@@ -412,8 +439,25 @@ func (o *Ops) showFinding(w http.ResponseWriter, r *http.Request, who opsWho, st
 		writeJSON(w, status, opsFindingToJSON(f))
 		return
 	}
+	var refunds []reconcile.Refund
+	if f.PurchaseID != "" {
+		all, err := o.svc.PurchaseRefunds(r.Context(), f.PurchaseID)
+		if err != nil {
+			o.log.Error("ops: read a finding's refunds", "finding", id, "err", err)
+			o.cannotShow(w, r, who, false, reconcile.KindInternal, "",
+				"Could not read the finding", "The finding's refunds could not be read from the database. Reload to try again.")
+			return
+		}
+		for _, rf := range all {
+			if rf.FindingID == f.ID {
+				refunds = append(refunds, rf)
+			}
+		}
+	}
 	rows := opsFindingRows([]reconcile.Finding{f})
 	o.render(w, status, "finding", opsFindingData{
-		opsBase: o.base("Audit finding "+strconv.FormatInt(f.ID, 10), who), F: rows[0], Flash: flash, Note: note,
+		opsBase: o.base("Audit finding "+strconv.FormatInt(f.ID, 10), who), F: rows[0], Flash: flash, Form: form,
+		CanRefund:    f.Open() && f.Kind == reconcile.FindingDuplicateCharge && f.PurchaseID != "",
+		RefundAmount: f.Amount, Refunds: opsRefundRows(refunds),
 	})
 }

@@ -58,12 +58,15 @@ func ParseAPITokens(list string) ([]APIClient, error) {
 	return out, nil
 }
 
-// PurchaseAPI serves POST /v1/purchases and GET /v1/purchases/{id}.
+// PurchaseAPI serves POST /v1/purchases and GET /v1/purchases/{id}, and
+// a purchase's refunds: POST /v1/purchases/{id}/refunds and GET
+// /v1/refunds/{id} (refunds.go).
 //
 // A purchase belongs to the client that created it (its name, from the
 // token list): GET answers 404, as for an unknown id, to any other
-// client, so that a client can neither read another's purchases nor tell
-// that they exist. A purchase made without the API (the CLI, the demo)
+// client, and so do a request to refund it and a read of its refunds, so
+// that a client can neither read another's purchases nor tell that they
+// exist. A purchase made without the API (the CLI, the demo)
 // or stored before payrecon recorded clients (migration 00005) has no
 // client and is readable by no API client; the operator pages and
 // `payrecon purchase show` still show it. Clients are identified by
@@ -92,6 +95,8 @@ func NewPurchaseAPI(svc *reconcile.Service, clients []APIClient) (*PurchaseAPI, 
 func (a *PurchaseAPI) Register(s *Server) {
 	s.Handle("POST /v1/purchases", a.authenticated(a.create))
 	s.Handle("GET /v1/purchases/{id}", a.authenticated(a.show))
+	s.Handle("POST /v1/purchases/{id}/refunds", a.authenticated(a.createRefund))
+	s.Handle("GET /v1/refunds/{id}", a.authenticated(a.showRefund))
 	s.Handle(openAPIRoute, http.HandlerFunc(serveOpenAPI))
 }
 
@@ -224,26 +229,37 @@ var purchaseFields = []string{"customer", "amount", "currency", "description", "
 // answer, 413 for a body over maxPurchaseBody, else 400, and returns ok
 // false.
 func decodePurchase(w http.ResponseWriter, r *http.Request) (req purchaseRequest, hash string, ok bool) {
+	body, ok := readBody(w, r)
+	if !ok {
+		return req, "", false
+	}
+	req, hash, err := parsePurchase(body)
+	if err != nil {
+		writeValidation(w, err)
+		return req, "", false
+	}
+	return req, hash, true
+}
+
+// readBody reads a request body of at most maxPurchaseBody bytes. On
+// failure it has written the answer, 413 for a body over the limit, else
+// 400, and returns ok false.
+func readBody(w http.ResponseWriter, r *http.Request) (body []byte, ok bool) {
 	if r.ContentLength > maxPurchaseBody {
 		writeTooLarge(w)
-		return req, "", false
+		return nil, false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPurchaseBody))
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
 		writeTooLarge(w)
-		return req, "", false
+		return nil, false
 	case err != nil:
 		writeFieldError(w, "body", "could not be read: "+err.Error())
-		return req, "", false
+		return nil, false
 	}
-	req, hash, err = parsePurchase(body)
-	if err != nil {
-		writeValidation(w, err)
-		return req, "", false
-	}
-	return req, hash, true
+	return body, true
 }
 
 // writeTooLarge answers a body over maxPurchaseBody: 413, code too_large
@@ -347,6 +363,9 @@ type detailJSON struct {
 	PurchaseJSON
 	Transitions []transitionJSON `json:"transitions"`
 	Attempts    []attemptJSON    `json:"provider_attempts"`
+	// Refunds are the purchase's refunds, oldest first; GET
+	// /v1/refunds/{id} has each one's history.
+	Refunds []refundSummaryJSON `json:"refunds"`
 }
 
 type transitionJSON struct {
@@ -375,11 +394,12 @@ type attemptJSON struct {
 	At         time.Time `json:"at"`
 }
 
-func toDetailJSON(d reconcile.Detail) detailJSON {
+func toDetailJSON(d reconcile.Detail, refunds []reconcile.Refund) detailJSON {
 	return detailJSON{
 		PurchaseJSON: purchaseJSON(d.Purchase),
 		Transitions:  toTransitionsJSON(d.Transitions),
 		Attempts:     toAttemptsJSON(d.Attempts),
+		Refunds:      toRefundSummariesJSON(refunds),
 	}
 }
 
@@ -408,15 +428,20 @@ func toAttemptsJSON(as []reconcile.Attempt) []attemptJSON {
 	return out
 }
 
-// show answers a purchase of the client's; any other is not found.
+// show answers a purchase of the client's, with its refunds; any other
+// is not found.
 func (a *PurchaseAPI) show(w http.ResponseWriter, r *http.Request, c APIClient) {
 	d, err := a.svc.ClientPurchase(r.Context(), c.Name, r.PathValue("id"))
+	var refunds []reconcile.Refund
+	if err == nil { // the client's own: its refunds are the client's too
+		refunds, err = a.svc.PurchaseRefunds(r.Context(), d.Purchase.ID)
+	}
 	switch {
 	case errors.Is(err, reconcile.ErrNotFound):
 		writeKindError(w, reconcile.KindNotFound, "no purchase with id "+quote(r.PathValue("id")))
 	case err != nil:
 		writeKindError(w, reconcile.KindInternal, "could not read the purchase")
 	default:
-		writeJSON(w, http.StatusOK, toDetailJSON(d))
+		writeJSON(w, http.StatusOK, toDetailJSON(d, refunds))
 	}
 }

@@ -48,19 +48,7 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			sum := sha256.Sum256(body)
 			digest = hex.EncodeToString(sum[:])
 		}
-		outcome, err := s.svc.ApplyEvent(r.Context(), reconcile.Event{
-			Provider:    name,
-			ID:          ev.ID,
-			Type:        ev.Type,
-			Outcome:     ev.Outcome,
-			PaymentID:   ev.PaymentID,
-			PurchaseID:  ev.PurchaseID,
-			Amount:      ev.Amount,
-			Currency:    ev.Currency,
-			Created:     ev.Created,
-			PayloadHash: digest,
-			Payload:     body,
-		})
+		outcome, err := s.svc.ApplyEvent(r.Context(), eventOf(name, ev, digest, body))
 		switch {
 		case reconcile.KindOf(err) == reconcile.KindEventConflict:
 			s.observeWebhook(ev.Type, reconcile.EventConflict)
@@ -89,4 +77,35 @@ func (s *Server) observeWebhook(eventType string, outcome reconcile.EventOutcome
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Webhook(eventType, outcome)
 	}
+}
+
+// eventOf translates a verified provider event into the protocol's terms:
+// an event about a refund names the provider's refund (and the refund id
+// and refunded payment its object carries), any other the payment.
+func eventOf(name string, ev provider.Event, digest string, body []byte) reconcile.Event {
+	out := reconcile.Event{
+		Provider:    name,
+		ID:          ev.ID,
+		Type:        ev.Type,
+		Outcome:     ev.Outcome,
+		PaymentID:   ev.PaymentID,
+		PurchaseID:  ev.PurchaseID,
+		Amount:      ev.Amount,
+		Currency:    ev.Currency,
+		Created:     ev.Created,
+		PayloadHash: digest,
+		Payload:     body,
+	}
+	if rf := ev.Refund; rf != nil {
+		out.Refund = true
+		out.Outcome = rf.Outcome
+		out.PaymentID = rf.ID
+		out.RefundID = rf.RefundID
+		out.Refunded = rf.PaymentID
+		out.Amount, out.Currency = rf.Amount, rf.Currency
+		if rf.PurchaseID != "" {
+			out.PurchaseID = rf.PurchaseID
+		}
+	}
+	return out
 }

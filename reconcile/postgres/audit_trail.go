@@ -10,64 +10,106 @@ import (
 	"github.com/payrecon/payrecon/statemachine"
 )
 
-// The audit trail of a purchase: its transitions and its provider calls,
-// append-only (the database refuses UPDATE and DELETE of both tables).
+// The audit trail of a purchase and of its refunds: their transitions
+// and their provider calls, append-only (the database refuses UPDATE and
+// DELETE of both tables). A refund's rows carry its refund_id beside its
+// purchase's id; a purchase's own rows have none.
 
 // InsertTransition implements reconcile.Tx. r.ID is ignored: the database
-// numbers the rows in insertion order. An unknown purchase gives
-// reconcile.ErrNotFound, a move that is not in the transition table
-// (the foreign key transitions_move_fkey) reconcile.ErrForbiddenTransition.
+// numbers the rows in insertion order. An unknown purchase, or a refund
+// that is not the purchase's, gives reconcile.ErrNotFound; a move that is
+// not in its machine's table (the check transitions_move_check: a
+// purchase's moves for a purchase's row, a refund's for a refund's)
+// reconcile.ErrForbiddenTransition.
 func (t *txn) InsertTransition(ctx context.Context, r reconcile.TransitionRecord) error {
 	_, err := t.exec(ctx, `INSERT INTO transitions
-    (purchase_id, from_state, to_state, cause, evidence, actor, lease_token, at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-		r.PurchaseID, string(r.From), string(r.To), string(r.Cause), r.Evidence, r.Actor, r.LeaseToken, nullTime(r.At))
+    (purchase_id, refund_id, from_state, to_state, cause, evidence, actor, lease_token, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+		r.PurchaseID, sqlstore.NullString(r.RefundID), string(r.From), string(r.To), string(r.Cause), r.Evidence, r.Actor, r.LeaseToken, nullTime(r.At))
 	if err != nil {
-		return wrapRef(err, "insert transition %s -> %s of %s", r.From, r.To, r.PurchaseID)
+		return wrapRef(err, "insert transition %s -> %s of %s", r.From, r.To, auditSubject(r.PurchaseID, r.RefundID))
 	}
 	return nil
 }
 
-// ListTransitions implements reconcile.Tx.
+const transitionColumns = `id, purchase_id, refund_id, from_state, to_state, cause, evidence, actor, lease_token, at`
+
+// ListTransitions implements reconcile.Tx: the purchase's own rows, from
+// transitions_purchase_idx.
 func (t *txn) ListTransitions(ctx context.Context, purchaseID string) ([]reconcile.TransitionRecord, error) {
-	return queryAll(ctx, t, func(row sqlstore.Row) (reconcile.TransitionRecord, error) {
-		var r reconcile.TransitionRecord
-		var from, to, cause string
-		err := row.Scan(&r.ID, &r.PurchaseID, &from, &to, &cause, &r.Evidence, &r.Actor, &r.LeaseToken, &r.At)
-		r.From, r.To, r.Cause, r.At = statemachine.State(from), statemachine.State(to), reconcile.Cause(cause), r.At.UTC()
-		return r, err
-	}, "list transitions of "+purchaseID,
-		`SELECT id, purchase_id, from_state, to_state, cause, evidence, actor, lease_token, at
-FROM transitions WHERE purchase_id = $1 ORDER BY id`, purchaseID)
+	return queryAll(ctx, t, scanTransition, "list transitions of "+purchaseID,
+		`SELECT `+transitionColumns+` FROM transitions WHERE purchase_id = $1 AND refund_id IS NULL ORDER BY id`, purchaseID)
+}
+
+// ListRefundTransitions implements reconcile.Tx, from
+// transitions_refund_idx.
+func (t *txn) ListRefundTransitions(ctx context.Context, refundID string) ([]reconcile.TransitionRecord, error) {
+	return queryAll(ctx, t, scanTransition, "list transitions of "+refundID,
+		`SELECT `+transitionColumns+` FROM transitions WHERE refund_id = $1 ORDER BY id`, refundID)
+}
+
+// scanTransition reads one row of transitionColumns.
+func scanTransition(row sqlstore.Row) (reconcile.TransitionRecord, error) {
+	var r reconcile.TransitionRecord
+	var from, to, cause string
+	var refundID *string
+	err := row.Scan(&r.ID, &r.PurchaseID, &refundID, &from, &to, &cause, &r.Evidence, &r.Actor, &r.LeaseToken, &r.At)
+	r.RefundID = sqlstore.DerefString(refundID)
+	r.From, r.To, r.Cause, r.At = statemachine.State(from), statemachine.State(to), reconcile.Cause(cause), r.At.UTC()
+	return r, err
 }
 
 // InsertAttempt implements reconcile.Tx. a.ID is ignored: the database
 // numbers the rows in insertion order. Latency is kept to the nanosecond.
-// An unknown purchase gives reconcile.ErrNotFound.
+// An unknown purchase, or a refund that is not the purchase's, gives
+// reconcile.ErrNotFound.
 func (t *txn) InsertAttempt(ctx context.Context, a reconcile.Attempt) error {
 	_, err := t.exec(ctx, `INSERT INTO provider_attempts
-    (purchase_id, op, idem_key, outcome, payment_id, status, latency_ns, error, actor, lease_token, applied, note, at)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
-		a.PurchaseID, string(a.Op), a.Key, string(a.Outcome), a.PaymentID, a.Status, int64(a.Latency), a.Error,
+    (purchase_id, refund_id, op, idem_key, outcome, payment_id, status, latency_ns, error, actor, lease_token, applied, note, at)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+		a.PurchaseID, sqlstore.NullString(a.RefundID), string(a.Op), a.Key, string(a.Outcome), a.PaymentID, a.Status, int64(a.Latency), a.Error,
 		a.Actor, a.LeaseToken, a.Applied, a.Note, nullTime(a.At))
 	if err != nil {
-		return wrapRef(err, "insert %s attempt of %s", a.Op, a.PurchaseID)
+		return wrapRef(err, "insert %s attempt of %s", a.Op, auditSubject(a.PurchaseID, a.RefundID))
 	}
 	return nil
 }
 
-// ListAttempts implements reconcile.Tx.
+const attemptColumns = `id, purchase_id, refund_id, op, idem_key, outcome, payment_id, status, latency_ns,
+    error, actor, lease_token, applied, note, at`
+
+// ListAttempts implements reconcile.Tx: the calls about the purchase's
+// own charge, from provider_attempts_purchase_idx.
 func (t *txn) ListAttempts(ctx context.Context, purchaseID string) ([]reconcile.Attempt, error) {
-	return queryAll(ctx, t, func(row sqlstore.Row) (reconcile.Attempt, error) {
-		var a reconcile.Attempt
-		var op, outcome string
-		var latency int64
-		err := row.Scan(&a.ID, &a.PurchaseID, &op, &a.Key, &outcome, &a.PaymentID, &a.Status, &latency,
-			&a.Error, &a.Actor, &a.LeaseToken, &a.Applied, &a.Note, &a.At)
-		a.Op, a.Outcome, a.Latency, a.At = provider.Op(op), provider.Outcome(outcome), time.Duration(latency), a.At.UTC()
-		return a, err
-	}, "list attempts of "+purchaseID,
-		`SELECT id, purchase_id, op, idem_key, outcome, payment_id, status, latency_ns,
-    error, actor, lease_token, applied, note, at
-FROM provider_attempts WHERE purchase_id = $1 ORDER BY id`, purchaseID)
+	return queryAll(ctx, t, scanAttempt, "list attempts of "+purchaseID,
+		`SELECT `+attemptColumns+` FROM provider_attempts WHERE purchase_id = $1 AND refund_id IS NULL ORDER BY id`, purchaseID)
+}
+
+// ListRefundAttempts implements reconcile.Tx, from
+// provider_attempts_refund_idx.
+func (t *txn) ListRefundAttempts(ctx context.Context, refundID string) ([]reconcile.Attempt, error) {
+	return queryAll(ctx, t, scanAttempt, "list attempts of "+refundID,
+		`SELECT `+attemptColumns+` FROM provider_attempts WHERE refund_id = $1 ORDER BY id`, refundID)
+}
+
+// scanAttempt reads one row of attemptColumns.
+func scanAttempt(row sqlstore.Row) (reconcile.Attempt, error) {
+	var a reconcile.Attempt
+	var op, outcome string
+	var refundID *string
+	var latency int64
+	err := row.Scan(&a.ID, &a.PurchaseID, &refundID, &op, &a.Key, &outcome, &a.PaymentID, &a.Status, &latency,
+		&a.Error, &a.Actor, &a.LeaseToken, &a.Applied, &a.Note, &a.At)
+	a.RefundID = sqlstore.DerefString(refundID)
+	a.Op, a.Outcome, a.Latency, a.At = provider.Op(op), provider.Outcome(outcome), time.Duration(latency), a.At.UTC()
+	return a, err
+}
+
+// auditSubject names what a row of the audit is about in errors: the
+// purchase, or its refund.
+func auditSubject(purchaseID, refundID string) string {
+	if refundID == "" {
+		return purchaseID
+	}
+	return refundID + " (of " + purchaseID + ")"
 }

@@ -3,10 +3,15 @@
 // The schema lives in package migrations (dialect Postgres); Migrate
 // applies it. The database itself refuses forbidden state moves (a
 // trigger checks every write of purchases.state against the
-// allowed_transitions table, and a foreign key every transition the audit
-// records), any change to allowed_transitions, any UPDATE or DELETE of
-// the audit tables, and any change to an audit finding but its closing,
-// so the guarantees hold for every SQL path, not only this package. For
+// allowed_transitions table, another every write of refunds.state
+// against refund_allowed_transitions, and a check every transition the
+// audit records against its machine's table), any change to those
+// tables, any UPDATE or DELETE of the audit tables, any change to an
+// audit finding but its closing, and a refund its purchase or finding
+// does not allow or that would take a payment's refunds past its amount
+// (a trigger that serializes the inserts of one payment's refunds on an
+// advisory lock, migration 00009), so the guarantees hold for every SQL
+// path, not only this package. For
 // the same reason the number of purchases in each state is kept by the
 // database: statement-level triggers on purchases add each statement's
 // per-state deltas to purchase_state_counts, sharded so that concurrent
@@ -50,11 +55,18 @@
 //     FindPurchaseByReference, UpdatePurchase, ListEscalated,
 //     CountByState, CountEscalated, OldestUncertainSince,
 //     ListOverdueUncertain, ListSubmittedBetween, scanPurchase.
-//   - audit_trail.go: InsertTransition, ListTransitions, InsertAttempt,
-//     ListAttempts.
+//   - audit_trail.go: InsertTransition, ListTransitions,
+//     ListRefundTransitions, InsertAttempt, ListAttempts,
+//     ListRefundAttempts.
 //   - jobs.go: ClaimJobs, ClaimExpiredJobs, ClaimJob, claim,
 //     ReleaseLeases, InsertJob, GetJob, CheckLease, RescheduleJob,
-//     CompleteJob, ReopenJob, scanJob.
+//     CompleteJob, ReopenJob, scanJob. A job is a purchase's or a
+//     refund's (its kind), keyed by its id: the purchase id or the refund
+//     id.
+//   - moves.go: FindPurchases, ApplyMoves.
+//   - refunds.go: InsertRefund, GetRefund, ListRefunds, FindRefunds,
+//     UpdateRefund, ListEscalatedRefunds, ListOverdueUncertainRefunds,
+//     CountRefundsByState, OldestUncertainRefundSince, scanRefund.
 //   - inbox.go: InsertInboxEvent, GetInboxEvent, UpdateInboxEvent,
 //     ListInboxEvents, ListUnmatchedEvents, DeleteInboxEventsBefore,
 //     scanInboxEvent.

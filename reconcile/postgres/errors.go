@@ -13,16 +13,38 @@ import (
 // dialect names this store in its errors.
 const dialect sqlstore.Dialect = "postgres"
 
-// codeForbiddenTransition is the SQLSTATE the schema's state trigger
-// raises (migrations/postgres; PR002, for writes to the append-only
-// audit and the read-only transition table, is never expected from this
-// package and is left untranslated).
-const codeForbiddenTransition = "PR001"
+// The SQLSTATEs the schema's triggers raise (migrations/postgres; PR002,
+// for writes to the append-only audit, the read-only transition tables
+// and a refund's fixed columns, is never expected from this package and
+// is left untranslated).
+const (
+	// codeForbiddenTransition: the state guard of purchases and refunds.
+	codeForbiddenTransition = "PR001"
+	// codeRefundExceeds: the refunds of a payment would exceed its
+	// amount (migration 00009).
+	codeRefundExceeds = "PR003"
+	// codeNotRefundable: the refund's purchase or finding does not allow
+	// it (migration 00009).
+	codeNotRefundable = "PR004"
+)
 
-// constraintTransitionMove is the foreign key of transitions (from_state,
-// to_state) to allowed_transitions (migration 00004): a violation is a
-// forbidden move, not a missing row.
-const constraintTransitionMove = "transitions_move_fkey"
+// constraintTransitionMove is the check of transitions that holds each
+// row's (from_state, to_state) to its machine's table (migration 00009;
+// before it, the foreign key transitions_move_fkey to
+// allowed_transitions): a violation is a forbidden move, not a refused
+// value.
+const constraintTransitionMove = "transitions_move_check"
+
+// refFKeys names what the foreign keys that do not refer to a purchase
+// refer to: a violation of one of them is that row missing (a refund's
+// row, or a refund's job, of a refund that is not the purchase's). The
+// foreign keys not in it refer to a purchase.
+var refFKeys = map[string]string{
+	"transitions_refund_fkey":       "refund",
+	"provider_attempts_refund_fkey": "refund",
+	"operator_actions_refund_fkey":  "refund",
+	"jobs_refund_fkey":              "refund",
+}
 
 // kindOf returns the reconcile error a database error stands for, or nil.
 // It maps the same failures to the same kinds as reconcile/sqlite's:
@@ -37,10 +59,14 @@ func kindOf(err error) error {
 	}
 	switch {
 	case pgErr.Code == codeForbiddenTransition,
-		pgErr.Code == "23503" && pgErr.ConstraintName == constraintTransitionMove:
+		pgErr.Code == "23514" && pgErr.ConstraintName == constraintTransitionMove:
 		return reconcile.ErrForbiddenTransition
 	}
 	switch pgErr.Code {
+	case codeRefundExceeds:
+		return reconcile.ErrRefundExceeds
+	case codeNotRefundable:
+		return reconcile.ErrNotRefundable
 	case "23505": // unique_violation
 		return reconcile.ErrDuplicate
 	case "23502", // not_null_violation
@@ -64,19 +90,18 @@ func wrap(err error, format string, args ...any) error {
 	return dialect.Wrap(err, kindOf(err), fmt.Sprintf(format, args...))
 }
 
-// wrapRef is wrap for inserts whose foreign key is the purchase: a
-// violation of a foreign key but transitions_move_fkey (which is a
-// forbidden move) means the purchase does not exist.
+// wrapRef is wrap for inserts of rows that refer to others: a foreign
+// key violation means the row referred to does not exist, a purchase (or,
+// by the foreign key's name, a refund of that purchase or a finding):
+// reconcile.ErrNotFound.
 func wrapRef(err error, format string, args ...any) error {
-	if isPurchaseRef(err) {
-		return dialect.MissingPurchase(err, fmt.Sprintf(format, args...))
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" {
+		ref := refFKeys[pgErr.ConstraintName]
+		if ref == "" {
+			ref = "purchase"
+		}
+		return dialect.Missing(err, fmt.Sprintf(format, args...), ref)
 	}
 	return wrap(err, format, args...)
-}
-
-// isPurchaseRef reports whether err is a violation of a foreign key to
-// the purchase: any foreign key but transitions_move_fkey.
-func isPurchaseRef(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23503" && pgErr.ConstraintName != constraintTransitionMove
 }

@@ -23,18 +23,19 @@ import (
 // inserted or updated.
 
 const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id, result,
-    purchase_id, outcome, received_at, processed_at, amount, currency, event_created`
+    purchase_id, outcome, received_at, processed_at, amount, currency, event_created,
+    refund, refund_id, refunded_payment`
 
 // InsertInboxEvent implements reconcile.Tx. A nil or empty payload is
 // stored empty and read back as nil. An empty Provider or EventID, or a
 // zero ReceivedAt, is refused with reconcile.ErrInvalid.
 func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
 ON CONFLICT (provider, event_id) DO NOTHING`,
 		e.Provider, e.EventID, e.Type, e.PayloadHash, sqlstore.NotNullBytes(e.Payload), e.ObjectID, string(e.Result),
 		sqlstore.NullString(e.PurchaseID), string(e.Outcome), nullTime(e.ReceivedAt), nullTime(e.ProcessedAt),
-		e.Amount, e.Currency, nullTime(e.Created))
+		e.Amount, e.Currency, nullTime(e.Created), e.Refund, e.RefundID, e.Refunded)
 	if err != nil {
 		return false, wrap(err, "insert inbox event %s/%s", e.Provider, e.EventID)
 	}
@@ -111,7 +112,8 @@ func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	var result, outcome string
 	var processed, created *time.Time
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
-		&purchaseID, &outcome, &e.ReceivedAt, &processed, &e.Amount, &e.Currency, &created)
+		&purchaseID, &outcome, &e.ReceivedAt, &processed, &e.Amount, &e.Currency, &created,
+		&e.Refund, &e.RefundID, &e.Refunded)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
 	}

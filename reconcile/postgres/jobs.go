@@ -14,14 +14,18 @@ import (
 )
 
 // claimSQL returns the statement that leases the jobs cand selects (a
-// set of CTEs ending in cand(purchase_id, taken), reading the clock with
-// nowSQL and locking what they select FOR UPDATE SKIP LOCKED) and reads
-// their purchases, in one statement. SKIP LOCKED makes concurrent
-// claimers take disjoint rows; it also skips a job whose lease a
-// transaction is checking (CheckLease locks the row), so a lease cannot
-// be taken over between that check and the commit. It returns, with each
-// lease, whether the job was still leased (its lease expired without
-// being released), the clock's time the claim judged by and the purchase.
+// set of CTEs ending in cand(id, purchase_id, refund_id, taken), reading
+// the clock with nowSQL and locking what they select FOR UPDATE SKIP
+// LOCKED) and reads what they move, in one statement: every job's
+// purchase (a refund's job: the purchase its refund belongs to) and a
+// refund's job's refund (a LEFT JOIN on the candidate's refund_id, NULL
+// for a purchase's job, which finds nothing). SKIP LOCKED makes
+// concurrent claimers take disjoint rows; it also skips a job whose
+// lease a transaction is checking (CheckLease locks the row), so a lease
+// cannot be taken over between that check and the commit. It returns,
+// with each lease, its job's kind, purchase and refund, whether the job
+// was still leased (its lease expired without being released), the
+// clock's time the claim judged by, the purchase and the refund.
 func claimSQL(cand string) string {
 	return `
 WITH ` + cand + `
@@ -30,31 +34,34 @@ SET lease_owner = $3,
     lease_token = j.lease_token + 1,
     lease_expires_at = ` + nowSQL + ` + $4::interval,
     checks = j.checks + 1
-FROM cand JOIN purchases AS p ON p.id = cand.purchase_id
-WHERE j.purchase_id = cand.purchase_id
-RETURNING j.purchase_id, j.run_at, j.lease_token, j.lease_expires_at, j.checks, cand.taken, ` + nowSQL + `,
-    ` + sqlstore.Qualified("p", purchaseColumns)
+FROM cand
+    JOIN purchases AS p ON p.id = cand.purchase_id
+    LEFT JOIN refunds AS r ON r.id = cand.refund_id
+WHERE j.id = cand.id
+RETURNING j.kind, j.purchase_id, j.refund_id, j.run_at, j.lease_token, j.lease_expires_at, j.checks, cand.taken, ` + nowSQL + `,
+    ` + sqlstore.Qualified("p", purchaseColumns) + `,
+    ` + sqlstore.Qualified("r", refundColumns)
 }
 
 // expiredCand selects, oldest expiry first, up to $2 open jobs whose lease
 // expired without being released, from the partial index
 // jobs_leased_idx.
 const expiredCand = `expired AS (
-    SELECT purchase_id FROM jobs
+    SELECT id, purchase_id, refund_id FROM jobs
     WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ` + nowSQL + `
     ORDER BY lease_expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )`
 
-// dueCand selects up to $2 open, unleased jobs that are due, in the order
-// of the partial index jobs_due_idx (run_at, purchase_id): the scan stops
-// after $2 rows however many jobs share one run_at, with no sort of the
-// open jobs.
+// dueCand selects up to $2 open, unleased jobs that are due, of both
+// kinds, in the order of the partial index jobs_due_idx (run_at, id): the
+// scan stops after $2 rows however many jobs share one run_at, with no
+// sort of the open jobs.
 const dueCand = `due AS (
-    SELECT purchase_id FROM jobs
+    SELECT id, purchase_id, refund_id FROM jobs
     WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ` + nowSQL + `
-    ORDER BY run_at, purchase_id
+    ORDER BY run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )`
@@ -62,18 +69,18 @@ const dueCand = `due AS (
 var (
 	// claimDueSQL leases jobs whose lease expired, then jobs that are due.
 	claimDueSQL = claimSQL(expiredCand + `, ` + dueCand + `, cand AS (
-    (SELECT purchase_id, true AS taken FROM expired)
+    (SELECT id, purchase_id, refund_id, true AS taken FROM expired)
     UNION ALL
-    (SELECT purchase_id, false FROM due)
+    (SELECT id, purchase_id, refund_id, false FROM due)
     LIMIT $2
 )`)
 	// claimExpiredSQL leases only jobs whose lease expired.
-	claimExpiredSQL = claimSQL(expiredCand + `, cand AS (SELECT purchase_id, true AS taken FROM expired)`)
-	// claimOneSQL leases the job of purchase $5, due or not, unless it is
-	// done, or leased and the lease has not expired.
+	claimExpiredSQL = claimSQL(expiredCand + `, cand AS (SELECT id, purchase_id, refund_id, true AS taken FROM expired)`)
+	// claimOneSQL leases the purchase job of purchase $5, due or not,
+	// unless it is done, or leased and the lease has not expired.
 	claimOneSQL = claimSQL(`cand AS (
-    SELECT purchase_id, lease_owner IS NOT NULL AS taken FROM jobs
-    WHERE purchase_id = $5 AND done_at IS NULL AND (lease_owner IS NULL OR lease_expires_at <= ` + nowSQL + `)
+    SELECT id, purchase_id, refund_id, lease_owner IS NOT NULL AS taken FROM jobs
+    WHERE id = $5 AND kind = 'purchase' AND done_at IS NULL AND (lease_owner IS NULL OR lease_expires_at <= ` + nowSQL + `)
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )`)
@@ -84,7 +91,10 @@ var (
 // time as each Lease's Now. owner must not be empty, limit and leaseFor
 // must be positive (reconcile.ErrInvalid otherwise). A job whose previous
 // lease was never released (it expired) comes back with TakenOver set.
-// The leases come in run_at order, oldest first.
+// The leases come in run_at order, oldest first (then by job id). Jobs of
+// both kinds are claimed alike: each lease carries its Kind and its
+// Purchase as the claim read it, and a refund's job's lease its RefundID
+// and Refund too.
 func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim jobs", claimDueSQL, owner, limit, leaseFor)
 }
@@ -97,8 +107,8 @@ func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, l
 	return s.claim(ctx, "claim expired jobs", claimExpiredSQL, owner, limit, leaseFor)
 }
 
-// ClaimJob implements reconcile.Store: it leases purchaseID's job, due or
-// not, unless the job is done or holds an unexpired lease (whoever its
+// ClaimJob implements reconcile.Store: it leases purchaseID's purchase
+// job (never one of its refunds' jobs), due or not, unless the job is done or holds an unexpired lease (whoever its
 // owner, this one included), which give reconcile.ErrConflict. A job whose
 // row another transaction has locked (a worker between CheckLease and its
 // commit) is busy too: ErrConflict, at once, without waiting. owner must
@@ -117,7 +127,7 @@ func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor
 	var owned *string
 	var expires, done *time.Time
 	var now time.Time
-	err = s.pool.QueryRow(ctx, `SELECT lease_owner, lease_expires_at, done_at, `+nowSQL+` FROM jobs WHERE purchase_id = $2`,
+	err = s.pool.QueryRow(ctx, `SELECT lease_owner, lease_expires_at, done_at, `+nowSQL+` FROM jobs WHERE id = $2 AND kind = 'purchase'`,
 		clockArg(s.now), purchaseID).Scan(&owned, &expires, &done, &now)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -150,11 +160,21 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 	var got []claimed
 	for rows.Next() {
 		var c claimed
-		p, err := scanPurchase(sqlstore.After(rows, &c.lease.PurchaseID, &c.runAt, &c.lease.Token, &c.lease.ExpiresAt, &c.lease.Checks, &c.lease.TakenOver, &c.lease.Now))
+		var kind string
+		var refundID *string
+		var rs refundScan
+		p, err := scanPurchase(sqlstore.Around(rows,
+			[]any{&kind, &c.lease.PurchaseID, &refundID, &c.runAt, &c.lease.Token, &c.lease.ExpiresAt, &c.lease.Checks, &c.lease.TakenOver, &c.lease.Now},
+			rs.dests()))
+		if err == nil {
+			c.lease.Refund, err = rs.refund()
+		}
 		if err != nil {
 			rows.Close()
 			return nil, wrap(err, "%s for %s", what, owner)
 		}
+		c.lease.Kind = reconcile.JobKind(kind)
+		c.lease.RefundID = sqlstore.DerefString(refundID)
 		c.lease.Purchase = &p
 		c.lease.Owner = owner
 		c.lease.ExpiresAt = c.lease.ExpiresAt.UTC()
@@ -169,7 +189,7 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 		if c := a.runAt.Compare(b.runAt); c != 0 {
 			return c
 		}
-		return strings.Compare(a.lease.PurchaseID, b.lease.PurchaseID)
+		return strings.Compare(a.lease.JobID(), b.lease.JobID())
 	})
 	leases := make([]reconcile.Lease, len(got))
 	for i, c := range got {
@@ -179,8 +199,8 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 }
 
 // ReleaseLeases implements reconcile.Store: every open job leased by
-// owner, expired or not, loses its lease and becomes due at the store's
-// now.
+// owner, of either kind, expired or not, loses its lease and becomes due
+// at the store's now.
 func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
 UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL, run_at = `+nowSQL+`
@@ -191,24 +211,33 @@ WHERE lease_owner = $2 AND done_at IS NULL`, clockArg(s.now), owner)
 	return int(tag.RowsAffected()), nil
 }
 
-const jobColumns = `purchase_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at`
+const jobColumns = `kind, purchase_id, refund_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at`
 
 // InsertJob implements reconcile.Tx: the job is due at job.RunAt, not
-// leased, never run; the other fields of job are ignored. A second job for
-// the same purchase gives reconcile.ErrDuplicate, an unknown purchase
-// reconcile.ErrNotFound.
+// leased, never run; its kind, purchase and refund are job's, its other
+// fields ignored. Its id (jobs.id, a generated column) is the refund id
+// of a refund's job, the purchase id of a purchase's. A second job with
+// the same id gives reconcile.ErrDuplicate, an unknown purchase, or a
+// refund that is not the purchase's, reconcile.ErrNotFound, and an
+// unknown kind, or a refund's job without its refund,
+// reconcile.ErrInvalid.
 func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
-	_, err := t.exec(ctx, `INSERT INTO jobs (purchase_id, run_at) VALUES ($1, $2)`, job.PurchaseID, nullTime(job.RunAt))
+	what := "insert job of " + job.JobID()
+	if err := dialect.CheckJob(what, job); err != nil {
+		return err
+	}
+	_, err := t.exec(ctx, `INSERT INTO jobs (kind, purchase_id, refund_id, run_at) VALUES ($1, $2, $3, $4)`,
+		sqlstore.JobKind(job.Kind), job.PurchaseID, sqlstore.NullString(job.RefundID), nullTime(job.RunAt))
 	if err != nil {
-		return wrapRef(err, "insert job of %s", job.PurchaseID)
+		return wrapRef(err, "%s", what)
 	}
 	return nil
 }
 
 // GetJob implements reconcile.Tx.
-func (t *txn) GetJob(ctx context.Context, purchaseID string) (reconcile.Job, error) {
-	return queryOne(ctx, t, scanJob, "get job of "+purchaseID,
-		`SELECT `+jobColumns+` FROM jobs WHERE purchase_id = $1`, purchaseID)
+func (t *txn) GetJob(ctx context.Context, jobID string) (reconcile.Job, error) {
+	return queryOne(ctx, t, scanJob, "get job "+jobID,
+		`SELECT `+jobColumns+` FROM jobs WHERE id = $1`, jobID)
 }
 
 // CheckLease implements reconcile.Tx. It judges expiry by the store's
@@ -218,54 +247,57 @@ func (t *txn) GetJob(ctx context.Context, purchaseID string) (reconcile.Job, err
 func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 	var one int
 	err := t.tx.QueryRow(ctx, `SELECT 1 FROM jobs
-WHERE purchase_id = $2 AND lease_owner = $3 AND lease_token = $4 AND lease_expires_at > `+nowSQL+`
-FOR UPDATE`, clockArg(t.now), l.PurchaseID, l.Owner, l.Token).Scan(&one)
+WHERE id = $2 AND lease_owner = $3 AND lease_token = $4 AND lease_expires_at > `+nowSQL+`
+FOR UPDATE`, clockArg(t.now), l.JobID(), l.Owner, l.Token).Scan(&one)
 	if err == nil {
 		return nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
-		return wrap(err, "check lease of job %s", l.PurchaseID)
+		return wrap(err, "check lease of job %s", l.JobID())
 	}
 	// Say what happened to the lease; this is the failure path only.
 	why := sqlstore.NoSuchJob
-	if j, err := t.GetJob(ctx, l.PurchaseID); err == nil {
+	if j, err := t.GetJob(ctx, l.JobID()); err == nil {
 		why = sqlstore.LeaseLostDetail(j, l)
 	}
 	return dialect.LeaseLost(l, why)
 }
 
 // RescheduleJob implements reconcile.Tx. A done job stays done.
-func (t *txn) RescheduleJob(ctx context.Context, purchaseID string, runAt time.Time) error {
-	return t.execOne(ctx, "reschedule job of "+purchaseID,
-		`UPDATE jobs SET run_at = $2, lease_owner = NULL, lease_expires_at = NULL WHERE purchase_id = $1`,
-		purchaseID, nullTime(runAt))
+func (t *txn) RescheduleJob(ctx context.Context, jobID string, runAt time.Time) error {
+	return t.execOne(ctx, "reschedule job "+jobID,
+		`UPDATE jobs SET run_at = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`,
+		jobID, nullTime(runAt))
 }
 
 // CompleteJob implements reconcile.Tx.
-func (t *txn) CompleteJob(ctx context.Context, purchaseID string, now time.Time) error {
-	return t.execOne(ctx, "complete job of "+purchaseID,
-		`UPDATE jobs SET done_at = $2, lease_owner = NULL, lease_expires_at = NULL WHERE purchase_id = $1`,
-		purchaseID, nullTime(now))
+func (t *txn) CompleteJob(ctx context.Context, jobID string, now time.Time) error {
+	return t.execOne(ctx, "complete job "+jobID,
+		`UPDATE jobs SET done_at = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`,
+		jobID, nullTime(now))
 }
 
 // ReopenJob implements reconcile.Tx: the job is no longer done and is due
 // at runAt. Its lease, if any, is left as it is (owner, token, expiry):
 // a live lease keeps its worker, an expired one is taken over by the next
 // claim.
-func (t *txn) ReopenJob(ctx context.Context, purchaseID string, runAt time.Time) error {
-	return t.execOne(ctx, "reopen job of "+purchaseID,
-		`UPDATE jobs SET done_at = NULL, run_at = $2 WHERE purchase_id = $1`,
-		purchaseID, nullTime(runAt))
+func (t *txn) ReopenJob(ctx context.Context, jobID string, runAt time.Time) error {
+	return t.execOne(ctx, "reopen job "+jobID,
+		`UPDATE jobs SET done_at = NULL, run_at = $2 WHERE id = $1`,
+		jobID, nullTime(runAt))
 }
 
 // scanJob reads one row of jobColumns.
 func scanJob(row sqlstore.Row) (reconcile.Job, error) {
 	var j reconcile.Job
-	var owner *string
+	var kind string
+	var owner, refundID *string
 	var expires, done *time.Time
-	if err := row.Scan(&j.PurchaseID, &j.RunAt, &owner, &j.LeaseToken, &expires, &j.Checks, &done); err != nil {
+	if err := row.Scan(&kind, &j.PurchaseID, &refundID, &j.RunAt, &owner, &j.LeaseToken, &expires, &j.Checks, &done); err != nil {
 		return reconcile.Job{}, err
 	}
+	j.Kind = reconcile.JobKind(kind)
+	j.RefundID = sqlstore.DerefString(refundID)
 	j.RunAt = j.RunAt.UTC()
 	j.LeaseOwner = sqlstore.DerefString(owner)
 	j.LeaseExpiresAt = derefTime(expires)

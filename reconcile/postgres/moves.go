@@ -33,8 +33,11 @@ func (t *txn) FindPurchases(ctx context.Context, ids, paymentIDs []string) ([]re
 // and version, and for those alone (the rows upd returns, carrying what
 // the other writes need, so that none joins the arrays again) appends the
 // transitions and attempts and completes or reschedules the jobs. It
-// returns the ids of the purchases it moved. The purchases' guard trigger and the audit's
-// foreign keys check every row as they do for single writes.
+// returns the ids of the purchases it moved. The purchases' guard
+// trigger and the audit's constraints check every row as they do for
+// single writes. Only purchases move here: a move's job is its
+// purchase's own (kind 'purchase', whose id is the purchase id), and its
+// audit rows are the purchase's (refund_id NULL).
 var applyMovesSQL = `
 WITH m AS (
     SELECT * FROM unnest(
@@ -55,9 +58,9 @@ WITH m AS (
         a_error, a_actor, a_token, a_applied, a_note, a_at,
         job, job_at)
 ), leased AS (
-    SELECT j.purchase_id
-    FROM jobs AS j JOIN m ON j.purchase_id = m.id
-    WHERE j.lease_owner = m.owner AND j.lease_token = m.token
+    SELECT j.id
+    FROM jobs AS j JOIN m ON j.id = m.id
+    WHERE j.kind = 'purchase' AND j.lease_owner = m.owner AND j.lease_token = m.token
       AND j.lease_expires_at > ` + nowSQL + `
     FOR UPDATE OF j
 ), upd AS (
@@ -75,7 +78,7 @@ WITH m AS (
         settled_at = m.settled_at,
         doubt = m.doubt,
         updated_at = m.updated_at
-    FROM m JOIN leased ON leased.purchase_id = m.id
+    FROM m JOIN leased ON leased.id = m.id
     WHERE p.id = m.id AND p.state = m.from_state AND p.version = m.version
     RETURNING p.id, m.from_state, m.state,
         m.t_cause, m.t_evidence, m.t_actor, m.t_token, m.t_at,
@@ -101,7 +104,7 @@ WITH m AS (
         lease_owner = NULL,
         lease_expires_at = NULL
     FROM upd
-    WHERE j.purchase_id = upd.id AND upd.job <> 0
+    WHERE j.id = upd.id AND upd.job <> 0
 )
 SELECT id FROM upd`
 

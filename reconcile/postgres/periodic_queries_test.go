@@ -50,9 +50,16 @@ func periodicPlanCases() []planCase {
 		{name: "GetAuditRun", sql: postgres.GetAuditRunSQL, args: []string{"'scheduled'"}, index: "audit_runs_pkey"},
 		// The rescue sweep's candidates, as the claim of expired leases
 		// selects them: the few leased open jobs, not every open job.
-		{name: "ClaimExpiredJobs candidates", sql: `SELECT purchase_id FROM jobs
+		{name: "ClaimExpiredJobs candidates", sql: `SELECT id, purchase_id, refund_id FROM jobs
 WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= $1
 ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`, args: []string{"now()", "16"}, index: "jobs_leased_idx", noSort: true},
+		// The refunds' (migration 00009): the gauges, the escalation
+		// sweep and the operator list read their partial indexes.
+		{name: "CountRefundsByState", sql: postgres.CountRefundsByStateSQL, index: "refunds_state_idx"},
+		{name: "OldestUncertainRefundSince", sql: postgres.OldestUncertainRefundSinceSQL, index: "refunds_uncertain_since_idx"},
+		{name: "ListOverdueUncertainRefunds", sql: postgres.ListOverdueUncertainRefundsSQL, args: []string{"now()", "500"},
+			index: "refunds_overdue_idx", noSort: true},
+		{name: "ListEscalatedRefunds", sql: postgres.ListEscalatedRefundsSQL, index: "refunds_escalated_at_idx"},
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/payrecon/payrecon/internal/pgtest"
 	"github.com/payrecon/payrecon/internal/storetest"
 	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/statemachine"
@@ -106,39 +107,50 @@ VALUES ($1, 'cus_1', 100, 'eur', 'created', 1, $2, $2)`, id, base)
 	}
 }
 
+// TestSchemaTransitionTableMatchesStatemachine: each machine's tables
+// in the database (the purchase's, the refund's) are its states and its
+// moves in package statemachine.
 func TestSchemaTransitionTableMatchesStatemachine(t *testing.T) {
 	_, url := newStore(t)
 	conn := rawConn(t, url)
-	rows, _ := conn.Query(t.Context(), `SELECT from_state, to_state FROM allowed_transitions`)
-	got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (statemachine.Pair, error) {
-		var from, to string
-		err := r.Scan(&from, &to)
-		return statemachine.Pair{From: statemachine.State(from), To: statemachine.State(to)}, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := statemachine.Transitions()
-	cmp := func(a, b statemachine.Pair) int { return strings.Compare(a.String(), b.String()) }
-	slices.SortFunc(got, cmp)
-	slices.SortFunc(want, cmp)
-	if !slices.Equal(got, want) {
-		t.Fatalf("allowed_transitions = %v, statemachine.Transitions() = %v", got, want)
-	}
+	for _, tc := range []struct {
+		moves, states string
+		m             statemachine.Machine
+	}{
+		{"allowed_transitions", "purchase_states", statemachine.Purchase},
+		{"refund_allowed_transitions", "refund_states", statemachine.Refund},
+	} {
+		rows, _ := conn.Query(t.Context(), `SELECT from_state, to_state FROM `+tc.moves)
+		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (statemachine.Pair, error) {
+			var from, to string
+			err := r.Scan(&from, &to)
+			return statemachine.Pair{From: statemachine.State(from), To: statemachine.State(to)}, err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := tc.m.Transitions()
+		cmp := func(a, b statemachine.Pair) int { return strings.Compare(a.String(), b.String()) }
+		slices.SortFunc(got, cmp)
+		slices.SortFunc(want, cmp)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s = %v, statemachine.%s.Transitions() = %v", tc.moves, got, tc.m.Name(), want)
+		}
 
-	rows, _ = conn.Query(t.Context(), `SELECT state FROM purchase_states`)
-	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wantStates []string
-	for _, s := range statemachine.States {
-		wantStates = append(wantStates, string(s))
-	}
-	slices.Sort(states)
-	slices.Sort(wantStates)
-	if !slices.Equal(states, wantStates) {
-		t.Fatalf("purchase_states = %v, want %v", states, wantStates)
+		rows, _ = conn.Query(t.Context(), `SELECT state FROM `+tc.states)
+		states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wantStates []string
+		for _, s := range tc.m.States() {
+			wantStates = append(wantStates, string(s))
+		}
+		slices.Sort(states)
+		slices.Sort(wantStates)
+		if !slices.Equal(states, wantStates) {
+			t.Fatalf("%s = %v, want %v", tc.states, states, wantStates)
+		}
 	}
 }
 
@@ -168,7 +180,7 @@ VALUES ('pur_x', 'cus_1', 100, 'eur', 'succeeded', 1, now(), now())`)
 	// The audit cannot record a forbidden move either.
 	_, err = conn.Exec(ctx, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
 VALUES ('pur_ok', 'succeeded', 'uncertain', 'webhook', now())`)
-	wantSQLState(t, "transition succeeded -> uncertain", err, "23503", "transitions_move_fkey")
+	wantSQLState(t, "transition succeeded -> uncertain", err, "23514", "transitions_move_check")
 
 	// Writing the same state is no move, and other columns are free.
 	exec(t, conn, `UPDATE purchases SET state = state, description = 'x' WHERE id = 'pur_ok'`)
@@ -397,15 +409,63 @@ func TestErrorsNameTheFailure(t *testing.T) {
 	err = s.InTx(ctx, func(tx reconcile.Tx) error {
 		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_1", From: "created", To: "succeeded", Cause: reconcile.CauseOperator, At: base})
 	})
-	if !errors.Is(err, reconcile.ErrForbiddenTransition) || errors.Is(err, reconcile.ErrNotFound) ||
-		!strings.Contains(err.Error(), "transitions_move_fkey") {
-		t.Fatalf("InsertTransition of a forbidden move: %v, want ErrForbiddenTransition naming transitions_move_fkey", err)
+	if !errors.Is(err, reconcile.ErrForbiddenTransition) || errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrInvalid) ||
+		!strings.Contains(err.Error(), "transitions_move_check") {
+		t.Fatalf("InsertTransition of a forbidden move: %v, want ErrForbiddenTransition naming transitions_move_check", err)
 	}
 	err = s.InTx(ctx, func(tx reconcile.Tx) error {
 		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_missing", From: "created", To: "submitted", Cause: reconcile.CauseSubmit, At: base})
 	})
 	if !errors.Is(err, reconcile.ErrNotFound) || errors.Is(err, reconcile.ErrForbiddenTransition) {
 		t.Fatalf("InsertTransition for an unknown purchase: %v, want ErrNotFound", err)
+	}
+
+	// The refunds' refusals say what refused them.
+	paid := reconcile.Purchase{ID: "pur_paid", Customer: "cus_1", Amount: 100, Currency: "eur", State: statemachine.Created, Version: 1, CreatedAt: base, UpdatedAt: base}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		if err := tx.InsertPurchase(ctx, paid); err != nil {
+			return err
+		}
+		paid.State = statemachine.Submitted
+		if err := tx.UpdatePurchase(ctx, paid, statemachine.Created); err != nil {
+			return err
+		}
+		paid.State, paid.Version, paid.ProviderPaymentID = statemachine.Succeeded, 2, "pi_paid"
+		return tx.UpdatePurchase(ctx, paid, statemachine.Submitted)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refund := func(id, purchaseID string, amount int64) reconcile.Refund {
+		req := &provider.RefundRequest{IdempotencyKey: reconcile.RefundKeyFor(id), RefundID: id, PurchaseID: purchaseID, PaymentID: "pi_paid", Amount: amount, Currency: "eur"}
+		return reconcile.Refund{ID: id, PurchaseID: purchaseID, PaymentID: "pi_paid", Amount: amount, Currency: "eur", State: statemachine.Created, Version: 1,
+			ProviderKey: req.IdempotencyKey, ProviderRequest: req, ParamsHash: req.Hash(), CreatedAt: base, UpdatedAt: base}
+	}
+	for _, tc := range []struct {
+		r    reconcile.Refund
+		kind error
+		says []string
+	}{
+		{refund("ref_over", "pur_paid", paid.Amount+1), reconcile.ErrRefundExceeds,
+			[]string{"postgres: insert refund ref_over of pur_paid", "the payment's refunds would exceed its amount", "refund exceeds the payment"}},
+		{refund("ref_open", "pur_1", 1), reconcile.ErrNotRefundable,
+			[]string{"postgres: insert refund ref_open of pur_1", "not refundable: purchase pur_1 is created"}},
+	} {
+		err := s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertRefund(ctx, tc.r) })
+		if !errors.Is(err, tc.kind) {
+			t.Fatalf("InsertRefund(%s): %v, want %v", tc.r.ID, err, tc.kind)
+		}
+		for _, want := range tc.says {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q does not mention %q", err, want)
+			}
+		}
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_paid", RefundID: "ref_missing", From: "created", To: "submitted", Cause: reconcile.CauseSubmit, At: base})
+	})
+	if !errors.Is(err, reconcile.ErrNotFound) || !strings.Contains(err.Error(), "refund not found") {
+		t.Fatalf("InsertTransition of an unknown refund: %v, want ErrNotFound saying the refund is not found", err)
 	}
 }
 
@@ -519,4 +579,120 @@ func TestTracerSeesStatements(t *testing.T) {
 	if got := tr.n.Load() - before; got < 3 {
 		t.Fatalf("the tracer saw %d statements of a transaction with one read, want at least 3", got)
 	}
+}
+
+// TestConcurrentRefundInsertsTakeTurns shows how the refunds' limit
+// holds under READ COMMITTED: while one transaction holds a refund of 700
+// of a payment of 1250, uncommitted, another's insert of 700 of the same
+// payment waits for it (on the payment's advisory lock, migration 00009),
+// then, once the first commits, reads the sum with its refund and is
+// refused. Without the lock each would read a sum without the other's
+// refund, and both would commit.
+func TestConcurrentRefundInsertsTakeTurns(t *testing.T) {
+	s, url := newStore(t)
+	ctx := t.Context()
+	err := s.InTx(ctx, func(tx reconcile.Tx) error {
+		p := reconcile.Purchase{ID: "pur_1", Customer: "cus_1", Amount: 1250, Currency: "eur", State: statemachine.Created, Version: 1, CreatedAt: base, UpdatedAt: base}
+		if err := tx.InsertPurchase(ctx, p); err != nil {
+			return err
+		}
+		p.State = statemachine.Submitted
+		if err := tx.UpdatePurchase(ctx, p, statemachine.Created); err != nil {
+			return err
+		}
+		p.State, p.Version, p.ProviderPaymentID = statemachine.Succeeded, 2, "pi_1"
+		return tx.UpdatePurchase(ctx, p, statemachine.Submitted)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refund := func(id string) reconcile.Refund {
+		req := &provider.RefundRequest{IdempotencyKey: reconcile.RefundKeyFor(id), RefundID: id, PurchaseID: "pur_1", PaymentID: "pi_1", Amount: 700, Currency: "eur"}
+		return reconcile.Refund{ID: id, PurchaseID: "pur_1", PaymentID: "pi_1", Amount: 700, Currency: "eur", State: statemachine.Created, Version: 1,
+			ProviderKey: req.IdempotencyKey, ProviderRequest: req, ParamsHash: req.Hash(), CreatedAt: base, UpdatedAt: base}
+	}
+
+	inserted, commit := make(chan struct{}), make(chan struct{})
+	firstErr, secondErr := make(chan error, 1), make(chan error, 1)
+	go func() {
+		firstErr <- s.InTx(ctx, func(tx reconcile.Tx) error {
+			if err := tx.InsertRefund(ctx, refund("ref_1")); err != nil {
+				return err
+			}
+			close(inserted)
+			<-commit
+			return nil
+		})
+	}()
+	select {
+	case <-inserted:
+	case err := <-firstErr:
+		t.Fatalf("the first refund: %v", err)
+	}
+	go func() {
+		secondErr <- s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertRefund(ctx, refund("ref_2")) })
+	}()
+
+	// The second insert waits for the first transaction's advisory lock.
+	conn := rawConn(t, url)
+	for waiting := 0; waiting == 0; {
+		if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_locks
+WHERE locktype = 'advisory' AND NOT granted AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-secondErr:
+			t.Fatalf("the second refund did not wait for the first transaction: %v", err)
+		default:
+		}
+	}
+	close(commit)
+	if err := <-firstErr; err != nil {
+		t.Fatalf("the first refund's transaction: %v", err)
+	}
+	if err := <-secondErr; !errors.Is(err, reconcile.ErrRefundExceeds) {
+		t.Fatalf("the second refund, after the first committed: %v, want ErrRefundExceeds", err)
+	}
+	var n int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM refunds WHERE payment_id = 'pi_1'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("%d refunds of pi_1 (%v), want 1", n, err)
+	}
+}
+
+// TestRawSQLCannotBreakTheRefundLimits checks that the refunds' guard and
+// limits are the database's: statements the store never wrote are
+// refused too, with the SQLSTATEs the store translates.
+func TestRawSQLCannotBreakTheRefundLimits(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	ctx := t.Context()
+	insertRaw(t, conn, "pur_ok", statemachine.Submitted)
+	exec(t, conn, `UPDATE purchases SET state = 'succeeded', provider_payment_id = 'pi_1' WHERE id = 'pur_ok'`)
+	insertRaw(t, conn, "pur_open", statemachine.Submitted, statemachine.Uncertain)
+	insert := func(id, purchase, payment string, amount int, state string) error {
+		_, err := conn.Exec(ctx, `INSERT INTO refunds (id, purchase_id, payment_id, amount, currency, state, version,
+    provider_key, provider_request, params_hash, created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'eur', $5, 1, 'payrecon-' || $1, '{}', 'h', now(), now())`, id, purchase, payment, amount, state)
+		return err
+	}
+	wantSQLState(t, "a refund inserted in submitted", insert("ref_x", "pur_ok", "pi_1", 1, "submitted"), "PR001", "refund ref_x inserted in state submitted")
+	wantSQLState(t, "a refund of an uncertain purchase", insert("ref_x", "pur_open", "pi_x", 1, "created"), "PR004", "purchase pur_open is uncertain")
+	wantSQLState(t, "a refund of another payment", insert("ref_x", "pur_ok", "pi_2", 1, "created"), "PR004", "pi_2", "pur_ok")
+	wantSQLState(t, "a refund of more than the payment", insert("ref_x", "pur_ok", "pi_1", 101, "created"), "PR003", "pi_1", "101 of its 100")
+	if err := insert("ref_1", "pur_ok", "pi_1", 100, "created"); err != nil {
+		t.Fatal(err)
+	}
+	wantSQLState(t, "a second refund past the payment", insert("ref_x", "pur_ok", "pi_1", 1, "created"), "PR003", "101 of its 100")
+	_, err := conn.Exec(ctx, `UPDATE refunds SET state = 'failed' WHERE id = 'ref_1'`)
+	wantSQLState(t, "created -> failed", err, "PR001", "forbidden transition created -> failed", "ref_1")
+	_, err = conn.Exec(ctx, `UPDATE refunds SET amount = 1 WHERE id = 'ref_1'`)
+	wantSQLState(t, "a change of a refund's amount", err, "PR002", "fixed at insert")
+	_, err = conn.Exec(ctx, `UPDATE refunds SET payment_id = 'pi_2' WHERE id = 'ref_1'`)
+	wantSQLState(t, "a change of a refund's payment", err, "PR002", "fixed at insert")
+	exec(t, conn, `UPDATE refunds SET state = 'submitted', amount = amount WHERE id = 'ref_1'`)
+	_, err = conn.Exec(ctx, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'ref_1', 'submitted', 'declined', 'operator', now())`)
+	wantSQLState(t, "a refund's transition submitted -> declined", err, "23514", "transitions_move_check")
+	exec(t, conn, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'ref_1', 'submitted', 'failed', 'webhook', now())`)
 }

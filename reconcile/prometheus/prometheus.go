@@ -31,6 +31,9 @@ type Metrics struct {
 
 	purchases       *prometheus.GaugeVec
 	oldestUncertain prometheus.Gauge
+	refunds         *prometheus.GaugeVec
+	oldestRefund    prometheus.Gauge
+	refundMoves     *prometheus.CounterVec
 	escalationsOpen prometheus.Gauge
 	findingsOpen    *prometheus.GaugeVec
 	transitions     *prometheus.CounterVec
@@ -62,12 +65,22 @@ func New() *Metrics {
 			Name: "payrecon_oldest_uncertain_age_seconds",
 			Help: "Age of the oldest purchase in uncertain or reconciling, from when it first became uncertain; 0 when none.",
 		}),
+		refunds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_refunds", Help: "Refunds by state (created, submitted, uncertain, reconciling, succeeded, failed), read from the database.",
+		}, []string{"state"}),
+		oldestRefund: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_oldest_uncertain_refund_age_seconds",
+			Help: "Age of the oldest refund in uncertain or reconciling, from when it first became uncertain; 0 when none.",
+		}),
+		refundMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_refund_transitions_total", Help: "Committed state transitions of refunds.",
+		}, []string{"from", "to", "cause"}),
 		escalationsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "payrecon_escalations_open", Help: "Purchases on the operator list.",
 		}),
 		findingsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "payrecon_audit_findings_open",
-			Help: "Open findings of the audit from the provider's side, by kind (orphan_charge, duplicate_charge, amount_mismatch, currency_mismatch, state_disagreement, missing_at_provider), read from the database.",
+			Help: "Open findings of the audit from the provider's side, by kind (orphan_charge, duplicate_charge, amount_mismatch, currency_mismatch, state_disagreement, missing_at_provider, orphan_refund, refund_mismatch), read from the database.",
 		}, []string{"kind"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_transitions_total", Help: "Committed state transitions.",
@@ -117,12 +130,17 @@ func New() *Metrics {
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		m.purchases, m.oldestUncertain, m.escalationsOpen, m.findingsOpen, m.transitions, m.providerCalls,
+		m.purchases, m.oldestUncertain, m.refunds, m.oldestRefund, m.refundMoves, m.escalationsOpen, m.findingsOpen, m.transitions, m.providerCalls,
 		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
 		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK, m.opsLogins,
 	)
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s))
+	}
+	// Every refund state is present from the start, at 0 until the first
+	// refresh.
+	for _, s := range statemachine.Refund.States() {
+		m.refunds.WithLabelValues(string(s))
 	}
 	// Every finding kind is present from the start, at 0 until the first
 	// refresh, so that the audit alert sees a series for each.
@@ -171,6 +189,13 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 // Transition implements reconcile.Observer.
 func (m *Metrics) Transition(from, to statemachine.State, cause reconcile.Cause) {
 	m.transitions.WithLabelValues(string(from), string(to), string(cause)).Inc()
+}
+
+// RefundTransition implements reconcile.Observer: it counts a refund's
+// committed transition in payrecon_refund_transitions_total, apart from
+// the purchases'.
+func (m *Metrics) RefundTransition(from, to statemachine.State, cause reconcile.Cause) {
+	m.refundMoves.WithLabelValues(string(from), string(to), string(cause)).Inc()
 }
 
 // ProviderCall implements reconcile.Observer.
@@ -222,16 +247,18 @@ func (m *Metrics) Sweep(name, result string, took time.Duration, items int, at t
 }
 
 // Refresh reads the gauges from the store, in one transaction: purchases
-// by state, open escalations, open audit findings by kind, and the age of
-// the oldest uncertain purchase, measured on the store's clock (the one
-// that stamped it).
+// and refunds by state, open escalations, open audit findings by kind,
+// and the ages of the oldest uncertain purchase and refund, measured on
+// the store's clock (the one that stamped them).
 func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	var (
-		counts    map[statemachine.State]int
-		escalated int
-		findings  map[reconcile.FindingKind]int
-		oldest    time.Time
-		now       time.Time
+		counts       map[statemachine.State]int
+		refunds      map[statemachine.State]int
+		escalated    int
+		findings     map[reconcile.FindingKind]int
+		oldest       time.Time
+		oldestRefund time.Time
+		now          time.Time
 	)
 	err := st.InTx(ctx, func(tx reconcile.Tx) error {
 		var err error
@@ -247,6 +274,12 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		if findings, err = tx.CountOpenFindings(ctx); err != nil {
 			return err
 		}
+		if refunds, err = tx.CountRefundsByState(ctx); err != nil {
+			return err
+		}
+		if oldestRefund, err = tx.OldestUncertainRefundSince(ctx); err != nil {
+			return err
+		}
 		oldest, err = tx.OldestUncertainSince(ctx)
 		return err
 	})
@@ -260,10 +293,19 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	for _, k := range reconcile.FindingKinds {
 		m.findingsOpen.WithLabelValues(string(k)).Set(float64(findings[k]))
 	}
-	age := 0.0
-	if !oldest.IsZero() && now.After(oldest) {
-		age = now.Sub(oldest).Seconds()
+	for _, s := range statemachine.Refund.States() {
+		m.refunds.WithLabelValues(string(s)).Set(float64(refunds[s]))
 	}
-	m.oldestUncertain.Set(age)
+	m.oldestUncertain.Set(ageSince(oldest, now))
+	m.oldestRefund.Set(ageSince(oldestRefund, now))
 	return nil
+}
+
+// ageSince returns the seconds from since to now, or 0 when since is
+// zero or not before now.
+func ageSince(since, now time.Time) float64 {
+	if since.IsZero() || !now.After(since) {
+		return 0
+	}
+	return now.Sub(since).Seconds()
 }

@@ -2,6 +2,7 @@ package prometheus_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -9,6 +10,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -277,4 +279,103 @@ func TestOpsLoginAttempts(t *testing.T) {
 			t.Errorf("outcome %s = %s, want %s", o, got, want)
 		}
 	}
+}
+
+// refundOutage is the fake provider with its refund creates failing,
+// unanswered, while down is set: the refund's outcome is unknown.
+type refundOutage struct {
+	*fakeprovider.Fake
+	down atomic.Bool
+}
+
+func (p *refundOutage) CreateRefund(ctx context.Context, req provider.RefundRequest) (provider.RefundResult, error) {
+	if p.down.Load() {
+		return provider.RefundResult{}, errors.New("connection reset by peer")
+	}
+	return p.Fake.CreateRefund(ctx, req)
+}
+
+// TestRefundGauges: payrecon_refunds has every refund state from the
+// start, at 0; a refund whose create went unanswered shows as uncertain
+// with its exact age in payrecon_oldest_uncertain_refund_age_seconds, its
+// moves are counted in payrecon_refund_transitions_total (not in the
+// purchases' counter), and once it settles the age goes back to 0.
+func TestRefundGauges(t *testing.T) {
+	m := prometheus.New()
+	for _, s := range statemachine.Refund.States() {
+		if got := scrape(t, m, `payrecon_refunds{state="`+string(s)+`"}`); got != "0" {
+			t.Errorf("refunds in %s before any refresh: %s, want 0", s, got)
+		}
+	}
+	if got := scrape(t, m, "payrecon_oldest_uncertain_refund_age_seconds"); got != "0" {
+		t.Errorf("oldest uncertain refund before any refresh: %s, want 0", got)
+	}
+
+	clk := testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+	st := newStore(t, clk.Now)
+	p := &refundOutage{Fake: fakeprovider.New(fakeprovider.Config{Now: clk.Now})}
+	svc, err := reconcile.New(st, p, reconcile.Config{Now: clk.Now, Observer: m, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	refresh := func() {
+		t.Helper()
+		if err := m.Refresh(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := func(when string, samples map[string]string) {
+		t.Helper()
+		for sample, w := range samples {
+			if got := scrape(t, m, sample); got != w {
+				t.Errorf("%s: %s = %s, want %s", when, sample, got, w)
+			}
+		}
+	}
+	pur, err := svc.CreatePurchase(ctx, reconcile.NewPurchase{Customer: "c", Amount: 300, Currency: "usd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := svc.CreateRefund(ctx, reconcile.NewRefund{PurchaseID: pur.ID, Amount: 100, Reason: "returned", RequestedBy: "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	want("a refund created", map[string]string{`payrecon_refunds{state="created"}`: "1", `payrecon_refunds{state="uncertain"}`: "0"})
+
+	p.down.Store(true)
+	if _, err := svc.RunOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	refresh()
+	clk.Advance(2*time.Hour + 30*time.Second) // nobody ran the worker
+	refresh()
+	want("a refund uncertain for 2h30s", map[string]string{
+		`payrecon_refunds{state="created"}`:                                                          "0",
+		`payrecon_refunds{state="uncertain"}`:                                                        "1",
+		"payrecon_oldest_uncertain_refund_age_seconds":                                               "7230",
+		"payrecon_oldest_uncertain_age_seconds":                                                      "0",
+		`payrecon_refund_transitions_total{cause="submit",from="created",to="submitted"}`:            "1",
+		`payrecon_refund_transitions_total{cause="submit_response",from="submitted",to="uncertain"}`: "1",
+		`payrecon_transitions_total{cause="submit",from="created",to="submitted"}`:                   "1", // the purchase's own
+		`payrecon_provider_requests_total{op="refund_create",outcome="unknown"}`:                     "1",
+	})
+
+	p.down.Store(false)
+	if _, err := svc.RunOnce(ctx); err != nil { // the replay under the same key settles it
+		t.Fatal(err)
+	}
+	if d, err := svc.Refund(ctx, r.ID); err != nil || d.Refund.State != statemachine.Succeeded {
+		t.Fatalf("refund after the replay: %+v %v, want succeeded", d.Refund, err)
+	}
+	refresh()
+	want("the refund settled", map[string]string{
+		`payrecon_refunds{state="uncertain"}`:          "0",
+		`payrecon_refunds{state="succeeded"}`:          "1",
+		"payrecon_oldest_uncertain_refund_age_seconds": "0",
+	})
 }

@@ -64,11 +64,15 @@
 //
 // The schema lives in package migrations (dialect SQLite); Migrate
 // applies it. Triggers refuse every write of purchases.state that is not
-// in the allowed_transitions table (loaded with statemachine's moves), any
-// change to that table, any UPDATE or DELETE of the audit tables
-// (transitions, provider_attempts, operator_actions) and any change to an
-// audit finding but its closing, and a foreign key every transition the
-// audit records that is not in the table, whatever SQL path writes. A
+// in the allowed_transitions table (loaded with statemachine's moves),
+// every write of refunds.state that is not in refund_allowed_transitions,
+// every transition the audit records that is not in its machine's table,
+// any change to those tables, any UPDATE or DELETE of the audit tables
+// (transitions, provider_attempts, operator_actions), any change to an
+// audit finding but its closing, and a refund its purchase or finding
+// does not allow or that would take a payment's refunds past its amount
+// (migration 00008; the single writer makes the check and the insert
+// one), whatever SQL path writes. A
 // refused write fails alone: RAISE(ABORT) and constraint failures undo
 // the statement, not the transaction, so the caller may go on reading and
 // writing and commit, as on PostgreSQL. Row triggers keep the number of
@@ -77,14 +81,15 @@
 //
 // Driver errors are translated into reconcile's errors and wrapped with
 // %w, keeping SQLite's message: a unique constraint gives
-// reconcile.ErrDuplicate, the transition trigger
-// reconcile.ErrForbiddenTransition, NOT NULL, CHECK, type and foreign key
-// failures reconcile.ErrInvalid (a foreign key to a missing purchase
-// reconcile.ErrNotFound where the purchase is the only reference; a
-// transition's foreign keys, which SQLite does not tell apart, are told
-// apart by looking the move up), SQLITE_BUSY after the busy timeout
-// ErrLockTimeout, which wraps reconcile.ErrUnavailable. These are the
-// kinds reconcile/postgres gives the same failures.
+// reconcile.ErrDuplicate, the transition triggers
+// reconcile.ErrForbiddenTransition, the refunds' limits
+// reconcile.ErrNotRefundable and reconcile.ErrRefundExceeds, NOT NULL,
+// CHECK, type and foreign key failures reconcile.ErrInvalid (a foreign
+// key to a missing purchase or refund reconcile.ErrNotFound; a row's
+// foreign keys to its purchase and its refund, which SQLite does not tell
+// apart, are told apart by looking the purchase up), SQLITE_BUSY after
+// the busy timeout ErrLockTimeout, which wraps reconcile.ErrUnavailable.
+// These are the kinds reconcile/postgres gives the same failures.
 //
 // # Values
 //
@@ -110,11 +115,18 @@
 //     FindPurchaseByReference, UpdatePurchase, ListEscalated,
 //     CountByState, CountEscalated, OldestUncertainSince,
 //     ListOverdueUncertain, ListSubmittedBetween, scanPurchase.
-//   - audit_trail.go: InsertTransition, ListTransitions, InsertAttempt,
-//     ListAttempts.
+//   - audit_trail.go: InsertTransition, ListTransitions,
+//     ListRefundTransitions, InsertAttempt, ListAttempts,
+//     ListRefundAttempts.
 //   - jobs.go: ClaimJobs, ClaimExpiredJobs, ClaimJob, claim,
 //     ReleaseLeases, InsertJob, GetJob, CheckLease, RescheduleJob,
-//     CompleteJob, ReopenJob, scanJob.
+//     CompleteJob, ReopenJob, scanJob. A job is a purchase's or a
+//     refund's (its kind), keyed by its id: the purchase id or the refund
+//     id.
+//   - moves.go: FindPurchases, ApplyMoves.
+//   - refunds.go: InsertRefund, GetRefund, ListRefunds, FindRefunds,
+//     UpdateRefund, ListEscalatedRefunds, ListOverdueUncertainRefunds,
+//     CountRefundsByState, OldestUncertainRefundSince, scanRefund.
 //   - inbox.go: InsertInboxEvent, GetInboxEvent, UpdateInboxEvent,
 //     ListInboxEvents, ListUnmatchedEvents, DeleteInboxEventsBefore,
 //     scanInboxEvent.

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -34,16 +35,28 @@ func (lockTimeout) Error() string {
 
 func (lockTimeout) Unwrap() error { return reconcile.ErrUnavailable }
 
-// forbiddenMessage starts the message of every RAISE by the schema's
-// state triggers (migrations/sqlite). The append-only triggers' messages
-// ("<table> is append-only: ...") are never expected from this package
-// and are left untranslated.
-const forbiddenMessage = "forbidden transition"
+// The messages of the schema's triggers (migrations/sqlite) that this
+// package translates. The append-only and read-only triggers' messages
+// ("<table> is append-only: ...", "... is read-only: ...", "refunds: ...
+// fixed at insert ...") are never expected from this package and are left
+// untranslated.
+const (
+	// forbiddenMessage starts the message of every RAISE by the state
+	// guards of purchases and refunds and the audit's move check.
+	forbiddenMessage = "forbidden transition"
+	// notRefundableMessage: the refund's purchase or finding does not
+	// allow it (migration 00008).
+	notRefundableMessage = "not refundable:"
+	// refundExceedsMessage: the refunds of a payment would exceed its
+	// amount (migration 00008).
+	refundExceedsMessage = "refund exceeds the payment:"
+)
 
 // kindOf returns the error a driver error stands for (one of reconcile's,
 // or ErrLockTimeout), or nil. The driver reports extended result codes.
 // It maps the same failures to the same kinds as reconcile/postgres's:
-// the transition guard to ErrForbiddenTransition, a unique key to
+// the transition guard to ErrForbiddenTransition, the refunds' limits to
+// ErrNotRefundable and ErrRefundExceeds, a unique key to
 // ErrDuplicate, a refused value to ErrInvalid, and the write lock not
 // granted in time to ErrLockTimeout (reconcile.ErrUnavailable).
 func kindOf(err error) error {
@@ -53,8 +66,13 @@ func kindOf(err error) error {
 	}
 	switch se.Code() {
 	case sqlite3.SQLITE_CONSTRAINT_TRIGGER:
-		if strings.Contains(se.Error(), forbiddenMessage) {
+		switch msg := se.Error(); {
+		case strings.Contains(msg, forbiddenMessage):
 			return reconcile.ErrForbiddenTransition
+		case strings.Contains(msg, notRefundableMessage):
+			return reconcile.ErrNotRefundable
+		case strings.Contains(msg, refundExceedsMessage):
+			return reconcile.ErrRefundExceeds
 		}
 		return nil
 	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:
@@ -91,6 +109,25 @@ func wrapRef(err error, format string, args ...any) error {
 		return dialect.MissingPurchase(err, fmt.Sprintf(format, args...))
 	}
 	return wrap(err, format, args...)
+}
+
+// wrapAuditRef is wrapRef for rows that may refer to a refund of their
+// purchase too (the audit's, a refund's job): SQLite does not say which
+// foreign key failed, so on that failure path only it looks the purchase
+// up: when it exists, the refund (or the refund as the purchase's) is
+// what is missing.
+func (t *txn) wrapAuditRef(ctx context.Context, err error, purchaseID, refundID, format string, args ...any) error {
+	if refundID != "" && isForeignKey(err) {
+		var found bool
+		lerr := t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM purchases WHERE id = ?1)`, purchaseID).Scan(&found)
+		switch {
+		case lerr != nil:
+			return wrap(errors.Join(err, lerr), format, args...)
+		case found:
+			return dialect.Missing(err, fmt.Sprintf(format, args...), "refund")
+		}
+	}
+	return wrapRef(err, format, args...)
 }
 
 // isForeignKey reports whether err is a foreign key violation. SQLite

@@ -26,3 +26,11 @@ const (
 func ListFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, []any) {
 	return listFindingsSQL(purchaseID, includeClosed, limit)
 }
+
+// The refunds' periodic queries, for the tests of their plans.
+const (
+	CountRefundsByStateSQL         = countRefundsByStateSQL
+	OldestUncertainRefundSinceSQL  = oldestUncertainRefundSinceSQL
+	ListOverdueUncertainRefundsSQL = listOverdueUncertainRefundsSQL
+	ListEscalatedRefundsSQL        = listEscalatedRefundsSQL
+)

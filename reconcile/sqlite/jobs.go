@@ -15,23 +15,23 @@ import (
 	"github.com/payrecon/payrecon/reconcile"
 )
 
-// expiredCand selects, oldest expiry first, up to ?2 open jobs whose
-// lease expired at ?1 (now) without being released, from the partial
-// index jobs_leased_idx.
-const expiredCand = `SELECT purchase_id, 1 AS taken FROM jobs
+// expiredCand selects, oldest expiry first, up to ?2 open jobs (of both
+// kinds) whose lease expired at ?1 (now) without being released, from
+// the partial index jobs_leased_idx.
+const expiredCand = `SELECT id, 1 AS taken FROM jobs
 WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1
 ORDER BY lease_expires_at
 LIMIT ?2`
 
 // claimCand selects what ClaimJobs leases at ?1: jobs whose lease
-// expired, then open, unleased jobs due at ?1 in the order of the partial
-// index jobs_due_idx (run_at, purchase_id), which the scan reads off the
-// front however many jobs share one run_at.
+// expired, then open, unleased jobs due at ?1, of both kinds, in the
+// order of the partial index jobs_due_idx (run_at, id), which the scan
+// reads off the front however many jobs share one run_at.
 const claimCand = `SELECT * FROM (` + expiredCand + `)
 UNION ALL
-SELECT * FROM (SELECT purchase_id, 0 AS taken FROM jobs
+SELECT * FROM (SELECT id, 0 AS taken FROM jobs
     WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ?1
-    ORDER BY run_at, purchase_id
+    ORDER BY run_at, id
     LIMIT ?2)
 LIMIT ?2`
 
@@ -40,7 +40,10 @@ LIMIT ?2`
 // as each Lease's Now. owner must not be empty, limit and leaseFor must be
 // positive (reconcile.ErrInvalid otherwise). A job whose previous lease
 // was never released (it expired) comes back with TakenOver set. The
-// leases come in run_at order, oldest first.
+// leases come in run_at order, oldest first (then by job id). Jobs of
+// both kinds are claimed alike: each lease carries its Kind and its
+// Purchase, read under the same write lock, and a refund's job's lease
+// its RefundID and Refund too.
 func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim jobs", claimCand, owner, limit, leaseFor)
 }
@@ -52,8 +55,8 @@ func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, l
 	return s.claim(ctx, "claim expired jobs", expiredCand, owner, limit, leaseFor)
 }
 
-// ClaimJob implements reconcile.Store: it leases purchaseID's job, due or
-// not, unless the job is done or holds an unexpired lease (whoever its
+// ClaimJob implements reconcile.Store: it leases purchaseID's purchase
+// job (never one of its refunds' jobs), due or not, unless the job is done or holds an unexpired lease (whoever its
 // owner, this one included), which give reconcile.ErrConflict. It reads
 // and leases the job under the write lock of one transaction, so it waits
 // for a worker between CheckLease and its commit (at most the busy
@@ -68,11 +71,11 @@ func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor
 	var l reconcile.Lease
 	err := s.inTx(ctx, what, func(tx *sql.Tx) error {
 		now := storeNow(s.now)
-		l = reconcile.Lease{PurchaseID: purchaseID, Owner: owner, ExpiresAt: fromMicros(now.Add(leaseFor).UnixMicro()), Now: now}
+		l = reconcile.Lease{Kind: reconcile.JobPurchase, PurchaseID: purchaseID, Owner: owner, ExpiresAt: fromMicros(now.Add(leaseFor).UnixMicro()), Now: now}
 		t := &txn{tx: tx, now: s.now}
 		j, err := t.GetJob(ctx, purchaseID)
 		switch {
-		case errors.Is(err, reconcile.ErrNotFound):
+		case errors.Is(err, reconcile.ErrNotFound), err == nil && j.Kind != reconcile.JobPurchase:
 			return dialect.NotFound(what + ": no such job")
 		case err != nil:
 			return err
@@ -86,7 +89,7 @@ SET lease_owner = ?2,
     lease_token = lease_token + 1,
     lease_expires_at = ?3,
     checks = checks + 1
-WHERE purchase_id = ?1
+WHERE id = ?1
 RETURNING lease_token, checks`, purchaseID, owner, l.ExpiresAt.UnixMicro()).Scan(&l.Token, &l.Checks)
 		if err != nil {
 			return wrap(err, "%s for %s", what, owner)
@@ -104,9 +107,9 @@ RETURNING lease_token, checks`, purchaseID, owner, l.ExpiresAt.UnixMicro()).Scan
 	return l, nil
 }
 
-// claim leases the jobs cand selects (purchase_id, taken: a statement
-// reading the clock as ?1 and the limit as ?2) and returns their leases in
-// run_at order, each with its purchase.
+// claim leases the jobs cand selects (id, taken: a statement reading the
+// clock as ?1 and the limit as ?2) and returns their leases in run_at
+// order, each with its purchase and, for a refund's job, its refund.
 func (s *Store) claim(ctx context.Context, what, cand, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	if err := dialect.CheckClaim(what, owner, limit, leaseFor); err != nil {
 		return nil, err
@@ -127,14 +130,16 @@ func (s *Store) claim(ctx context.Context, what, cand, owner string, limit int, 
 			return fail(err)
 		}
 		var ids []string
+		taken := map[string]bool{}
 		for rows.Next() {
-			l := reconcile.Lease{Owner: owner, ExpiresAt: expires, Now: now}
-			if err := rows.Scan(&l.PurchaseID, &l.TakenOver); err != nil {
+			var id string
+			var wasTaken bool
+			if err := rows.Scan(&id, &wasTaken); err != nil {
 				rows.Close()
 				return fail(err)
 			}
-			ids = append(ids, l.PurchaseID)
-			leases = append(leases, l)
+			ids = append(ids, id)
+			taken[id] = wasTaken
 		}
 		if err := rows.Err(); err != nil {
 			return fail(err)
@@ -151,55 +156,66 @@ SET lease_owner = ?1,
     lease_token = lease_token + 1,
     lease_expires_at = ?2,
     checks = checks + 1
-WHERE purchase_id IN (SELECT value FROM json_each(?3))
-RETURNING purchase_id, lease_token, checks, run_at`, owner, expires.UnixMicro(), string(list))
+WHERE id IN (SELECT value FROM json_each(?3))
+RETURNING id, kind, purchase_id, refund_id, lease_token, checks, run_at`, owner, expires.UnixMicro(), string(list))
 		if err != nil {
 			return fail(err)
 		}
-		type claimed struct {
-			token  int64
-			checks int
-			runAt  int64
-		}
-		got := make(map[string]claimed, len(ids))
+		runAt := make(map[string]int64, len(ids))
+		var purchaseIDs, refundIDs []string
 		for rows.Next() {
-			var id string
-			var c claimed
-			if err := rows.Scan(&id, &c.token, &c.checks, &c.runAt); err != nil {
+			var id, kind string
+			var refundID *string
+			var at int64
+			l := reconcile.Lease{Owner: owner, ExpiresAt: expires, Now: now}
+			if err := rows.Scan(&id, &kind, &l.PurchaseID, &refundID, &l.Token, &l.Checks, &at); err != nil {
 				rows.Close()
 				return fail(err)
 			}
-			got[id] = c
+			l.Kind, l.RefundID, l.TakenOver = reconcile.JobKind(kind), sqlstore.DerefString(refundID), taken[id]
+			runAt[id] = at
+			purchaseIDs = append(purchaseIDs, l.PurchaseID)
+			if l.RefundID != "" {
+				refundIDs = append(refundIDs, l.RefundID)
+			}
+			leases = append(leases, l)
 		}
 		if err := rows.Err(); err != nil {
 			return fail(err)
 		}
-		for i := range leases {
-			c, ok := got[leases[i].PurchaseID]
-			if !ok {
-				return fmt.Errorf("%s: %s for %s: job %s was selected but not leased", dialect, what, owner, leases[i].PurchaseID)
-			}
-			leases[i].Token, leases[i].Checks = c.token, c.checks
+		if len(leases) != len(ids) {
+			return fmt.Errorf("%s: %s for %s: %d jobs were selected but %d leased", dialect, what, owner, len(ids), len(leases))
 		}
-		// The leases in run_at order, as the store promises, each with its
-		// purchase read under the same write lock.
-		slices.SortStableFunc(leases, func(a, b reconcile.Lease) int {
-			if c := cmp.Compare(got[a.PurchaseID].runAt, got[b.PurchaseID].runAt); c != 0 {
+		// The leases in run_at order, as the store promises, each with what
+		// it moves read under the same write lock.
+		slices.SortFunc(leases, func(a, b reconcile.Lease) int {
+			if c := cmp.Compare(runAt[a.JobID()], runAt[b.JobID()]); c != 0 {
 				return c
 			}
-			return strings.Compare(a.PurchaseID, b.PurchaseID)
+			return strings.Compare(a.JobID(), b.JobID())
 		})
 		t := &txn{tx: tx, now: s.now}
-		ps, err := t.FindPurchases(ctx, ids, nil)
+		ps, err := t.FindPurchases(ctx, purchaseIDs, nil)
 		if err != nil {
 			return err
 		}
-		byID := make(map[string]*reconcile.Purchase, len(ps))
+		purchases := make(map[string]*reconcile.Purchase, len(ps))
 		for i := range ps {
-			byID[ps[i].ID] = &ps[i]
+			purchases[ps[i].ID] = &ps[i]
+		}
+		rs, err := t.FindRefunds(ctx, refundIDs, nil)
+		if err != nil {
+			return err
+		}
+		refunds := make(map[string]*reconcile.Refund, len(rs))
+		for i := range rs {
+			refunds[rs[i].ID] = &rs[i]
 		}
 		for i := range leases {
-			leases[i].Purchase = byID[leases[i].PurchaseID]
+			leases[i].Purchase = purchases[leases[i].PurchaseID]
+			if leases[i].RefundID != "" {
+				leases[i].Refund = refunds[leases[i].RefundID]
+			}
 		}
 		return nil
 	})
@@ -210,7 +226,7 @@ RETURNING purchase_id, lease_token, checks, run_at`, owner, expires.UnixMicro(),
 }
 
 // ReleaseLeases implements reconcile.Store: every open job leased by
-// owner, expired or not, loses its lease and becomes due at the store's
+// owner, of either kind, expired or not, loses its lease and becomes due at the store's
 // now.
 func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
 	var n int64
@@ -232,24 +248,33 @@ WHERE lease_owner = ?1 AND done_at IS NULL`, owner, storeNow(s.now).UnixMicro())
 	return int(n), nil
 }
 
-const jobColumns = `purchase_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at`
+const jobColumns = `kind, purchase_id, refund_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at`
 
 // InsertJob implements reconcile.Tx: the job is due at job.RunAt, not
-// leased, never run; the other fields of job are ignored. A second job for
-// the same purchase gives reconcile.ErrDuplicate, an unknown purchase
-// reconcile.ErrNotFound.
+// leased, never run; its kind, purchase and refund are job's, its other
+// fields ignored. Its id (jobs.id, a generated column) is the refund id
+// of a refund's job, the purchase id of a purchase's. A second job with
+// the same id gives reconcile.ErrDuplicate, an unknown purchase, or a
+// refund that is not the purchase's, reconcile.ErrNotFound, and an
+// unknown kind, or a refund's job without its refund,
+// reconcile.ErrInvalid.
 func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
-	_, err := t.exec(ctx, `INSERT INTO jobs (purchase_id, run_at) VALUES (?1, ?2)`, job.PurchaseID, micros(job.RunAt))
+	what := "insert job of " + job.JobID()
+	if err := dialect.CheckJob(what, job); err != nil {
+		return err
+	}
+	_, err := t.exec(ctx, `INSERT INTO jobs (kind, purchase_id, refund_id, run_at) VALUES (?1, ?2, ?3, ?4)`,
+		sqlstore.JobKind(job.Kind), job.PurchaseID, sqlstore.NullString(job.RefundID), micros(job.RunAt))
 	if err != nil {
-		return wrapRef(err, "insert job of %s", job.PurchaseID)
+		return t.wrapAuditRef(ctx, err, job.PurchaseID, job.RefundID, "%s", what)
 	}
 	return nil
 }
 
 // GetJob implements reconcile.Tx.
-func (t *txn) GetJob(ctx context.Context, purchaseID string) (reconcile.Job, error) {
-	return queryOne(ctx, t, scanJob, "get job of "+purchaseID,
-		`SELECT `+jobColumns+` FROM jobs WHERE purchase_id = ?1`, purchaseID)
+func (t *txn) GetJob(ctx context.Context, jobID string) (reconcile.Job, error) {
+	return queryOne(ctx, t, scanJob, "get job "+jobID,
+		`SELECT `+jobColumns+` FROM jobs WHERE id = ?1`, jobID)
 }
 
 // CheckLease implements reconcile.Tx. It judges expiry by the store's
@@ -259,12 +284,12 @@ func (t *txn) GetJob(ctx context.Context, purchaseID string) (reconcile.Job, err
 // it ends.
 func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 	now := storeNow(t.now)
-	j, err := t.GetJob(ctx, l.PurchaseID)
+	j, err := t.GetJob(ctx, l.JobID())
 	switch {
 	case errors.Is(err, reconcile.ErrNotFound):
 		return dialect.LeaseLost(l, sqlstore.NoSuchJob)
 	case err != nil:
-		return fmt.Errorf("%s: check lease of job %s: %w", dialect, l.PurchaseID, err)
+		return fmt.Errorf("%s: check lease of job %s: %w", dialect, l.JobID(), err)
 	case j.LeaseOwner == l.Owner && j.LeaseToken == l.Token && j.LeaseOwner != "" && j.LeaseExpiresAt.After(now):
 		return nil
 	}
@@ -273,38 +298,41 @@ func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 }
 
 // RescheduleJob implements reconcile.Tx. A done job stays done.
-func (t *txn) RescheduleJob(ctx context.Context, purchaseID string, runAt time.Time) error {
-	return t.execOne(ctx, "reschedule job of "+purchaseID,
-		`UPDATE jobs SET run_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE purchase_id = ?1`,
-		purchaseID, micros(runAt))
+func (t *txn) RescheduleJob(ctx context.Context, jobID string, runAt time.Time) error {
+	return t.execOne(ctx, "reschedule job "+jobID,
+		`UPDATE jobs SET run_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?1`,
+		jobID, micros(runAt))
 }
 
 // CompleteJob implements reconcile.Tx.
-func (t *txn) CompleteJob(ctx context.Context, purchaseID string, now time.Time) error {
-	return t.execOne(ctx, "complete job of "+purchaseID,
-		`UPDATE jobs SET done_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE purchase_id = ?1`,
-		purchaseID, micros(now))
+func (t *txn) CompleteJob(ctx context.Context, jobID string, now time.Time) error {
+	return t.execOne(ctx, "complete job "+jobID,
+		`UPDATE jobs SET done_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?1`,
+		jobID, micros(now))
 }
 
 // ReopenJob implements reconcile.Tx: the job is no longer done and is due
 // at runAt. Its lease, if any, is left as it is (owner, token, expiry):
 // a live lease keeps its worker, an expired one is taken over by the next
 // claim.
-func (t *txn) ReopenJob(ctx context.Context, purchaseID string, runAt time.Time) error {
-	return t.execOne(ctx, "reopen job of "+purchaseID,
-		`UPDATE jobs SET done_at = NULL, run_at = ?2 WHERE purchase_id = ?1`,
-		purchaseID, micros(runAt))
+func (t *txn) ReopenJob(ctx context.Context, jobID string, runAt time.Time) error {
+	return t.execOne(ctx, "reopen job "+jobID,
+		`UPDATE jobs SET done_at = NULL, run_at = ?2 WHERE id = ?1`,
+		jobID, micros(runAt))
 }
 
 // scanJob reads one row of jobColumns.
 func scanJob(row sqlstore.Row) (reconcile.Job, error) {
 	var j reconcile.Job
-	var owner *string
+	var kind string
+	var owner, refundID *string
 	var runAt int64
 	var expires, done *int64
-	if err := row.Scan(&j.PurchaseID, &runAt, &owner, &j.LeaseToken, &expires, &j.Checks, &done); err != nil {
+	if err := row.Scan(&kind, &j.PurchaseID, &refundID, &runAt, &owner, &j.LeaseToken, &expires, &j.Checks, &done); err != nil {
 		return reconcile.Job{}, err
 	}
+	j.Kind = reconcile.JobKind(kind)
+	j.RefundID = sqlstore.DerefString(refundID)
 	j.RunAt = fromMicros(runAt)
 	j.LeaseOwner = sqlstore.DerefString(owner)
 	j.LeaseExpiresAt = fromNullMicros(expires)

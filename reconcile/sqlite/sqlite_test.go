@@ -22,6 +22,7 @@ import (
 	"github.com/payrecon/payrecon/internal/storetest"
 	"github.com/payrecon/payrecon/internal/testclock"
 	"github.com/payrecon/payrecon/migrations"
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 	"github.com/payrecon/payrecon/statemachine"
@@ -156,53 +157,65 @@ func TestConformance(t *testing.T) {
 	})
 }
 
+// TestSchemaTransitionTableMatchesStatemachine: each machine's tables
+// in the database (the purchase's, the refund's) are its states and its
+// moves in package statemachine.
 func TestSchemaTransitionTableMatchesStatemachine(t *testing.T) {
 	t.Parallel()
 	_, path := newStore(t)
 	db := rawDB(t, path)
-	rows, err := db.QueryContext(t.Context(), `SELECT from_state, to_state FROM allowed_transitions`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var got []statemachine.Pair
-	for rows.Next() {
-		var from, to string
-		if err := rows.Scan(&from, &to); err != nil {
-			t.Fatal(err)
+	for _, tc := range []struct {
+		moves, states string
+		m             statemachine.Machine
+	}{
+		{"allowed_transitions", "purchase_states", statemachine.Purchase},
+		{"refund_allowed_transitions", "refund_states", statemachine.Refund},
+	} {
+		var got []statemachine.Pair
+		for _, row := range queryStrings(t, db, `SELECT from_state || ' ' || to_state FROM `+tc.moves) {
+			from, to, _ := strings.Cut(row, " ")
+			got = append(got, statemachine.Pair{From: statemachine.State(from), To: statemachine.State(to)})
 		}
-		got = append(got, statemachine.Pair{From: statemachine.State(from), To: statemachine.State(to)})
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
-	}
-	want := statemachine.Transitions()
-	cmp := func(a, b statemachine.Pair) int { return strings.Compare(a.String(), b.String()) }
-	slices.SortFunc(got, cmp)
-	slices.SortFunc(want, cmp)
-	if !slices.Equal(got, want) {
-		t.Fatalf("allowed_transitions = %v, statemachine.Transitions() = %v", got, want)
-	}
+		want := tc.m.Transitions()
+		cmp := func(a, b statemachine.Pair) int { return strings.Compare(a.String(), b.String()) }
+		slices.SortFunc(got, cmp)
+		slices.SortFunc(want, cmp)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s = %v, statemachine.%s.Transitions() = %v", tc.moves, got, tc.m.Name(), want)
+		}
 
-	var states []string
-	rows, err = db.QueryContext(t.Context(), `SELECT state FROM purchase_states ORDER BY state`)
-	if err != nil {
-		t.Fatal(err)
+		states := queryStrings(t, db, `SELECT state FROM `+tc.states+` ORDER BY state`)
+		var wantStates []string
+		for _, s := range tc.m.States() {
+			wantStates = append(wantStates, string(s))
+		}
+		slices.Sort(wantStates)
+		if !slices.Equal(states, wantStates) {
+			t.Fatalf("%s = %v, want %v", tc.states, states, wantStates)
+		}
 	}
+}
+
+// queryStrings returns the one column of every row of query.
+func queryStrings(t *testing.T, db *sql.DB, query string) []string {
+	t.Helper()
+	rows, err := db.QueryContext(t.Context(), query)
+	if err != nil {
+		t.Fatalf("%s: %v", query, err)
+	}
+	defer rows.Close()
+	var out []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
 			t.Fatal(err)
 		}
-		states = append(states, s)
+		out = append(out, s)
 	}
-	var wantStates []string
-	for _, s := range statemachine.States {
-		wantStates = append(wantStates, string(s))
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
 	}
-	slices.Sort(wantStates)
-	if !slices.Equal(states, wantStates) {
-		t.Fatalf("purchase_states = %v, want %v", states, wantStates)
-	}
+	return out
 }
 
 // TestRawSQLCannotWriteForbiddenMove checks that the guard is the
@@ -242,10 +255,7 @@ VALUES ('pur_ok', 'cus_1', 100, 'eur', 'submitted', 1, 0, 0)`)
 	// The audit cannot record a forbidden move either.
 	_, err = db.ExecContext(ctx, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
 VALUES ('pur_ok', 'succeeded', 'uncertain', 'webhook', 0)`)
-	var se *driver.Error
-	if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY {
-		t.Fatalf("transition succeeded -> uncertain: got %v, want a foreign key failure", err)
-	}
+	wantRaise(t, "transition succeeded -> uncertain", err, "forbidden transition succeeded -> uncertain", "purchase pur_ok")
 
 	// Writing the same state is no move, and other columns are free.
 	exec(t, db, `UPDATE purchases SET state = state, description = 'x' WHERE id = 'pur_ok'`)
@@ -593,9 +603,14 @@ func TestPeriodicQueriesUseTheirIndexes(t *testing.T) {
 		{"GetAuditRun", sqlite.GetAuditRunSQL, []any{"scheduled"}, "PRIMARY KEY", true},
 		// The rescue sweep's candidates, as the claim of expired leases
 		// selects them: the few leased open jobs, not every open job.
-		{"ClaimExpiredJobs candidates", `SELECT purchase_id FROM jobs
+		{"ClaimExpiredJobs candidates", `SELECT id, 1 AS taken FROM jobs
 WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1
 ORDER BY lease_expires_at LIMIT ?2`, []any{base.UnixMicro(), 16}, "jobs_leased_idx", true},
+		// The refunds' (migration 00008).
+		{"CountRefundsByState", sqlite.CountRefundsByStateSQL, nil, "refunds_state_idx", true},
+		{"OldestUncertainRefundSince", sqlite.OldestUncertainRefundSinceSQL, nil, "refunds_uncertain_since_idx", true},
+		{"ListOverdueUncertainRefunds", sqlite.ListOverdueUncertainRefundsSQL, []any{base.UnixMicro(), 500}, "refunds_overdue_idx", true},
+		{"ListEscalatedRefunds", sqlite.ListEscalatedRefundsSQL, nil, "refunds_escalated_at_idx", true},
 	} {
 		rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+tc.sql, tc.args...)
 		if err != nil {
@@ -1033,6 +1048,54 @@ func TestErrorsNameTheFailure(t *testing.T) {
 		!strings.Contains(err.Error(), "forbidden transition created -> succeeded") {
 		t.Fatalf("InsertTransition of a forbidden move: %v, want ErrForbiddenTransition naming the move", err)
 	}
+
+	// The refunds' refusals say what refused them.
+	paid := purchase("pur_paid")
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		if err := tx.InsertPurchase(ctx, paid); err != nil {
+			return err
+		}
+		paid.State = statemachine.Submitted
+		if err := tx.UpdatePurchase(ctx, paid, statemachine.Created); err != nil {
+			return err
+		}
+		paid.State, paid.Version, paid.ProviderPaymentID = statemachine.Succeeded, 2, "pi_paid"
+		return tx.UpdatePurchase(ctx, paid, statemachine.Submitted)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refund := func(id, purchaseID string, amount int64) reconcile.Refund {
+		req := &provider.RefundRequest{IdempotencyKey: reconcile.RefundKeyFor(id), RefundID: id, PurchaseID: purchaseID, PaymentID: "pi_paid", Amount: amount, Currency: "eur"}
+		return reconcile.Refund{ID: id, PurchaseID: purchaseID, PaymentID: "pi_paid", Amount: amount, Currency: "eur", State: statemachine.Created, Version: 1,
+			ProviderKey: req.IdempotencyKey, ProviderRequest: req, ParamsHash: req.Hash(), CreatedAt: base, UpdatedAt: base}
+	}
+	for _, tc := range []struct {
+		r    reconcile.Refund
+		kind error
+		says []string
+	}{
+		{refund("ref_over", "pur_paid", paid.Amount+1), reconcile.ErrRefundExceeds,
+			[]string{"sqlite: insert refund ref_over of pur_paid", "the payment's refunds would exceed its amount", "refund exceeds the payment"}},
+		{refund("ref_open", "pur_1", 1), reconcile.ErrNotRefundable,
+			[]string{"sqlite: insert refund ref_open of pur_1", "not refundable: purchase pur_1 is created"}},
+	} {
+		err := s.InTx(ctx, func(tx reconcile.Tx) error { return tx.InsertRefund(ctx, tc.r) })
+		if !errors.Is(err, tc.kind) {
+			t.Fatalf("InsertRefund(%s): %v, want %v", tc.r.ID, err, tc.kind)
+		}
+		for _, want := range tc.says {
+			if !strings.Contains(err.Error(), want) {
+				t.Fatalf("error %q does not mention %q", err, want)
+			}
+		}
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_paid", RefundID: "ref_missing", From: "created", To: "submitted", Cause: reconcile.CauseSubmit, At: base})
+	})
+	if !errors.Is(err, reconcile.ErrNotFound) || !strings.Contains(err.Error(), "refund not found") {
+		t.Fatalf("InsertTransition of an unknown refund: %v, want ErrNotFound saying the refund is not found", err)
+	}
 }
 
 // TestTimesTruncateToTheMicrosecond: finer digits are dropped (toward the
@@ -1082,4 +1145,43 @@ func BenchmarkClaimJobs(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestRawSQLCannotBreakTheRefundLimits checks that the refunds' guard and
+// limits are the database's: statements the store never wrote are
+// refused too, with the messages the store translates.
+func TestRawSQLCannotBreakTheRefundLimits(t *testing.T) {
+	t.Parallel()
+	_, path := newStore(t)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	insertRaw(t, db, "pur_ok", statemachine.Submitted)
+	exec(t, db, `UPDATE purchases SET state = 'succeeded', provider_payment_id = 'pi_1' WHERE id = 'pur_ok'`)
+	insertRaw(t, db, "pur_open", statemachine.Submitted, statemachine.Uncertain)
+	insert := func(id, purchase, payment string, amount int, state string) error {
+		_, err := db.ExecContext(ctx, `INSERT INTO refunds (id, purchase_id, payment_id, amount, currency, state, version,
+    provider_key, provider_request, params_hash, created_at, updated_at)
+VALUES (?1, ?2, ?3, ?4, 'eur', ?5, 1, 'payrecon-' || ?1, '{}', 'h', 0, 0)`, id, purchase, payment, amount, state)
+		return err
+	}
+	wantRaise(t, "a refund inserted in submitted", insert("ref_x", "pur_ok", "pi_1", 1, "submitted"), "forbidden transition", "refund ref_x inserted in state submitted")
+	wantRaise(t, "a refund of an uncertain purchase", insert("ref_x", "pur_open", "pi_x", 1, "created"), "not refundable", "purchase pur_open is uncertain")
+	wantRaise(t, "a refund of another payment", insert("ref_x", "pur_ok", "pi_2", 1, "created"), "not refundable", "pi_2", "pur_ok")
+	wantRaise(t, "a refund of more than the payment", insert("ref_x", "pur_ok", "pi_1", 101, "created"), "refund exceeds the payment", "pi_1", "101 of its 100")
+	if err := insert("ref_1", "pur_ok", "pi_1", 100, "created"); err != nil {
+		t.Fatal(err)
+	}
+	wantRaise(t, "a second refund past the payment", insert("ref_x", "pur_ok", "pi_1", 1, "created"), "refund exceeds the payment", "101 of its 100")
+	_, err := db.ExecContext(ctx, `UPDATE refunds SET state = 'failed' WHERE id = 'ref_1'`)
+	wantRaise(t, "created -> failed", err, "forbidden transition created -> failed", "ref_1")
+	_, err = db.ExecContext(ctx, `UPDATE refunds SET amount = 1 WHERE id = 'ref_1'`)
+	wantRaise(t, "a change of a refund's amount", err, "fixed at insert")
+	_, err = db.ExecContext(ctx, `UPDATE refunds SET payment_id = 'pi_2' WHERE id = 'ref_1'`)
+	wantRaise(t, "a change of a refund's payment", err, "fixed at insert")
+	exec(t, db, `UPDATE refunds SET state = 'submitted', amount = amount WHERE id = 'ref_1'`)
+	_, err = db.ExecContext(ctx, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'ref_1', 'submitted', 'declined', 'operator', 0)`)
+	wantRaise(t, "a refund's transition submitted -> declined", err, "forbidden transition submitted -> declined", "refund ref_1")
+	exec(t, db, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'ref_1', 'submitted', 'failed', 'webhook', 0)`)
 }

@@ -1,0 +1,631 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// The worker's side of a refund, the same protocol as a purchase's: the
+// move to submitted commits before the first call; after an unknown
+// outcome the refund is reconciled by a lookup of its provider id, a
+// replay of the stored request under the same key while the provider
+// retains it, or a listing of the payment's refunds, never by a new key;
+// every answer goes through JudgeRefund; every write is fenced by the
+// job's lease.
+
+// processRefund is Process for a refund job.
+func (s *Service) processRefund(ctx context.Context, l Lease) error {
+	for range maxStepsPerRun {
+		done, err := s.refundStep(ctx, &l)
+		switch {
+		case err != nil:
+			return s.runFailed(l, err)
+		case done:
+			return nil
+		}
+	}
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		now := s.leaseNow(l)
+		r, err := tx.GetRefund(ctx, l.RefundID)
+		if err != nil {
+			return err
+		}
+		if r.State == statemachine.Reconciling {
+			next := r
+			next.State, next.UpdatedAt = statemachine.Uncertain, now
+			if err := s.updateRefund(ctx, tx, s.cfg.WorkerID, l.Token, r, next, CauseLeaseLost, "step limit reached while reconciling"); err != nil {
+				return err
+			}
+		}
+		return tx.RescheduleJob(ctx, l.RefundID, now.Add(s.cfg.backoff(0)))
+	})
+	if err != nil {
+		s.cfg.Logger.Warn("reschedule refund after step limit", "refund", l.RefundID, "err", err)
+	}
+	return err
+}
+
+// refundStep makes one move of the refund leased by l. It returns done
+// when the job needs nothing more until its next scheduled run.
+func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
+	var r Refund
+	if l.Refund != nil {
+		r, l.Refund = *l.Refund, nil
+	} else {
+		var err error
+		if r, err = s.readRefund(ctx, l.RefundID); err != nil {
+			return false, err
+		}
+	}
+	if r.State != statemachine.Submitted && r.State != statemachine.Reconciling {
+		l.TakenOver = false
+	}
+	now := s.leaseNow(*l)
+	final := statemachine.Refund.Terminal(r.State)
+	if !final && !r.Escalated() && l.Checks > s.cfg.MaxAttempts {
+		return false, s.escalateRefundOnly(ctx, *l, r, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
+	}
+	switch r.State {
+	case statemachine.Succeeded, statemachine.Failed:
+		return s.finishRefundJob(ctx, *l, r)
+	case statemachine.Created:
+		if r.EscalationReason.ChargeMayExist() {
+			return true, s.holdRefund(ctx, *l, r)
+		}
+		next := r
+		next.State, next.FirstAttemptAt, next.UpdatedAt = statemachine.Submitted, now, now
+		ok, err := s.writeRefund(ctx, *l, r, next, CauseSubmit, "sending stored request "+r.ParamsHash[:12]+" under key "+r.ProviderKey)
+		if err != nil || !ok {
+			return false, err
+		}
+		next.Version++
+		return s.callAndApplyRefund(ctx, *l, next, provider.OpRefundCreate, SourceCreate, CauseSubmitResponse)
+	case statemachine.Submitted:
+		switch {
+		case l.TakenOver:
+			l.TakenOver = false
+			return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseLeaseLost,
+				"previous lease expired while submitted: the refund call's outcome is unknown")
+		case r.EscalationReason.ChargeMayExist():
+			return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseFinding,
+				"a refund may exist ("+string(r.EscalationReason)+"): nothing is resent; reconciling by lookup")
+		case !s.refundKeyReplayable(r, now):
+			return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseSubmitResponse,
+				"provider key retention ended before the refund was accepted")
+		}
+		// The provider refused an earlier attempt before acting: send the
+		// same stored request again, if the refund is still as read.
+		if ok, err := s.fenceRefundUnchanged(ctx, *l, r); err != nil || !ok {
+			return false, err
+		}
+		return s.callAndApplyRefund(ctx, *l, r, provider.OpRefundCreate, SourceCreate, CauseSubmitResponse)
+	case statemachine.Reconciling:
+		l.TakenOver = false
+		return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseLeaseLost, "previous lease expired while reconciling")
+	case statemachine.Uncertain:
+		op, src, cause := provider.OpRefundList, SourceSearch, CauseSearch
+		switch {
+		case r.ProviderRefundID != "":
+			op, src, cause = provider.OpRefundGet, SourceStatus, CauseStatusQuery
+		case s.refundKeyReplayable(r, now) && !r.EscalationReason.ChargeMayExist():
+			op, src, cause = provider.OpRefundCreate, SourceReplay, CauseKeyReplay
+		}
+		next := r
+		next.State, next.UpdatedAt = statemachine.Reconciling, now
+		ok, err := s.writeRefund(ctx, *l, r, next, cause, "checking by "+string(op))
+		if err != nil || !ok {
+			return false, err
+		}
+		next.Version++
+		return s.callAndApplyRefund(ctx, *l, next, op, src, cause)
+	default:
+		return false, fmt.Errorf("reconcile: refund %s in unknown state %q", r.ID, r.State)
+	}
+}
+
+func (s *Service) readRefund(ctx context.Context, id string) (Refund, error) {
+	var r Refund
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		r, err = tx.GetRefund(ctx, id)
+		return err
+	})
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Refund{}, fmt.Errorf("%w %s", errRefundGone, id)
+	case err != nil:
+		return Refund{}, fmt.Errorf("reconcile: read refund %s: %w", id, err)
+	}
+	return r, nil
+}
+
+// refundKeyReplayable reports whether the provider still certainly
+// retains r's idempotency key at now, so that sending the stored request
+// again cannot make a second refund.
+func (s *Service) refundKeyReplayable(r Refund, now time.Time) bool {
+	if r.ProviderRequest == nil || r.FirstAttemptAt.IsZero() {
+		return false
+	}
+	return now.Before(r.FirstAttemptAt.Add(s.cfg.KeyRetention - s.cfg.KeyReplayMargin))
+}
+
+// fenceRefundUnchanged is fenceUnchanged for a refund.
+func (s *Service) fenceRefundUnchanged(ctx context.Context, l Lease, r Refund) (bool, error) {
+	var same bool
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		cur, err := tx.GetRefund(ctx, r.ID)
+		same = err == nil && cur.Version == r.Version
+		return err
+	})
+	return same, err
+}
+
+// finishRefundJob completes the job of r, read final, unless it changed
+// since.
+func (s *Service) finishRefundJob(ctx context.Context, l Lease, r Refund) (bool, error) {
+	var done bool
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		cur, err := tx.GetRefund(ctx, r.ID)
+		if err != nil {
+			return err
+		}
+		if done = cur.Version == r.Version; !done {
+			return nil
+		}
+		return tx.CompleteJob(ctx, r.ID, s.leaseNow(l))
+	})
+	return done, err
+}
+
+// holdRefund reschedules the job of a refund kept from the provider at
+// the slow cadence of escalated cases.
+func (s *Service) holdRefund(ctx context.Context, l Lease, r Refund) error {
+	return s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		return tx.RescheduleJob(ctx, r.ID, s.leaseNow(l).Add(s.cfg.EscalatedInterval))
+	})
+}
+
+// moveRefundOnly makes a refund transition that involves no provider call.
+func (s *Service) moveRefundOnly(ctx context.Context, l Lease, r Refund, to statemachine.State, cause Cause, evidence string) error {
+	next := r
+	next.State, next.UpdatedAt = to, s.leaseNow(l)
+	if to == statemachine.Uncertain && next.UncertainSince.IsZero() {
+		next.UncertainSince = next.UpdatedAt
+	}
+	_, err := s.writeRefund(ctx, l, r, next, cause, evidence)
+	return err
+}
+
+// writeRefund commits one fenced, conditional move of a refund. It
+// returns false, nil when the refund moved on under the caller.
+func (s *Service) writeRefund(ctx context.Context, l Lease, r, next Refund, cause Cause, evidence string) (bool, error) {
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		return s.updateRefund(ctx, tx, s.cfg.WorkerID, l.Token, r, next, cause, evidence)
+	})
+	switch {
+	case err == nil:
+		s.observeRefundMove(r, next, cause)
+		return true, nil
+	case errors.Is(err, ErrConflict):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// escalateRefundOnly puts r on the operator list without moving it.
+func (s *Service) escalateRefundOnly(ctx context.Context, l Lease, r Refund, reason EscalationReason, why string) error {
+	q := r
+	now := s.leaseNow(l)
+	if !escalate(&q.EscalatedAt, &q.EscalationReason, reason, now) {
+		return nil
+	}
+	q.UpdatedAt = now
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		return tx.UpdateRefund(ctx, q, r.State)
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: escalate refund %s: %w", r.ID, err)
+	}
+	s.cfg.Logger.Warn("refund escalated to operators", "refund", r.ID, "reason", q.EscalationReason, "why", why)
+	return nil
+}
+
+// updateRefund is update for a refund: the one write path of a refund's
+// state, shared by the worker, the webhook inbox and the sweeps.
+func (s *Service) updateRefund(ctx context.Context, tx Tx, actor string, token int64, r, next Refund, cause Cause, evidence string) error {
+	if next.State != r.State {
+		if err := statemachine.Refund.Transition(r.State, next.State); err != nil {
+			return fmt.Errorf("reconcile: refund %s: %w", r.ID, err)
+		}
+	}
+	if err := tx.UpdateRefund(ctx, next, r.State); err != nil {
+		return err
+	}
+	if next.State == r.State {
+		return nil
+	}
+	return tx.InsertTransition(ctx, TransitionRecord{
+		PurchaseID: r.PurchaseID,
+		RefundID:   r.ID,
+		From:       r.State,
+		To:         next.State,
+		Cause:      cause,
+		Evidence:   evidence,
+		Actor:      actor,
+		LeaseToken: token,
+		At:         next.UpdatedAt,
+	})
+}
+
+func (s *Service) observeRefundMove(r, next Refund, cause Cause) {
+	if r.State == next.State {
+		return
+	}
+	s.cfg.Observer.RefundTransition(r.State, next.State, cause)
+}
+
+// callAndApplyRefund makes one provider call for r and applies its
+// answer.
+func (s *Service) callAndApplyRefund(ctx context.Context, l Lease, r Refund, op provider.Op, src Source, cause Cause) (bool, error) {
+	a, ans, err := s.callRefund(ctx, l, r, op, src)
+	if err != nil {
+		return false, err
+	}
+	return s.applyRefund(context.WithoutCancel(ctx), l, r, cause, a, ans)
+}
+
+// callRefund makes one provider call about r under l and returns the
+// attempt that records it and the answer for the judge, or ErrLeaseLost,
+// without calling, when the lease has no time left for the call.
+func (s *Service) callRefund(ctx context.Context, l Lease, r Refund, op provider.Op, src Source) (Attempt, Answer, error) {
+	start := s.leaseNow(l)
+	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(start)-s.leaseCommitMargin())
+	if timeout <= 0 {
+		return Attempt{}, Answer{}, fmt.Errorf("reconcile: refund %s: no time left on the lease for a provider call: %w", r.ID, ErrLeaseLost)
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	res, charges, err := s.callRefundProvider(callCtx, op, r)
+	cancel()
+	took := s.leaseNow(l).Sub(start)
+	outcome := provider.RefundOutcomeOf(res, err)
+	s.cfg.Observer.ProviderCall(op, outcome, took)
+	a := Attempt{
+		PurchaseID: r.PurchaseID,
+		RefundID:   r.ID,
+		Op:         op,
+		Outcome:    outcome,
+		PaymentID:  res.ID,
+		Status:     res.Status,
+		Latency:    took,
+		Actor:      s.cfg.WorkerID,
+		LeaseToken: l.Token,
+		Note:       res.Reason,
+	}
+	if op == provider.OpRefundCreate {
+		a.Key = r.ProviderRequest.IdempotencyKey
+	}
+	if err != nil {
+		a.Error = err.Error()
+	}
+	ans := refundAnswerOf(src, outcome, res)
+	ans.Charges = charges
+	ans.At = start
+	return a, ans, nil
+}
+
+// callRefundProvider sends op for r: the stored request (never a new
+// one), a lookup by the stored provider refund id, or a listing of the
+// payment's refunds, from which it picks r's by its metadata and counts
+// how many of them moved or may move money.
+func (s *Service) callRefundProvider(ctx context.Context, op provider.Op, r Refund) (provider.RefundResult, int, error) {
+	switch op {
+	case provider.OpRefundCreate:
+		if r.ProviderRequest == nil {
+			return provider.RefundResult{}, 0, fmt.Errorf("reconcile: refund %s has no stored request: %w", r.ID, provider.ErrRejected)
+		}
+		res, err := s.provider.CreateRefund(ctx, *r.ProviderRequest)
+		return res, 0, err
+	case provider.OpRefundGet:
+		res, err := s.provider.GetRefund(ctx, r.ProviderRefundID)
+		return res, 0, err
+	case provider.OpRefundList:
+		all, err := s.provider.ListRefunds(ctx, r.PaymentID)
+		if err != nil {
+			return provider.RefundResult{}, 0, err
+		}
+		var found provider.RefundResult
+		n := 0
+		for _, x := range all {
+			if x.RefundID != r.ID {
+				continue
+			}
+			if x.Outcome != provider.Failed {
+				n++
+			}
+			// Prefer one that moved or may move money: that is the one
+			// the books must account for.
+			if found.ID == "" || (found.Outcome == provider.Failed && x.Outcome != provider.Failed) {
+				found = x
+			}
+		}
+		if found.ID == "" {
+			return provider.RefundResult{Outcome: provider.NotFound}, 0, nil
+		}
+		return found, n, nil
+	}
+	return provider.RefundResult{}, 0, fmt.Errorf("reconcile: refund %s: no such provider call %q: %w", r.ID, op, provider.ErrRejected)
+}
+
+// applyRefund judges a provider answer against the refund as it is now
+// and records it, in one transaction fenced by the lease; before is the
+// refund as the worker left it when it made the call. An answer that
+// cannot be applied (the refund moved meanwhile, the lease was lost) is
+// still recorded, and an escalation it calls for still written.
+func (s *Service) applyRefund(ctx context.Context, l Lease, before Refund, cause Cause, a Attempt, ans Answer) (bool, error) {
+	var err error
+	for range maxWriteRaces {
+		var done bool
+		done, err = s.applyRefundOnce(ctx, l, before, cause, a, ans)
+		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
+			if err == nil {
+				return done, nil
+			}
+			break
+		}
+	}
+	a.Applied = false
+	a.Note = joinNote(a.Note, "not applied: "+reasonOf(err))
+	if lerr := s.applyRefundLate(ctx, a, ans); lerr != nil {
+		return false, errors.Join(err, lerr)
+	}
+	return false, err
+}
+
+func (s *Service) applyRefundOnce(ctx context.Context, l Lease, before Refund, cause Cause, a Attempt, ans Answer) (bool, error) {
+	var (
+		r, next Refund
+		v       Verdict
+		moved   bool
+	)
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		now := s.leaseNow(l)
+		var err error
+		if r, err = tx.GetRefund(ctx, before.ID); err != nil {
+			return err
+		}
+		if ans.Owner, err = refundOwnerOf(ctx, tx, ans.PaymentID); err != nil {
+			return err
+		}
+		v = JudgeRefund(r, ans)
+		a.At = now
+		if moved = r.Version != before.Version; moved {
+			a.Applied = false
+			a.Note = joinNote(a.Note, fmt.Sprintf("not applied: the refund moved %s→%s meanwhile; verdict %s", before.State, r.State, v))
+			if err := s.applyRefundEscalation(ctx, tx, r, v, now); err != nil {
+				return err
+			}
+			return tx.InsertAttempt(ctx, a)
+		}
+		var done bool
+		var runAt time.Time
+		next, done, runAt = s.decideRefund(l, r, a, ans, v, now)
+		a.Applied = v.Kind == VerdictApply
+		if !a.Applied {
+			a.Note = joinNote(a.Note, "verdict "+v.String())
+		}
+		evidence := fmt.Sprintf("%s: outcome=%s status=%s provider_refund=%s", a.Op, a.Outcome, a.Status, a.PaymentID)
+		if a.Error != "" {
+			evidence += " error=" + a.Error
+		}
+		if v.Kind != VerdictApply {
+			evidence += "; " + v.String()
+		}
+		if err := s.updateRefund(ctx, tx, s.cfg.WorkerID, l.Token, r, next, cause, evidence); err != nil {
+			return err
+		}
+		if err := tx.InsertAttempt(ctx, a); err != nil {
+			return err
+		}
+		if done {
+			return tx.CompleteJob(ctx, r.ID, now)
+		}
+		return tx.RescheduleJob(ctx, r.ID, runAt)
+	})
+	if err != nil {
+		return false, err
+	}
+	if moved {
+		return false, nil // step again: it changed under the call
+	}
+	s.observeRefundMove(r, next, cause)
+	if next.Escalated() && next.EscalationReason != r.EscalationReason {
+		s.cfg.Logger.Warn("refund escalated to operators", "refund", r.ID, "reason", next.EscalationReason, "verdict", v.String())
+	}
+	return true, nil
+}
+
+// decideRefund turns the judge's verdict on an answer about r (submitted
+// or reconciling, as the worker left it for the call) into the refund's
+// next version and the job's next run.
+func (s *Service) decideRefund(l Lease, r Refund, a Attempt, ans Answer, v Verdict, now time.Time) (next Refund, done bool, runAt time.Time) {
+	next = r
+	next.UpdatedAt = now
+	var reason EscalationReason
+	switch v.Kind {
+	case VerdictApply:
+		if ans.PaymentID != "" && next.ProviderRefundID == "" {
+			next.ProviderRefundID = ans.PaymentID
+		}
+		if v.Settles != "" {
+			next.State, next.SettledAt, done = v.Settles, ans.At, true
+			if v.Settles == statemachine.Failed {
+				next.FailureReason = a.Note
+			}
+			break
+		}
+		next.State = statemachine.Uncertain
+		switch {
+		case a.Outcome == provider.RetryLater && r.State == statemachine.Submitted && l.Checks < s.cfg.MaxAttempts:
+			next.State = statemachine.Submitted // not acted on: resend later
+		case a.Op == provider.OpRefundList && a.Outcome == provider.NotFound && !s.refundKeyReplayable(r, now):
+			reason = EscalationKeyRetentionExpired
+		}
+	case VerdictEscalate:
+		reason = v.Reason
+		next.State = statemachine.Uncertain
+		if r.State == statemachine.Submitted && a.Outcome == provider.Rejected {
+			next.State = statemachine.Submitted
+		}
+	default:
+		next.State = statemachine.Uncertain
+	}
+	if done {
+		if !r.EscalationReason.Sticky() {
+			next.EscalatedAt, next.EscalationReason = time.Time{}, ""
+		}
+		return next, true, time.Time{}
+	}
+	if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
+		next.UncertainSince = now
+	}
+	if reason == "" && next.State == statemachine.Uncertain {
+		switch {
+		case l.Checks >= s.cfg.MaxAttempts:
+			reason = EscalationAttemptsExhausted
+		case now.Sub(next.UncertainSince) >= s.cfg.MaxUncertainAge:
+			reason = EscalationUncertainTooLong
+		}
+	}
+	if reason != "" {
+		escalate(&next.EscalatedAt, &next.EscalationReason, reason, now)
+	}
+	runAt = now.Add(s.cfg.backoff(l.Checks - 1))
+	if next.Escalated() {
+		runAt = now.Add(s.cfg.EscalatedInterval)
+	}
+	return next, false, runAt
+}
+
+// applyRefundEscalation writes the escalation a verdict asks of r, as it
+// now is, without moving it.
+func (s *Service) applyRefundEscalation(ctx context.Context, tx Tx, r Refund, v Verdict, now time.Time) error {
+	if v.Kind != VerdictEscalate {
+		return nil
+	}
+	next := r
+	if !escalate(&next.EscalatedAt, &next.EscalationReason, v.Reason, now) {
+		return nil
+	}
+	next.UpdatedAt = now
+	return tx.UpdateRefund(ctx, next, r.State)
+}
+
+// applyRefundLate records a refund answer that could not be applied under
+// its lease, and the escalation its verdict asks for, outside any lease.
+func (s *Service) applyRefundLate(ctx context.Context, a Attempt, ans Answer) error {
+	var v Verdict
+	err := s.retryRaces(ctx, func(tx Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		r, err := tx.GetRefund(ctx, a.RefundID)
+		if err != nil {
+			return err
+		}
+		if ans.Owner, err = refundOwnerOf(ctx, tx, ans.PaymentID); err != nil {
+			return err
+		}
+		v = JudgeRefund(r, ans)
+		a.At = now
+		if err := s.applyRefundEscalation(ctx, tx, r, v, now); err != nil {
+			return err
+		}
+		return tx.InsertAttempt(ctx, a)
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: record unapplied %s answer for refund %s: %w", a.Op, a.RefundID, err)
+	}
+	if v.Kind == VerdictEscalate {
+		s.cfg.Logger.Error("a refund answer that lost a race disagrees with the books; the refund is escalated",
+			"refund", a.RefundID, "verdict", v.String())
+	}
+	return nil
+}
+
+// refundOwnerOf returns the refund the books give the provider refund id
+// to, "" if none.
+func refundOwnerOf(ctx context.Context, tx Tx, providerRefundID string) (string, error) {
+	if providerRefundID == "" {
+		return "", nil
+	}
+	rs, err := tx.FindRefunds(ctx, nil, []string{providerRefundID})
+	if err != nil || len(rs) == 0 {
+		return "", err
+	}
+	return rs[0].ID, nil
+}
+
+// EscalateOverdueRefunds puts on the operator list every refund uncertain
+// longer than Config.MaxUncertainAge, without waiting for its next check;
+// it stays uncertain and keeps being checked. Returns how many it
+// escalated.
+func (s *Service) EscalateOverdueRefunds(ctx context.Context) (int, error) {
+	var (
+		now     time.Time
+		overdue []Refund
+	)
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		if now, err = tx.Now(ctx); err != nil {
+			return err
+		}
+		overdue, err = tx.ListOverdueUncertainRefunds(ctx, now.Add(-s.cfg.MaxUncertainAge), 500)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: escalate overdue refunds: %w", err)
+	}
+	n := 0
+	for _, r := range overdue {
+		next := r
+		next.EscalatedAt, next.EscalationReason, next.UpdatedAt = now, EscalationUncertainTooLong, now
+		err := s.store.InTx(ctx, func(tx Tx) error { return tx.UpdateRefund(ctx, next, r.State) })
+		switch {
+		case errors.Is(err, ErrConflict):
+			continue
+		case err != nil:
+			return n, fmt.Errorf("reconcile: escalate refund %s: %w", r.ID, err)
+		}
+		n++
+		s.cfg.Logger.Warn("refund escalated to operators", "refund", r.ID, "reason", EscalationUncertainTooLong)
+	}
+	return n, nil
+}
