@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"time"
 
 	"github.com/payrecon/payrecon/provider"
@@ -36,6 +37,7 @@ func (s *Service) call(ctx context.Context, l Lease, p Purchase, op provider.Op,
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	res, err := s.callProvider(callCtx, op, p)
 	cancel()
+	crashpoint.Hit(crashpoint.AnswerRead)
 	took := s.leaseNow(l).Sub(start)
 	outcome := provider.OutcomeOf(res, err)
 	s.cfg.Observer.ProviderCall(op, outcome, took)
@@ -162,6 +164,7 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause
 	if err != nil {
 		return false, err
 	}
+	crashpoint.Hit(crashpoint.ApplyCommitted)
 	if p.State != before.State {
 		return false, nil // the job was left as it was: step again
 	}

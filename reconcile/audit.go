@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"strings"
 	"time"
 
@@ -87,6 +88,7 @@ func (s *Service) audit(ctx context.Context, name string, w provider.Window) (Au
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: audit [%s, %s): %w", chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
 		}
+		crashpoint.Hit(crashpoint.AuditMidWindow)
 		rep.Payments += n.payments
 		rep.Refunds += n.refunds
 		rep.New = append(rep.New, found...)

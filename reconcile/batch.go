@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +74,7 @@ func (s *Service) writeIntents(ctx context.Context, intents []intent) []bool {
 		s.cfg.Logger.Warn("batched intents not written; writing them one by one", "n", len(intents), "err", err)
 		return make([]bool, len(intents))
 	}
+	crashpoint.Hit(crashpoint.IntentCommitted)
 	for i, in := range intents {
 		if written[i] {
 			s.observeMove(in.p, in.next, in.cause)
@@ -265,6 +267,7 @@ func (s *Service) applyGroup(ctx context.Context, group []pendingAnswer) []bool 
 		s.cfg.Logger.Warn("a group of provider answers was not written; applying them one by one", "n", len(group), "err", err)
 		return make([]bool, len(group))
 	}
+	crashpoint.Hit(crashpoint.ApplyCommitted)
 	for _, m := range members {
 		if !applied[m.i] {
 			continue

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"time"
 
 	"github.com/payrecon/payrecon/provider"
@@ -86,6 +87,7 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		if err != nil || !ok {
 			return false, err
 		}
+		crashpoint.Hit(crashpoint.RefundIntentCommitted)
 		next.Version++
 		return s.callAndApplyRefund(ctx, *l, next, provider.OpRefundCreate, SourceCreate, CauseSubmitResponse)
 	case statemachine.Submitted:
@@ -124,6 +126,7 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		if err != nil || !ok {
 			return false, err
 		}
+		crashpoint.Hit(crashpoint.RefundIntentCommitted)
 		next.Version++
 		return s.callAndApplyRefund(ctx, *l, next, op, src, cause)
 	default:
@@ -310,6 +313,7 @@ func (s *Service) callRefund(ctx context.Context, l Lease, r Refund, op provider
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
 	res, charges, err := s.callRefundProvider(callCtx, op, r)
 	cancel()
+	crashpoint.Hit(crashpoint.RefundAnswerRead)
 	took := s.leaseNow(l).Sub(start)
 	outcome := provider.RefundOutcomeOf(res, err)
 	s.cfg.Observer.ProviderCall(op, outcome, took)
@@ -461,6 +465,7 @@ func (s *Service) applyRefundOnce(ctx context.Context, l Lease, before Refund, c
 	if err != nil {
 		return false, err
 	}
+	crashpoint.Hit(crashpoint.RefundApplyCommitted)
 	if moved {
 		return false, nil // step again: it changed under the call
 	}
@@ -625,6 +630,7 @@ func (s *Service) EscalateOverdueRefunds(ctx context.Context) (int, error) {
 			return n, fmt.Errorf("reconcile: escalate refund %s: %w", r.ID, err)
 		}
 		n++
+		crashpoint.Hit(crashpoint.SweepMidBatch)
 		s.cfg.Logger.Warn("refund escalated to operators", "refund", r.ID, "reason", EscalationUncertainTooLong)
 	}
 	return n, nil

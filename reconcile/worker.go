@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"sync"
 	"time"
 
@@ -476,6 +477,7 @@ func (s *Service) advance(ctx context.Context, in intent) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
+	crashpoint.Hit(crashpoint.IntentCommitted)
 	in.next.Version++
 	return s.callAndApply(ctx, in.l, in.next, in.op, in.src, in.answer)
 }
@@ -647,6 +649,7 @@ func (s *Service) EscalateOverdue(ctx context.Context) (int, error) {
 			return n, fmt.Errorf("reconcile: escalate %s: %w", p.ID, err)
 		}
 		n++
+		crashpoint.Hit(crashpoint.SweepMidBatch)
 		s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", EscalationUncertainTooLong)
 	}
 	return n, nil

@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -155,6 +156,13 @@ func New(cfg Config) (*Provider, error) {
 	httpClient := cfg.HTTPClient
 	if httpClient == nil {
 		httpClient = &http.Client{Timeout: DefaultHTTPTimeout}
+	}
+	if crashpoint.Enabled {
+		// The request reached the provider and its reply arrived: a crash
+		// here leaves an outcome nobody read.
+		c := *httpClient
+		c.Transport = crashAfterSend{next: c.Transport}
+		httpClient = &c
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -523,4 +531,20 @@ func searchRank(o provider.Outcome) int {
 		return 1
 	}
 	return 2
+}
+
+// crashAfterSend hits crashpoint.CallSent once a reply has arrived, before
+// anyone reads it. Only a build with the failpoints tag installs it.
+type crashAfterSend struct{ next http.RoundTripper }
+
+func (c crashAfterSend) RoundTrip(r *http.Request) (*http.Response, error) {
+	next := c.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	res, err := next.RoundTrip(r)
+	if err == nil && r.Method == http.MethodPost {
+		crashpoint.Hit(crashpoint.CallSent)
+	}
+	return res, err
 }

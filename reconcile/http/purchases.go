@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"io"
 	"net/http"
 	"sort"
@@ -192,6 +193,9 @@ func (a *PurchaseAPI) create(w http.ResponseWriter, r *http.Request, c APIClient
 		body, err := json.Marshal(purchaseJSON(p))
 		return http.StatusCreated, body, err
 	})
+	if err == nil && !saved.Replayed {
+		crashpoint.Hit(crashpoint.PurchaseInserted)
+	}
 	var refErr *reconcile.ReferenceConflictError
 	switch k := reconcile.KindOf(err); {
 	case k == reconcile.KindInvalid:

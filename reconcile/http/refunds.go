@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"net/http"
 	"sort"
 	"strings"
@@ -130,6 +131,9 @@ func (a *PurchaseAPI) createRefund(w http.ResponseWriter, r *http.Request, c API
 		body, err := json.Marshal(refundJSON(rf))
 		return http.StatusCreated, body, err
 	})
+	if err == nil && !saved.Replayed {
+		crashpoint.Hit(crashpoint.RefundInserted)
+	}
 	switch k := reconcile.KindOf(err); {
 	case k == reconcile.KindInvalid:
 		writeValidation(w, err)

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"io"
 	"net/http"
 
@@ -43,6 +44,7 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			s.rejectWebhook(w, http.StatusBadRequest, "rejected", err.Error())
 			return
 		}
+		crashpoint.Hit(crashpoint.WebhookVerified)
 		digest := ev.Digest
 		if digest == "" {
 			sum := sha256.Sum256(body)
@@ -62,6 +64,7 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			writeKindError(w, reconcile.KindInternal, "event not recorded; retry")
 			return
 		}
+		crashpoint.Hit(crashpoint.WebhookCommitted)
 		s.observeWebhook(ev.Type, outcome)
 		writeJSON(w, http.StatusOK, map[string]string{"event": ev.ID, "outcome": string(outcome)})
 	})

@@ -1,0 +1,71 @@
+// Package crashpoint names the boundaries where a crash of payrecon's
+// process changes what must happen next, and, in a build with the
+// failpoints tag only, kills the process at one of them on request.
+//
+// A production build carries no crash code: without the tag, Hit is an
+// empty function the compiler removes with its call. Under the tag,
+// PAYRECON_CRASHPOINT=name[:n] makes the process kill itself with SIGKILL
+// the n-th time (default the first) it reaches the point called name, so
+// that a test can restart it and check that every effect happened once.
+//
+// The crash tests (cmd/payrecon's, built with -tags failpoints) run
+// every point in Points.
+package crashpoint
+
+// Point names one boundary.
+type Point string
+
+// The boundaries. Each is hit right after the step its name says
+// committed or happened, before the next one.
+const (
+	// IntentCommitted: a purchase's intent (created→submitted with the
+	// stored request, or uncertain→reconciling) has committed; the
+	// provider call has not been sent.
+	IntentCommitted Point = "intent-committed"
+	// CallSent: the provider received a request and its reply has
+	// arrived, but nobody has read it.
+	CallSent Point = "call-sent"
+	// AnswerRead: a provider answer about a purchase has been read; it is
+	// not applied.
+	AnswerRead Point = "answer-read"
+	// ApplyCommitted: a purchase's answer, its move and its job's next
+	// run have committed together (one transaction: there is no separate
+	// job completion to crash before).
+	ApplyCommitted Point = "apply-committed"
+	// WebhookVerified: a webhook's signature is verified; nothing is
+	// stored.
+	WebhookVerified Point = "webhook-verified"
+	// WebhookCommitted: a webhook's inbox row and its effect have
+	// committed; the provider has no 2xx yet.
+	WebhookCommitted Point = "webhook-committed"
+	// PurchaseInserted: the purchase API's purchase, key and saved
+	// response have committed; the client has no response yet.
+	PurchaseInserted Point = "purchase-inserted"
+	// SweepMidBatch: a sweep has written part of its batch.
+	SweepMidBatch Point = "sweep-mid-batch"
+	// AuditMidWindow: the audit has committed one chunk of its window
+	// and its watermark, not the next.
+	AuditMidWindow Point = "audit-mid-window"
+	// RefundIntentCommitted: a refund's intent (created→submitted, or
+	// uncertain→reconciling) has committed; its call has not been sent.
+	RefundIntentCommitted Point = "refund-intent-committed"
+	// RefundAnswerRead: a provider answer about a refund has been read;
+	// it is not applied.
+	RefundAnswerRead Point = "refund-answer-read"
+	// RefundApplyCommitted: a refund's answer and move have committed.
+	RefundApplyCommitted Point = "refund-apply-committed"
+	// RefundInserted: the purchase API's refund, key and saved response
+	// have committed; the client has no response yet.
+	RefundInserted Point = "refund-inserted"
+)
+
+// Points lists every point, for the crash tests.
+var Points = []Point{
+	IntentCommitted, CallSent, AnswerRead, ApplyCommitted,
+	WebhookVerified, WebhookCommitted, PurchaseInserted,
+	SweepMidBatch, AuditMidWindow,
+	RefundIntentCommitted, RefundAnswerRead, RefundApplyCommitted, RefundInserted,
+}
+
+// Env is the environment variable that arms a point: name[:n].
+const Env = "PAYRECON_CRASHPOINT"
