@@ -51,7 +51,7 @@ func (e *env) registerOps(a *app) error {
 
 func runOps(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: want ops list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID", errUsage)
+		return fmt.Errorf("%w: want ops list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID | refund-charge ID", errUsage)
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -72,8 +72,10 @@ func runOps(ctx context.Context, e *env, args []string) error {
 		return runOpsFindings(ctx, e, args)
 	case "close-finding":
 		return runOpsCloseFinding(ctx, e, args)
+	case "refund-charge":
+		return runOpsRefundCharge(ctx, e, args)
 	default:
-		return fmt.Errorf("%w: unknown ops subcommand %q: want list, show, recheck, resolve, note, findings or close-finding", errUsage, sub)
+		return fmt.Errorf("%w: unknown ops subcommand %q: want list, show, recheck, resolve, note, findings, close-finding or refund-charge", errUsage, sub)
 	}
 }
 
@@ -575,6 +577,54 @@ func runOpsCloseFinding(ctx context.Context, e *env, args []string) error {
 	if f.PurchaseID != "" {
 		fmt.Fprintf(e.stdout, "purchase %s stays on the operator list until it is resolved or closed: payrecon ops show %s\n", f.PurchaseID, f.PurchaseID)
 	}
+	return nil
+}
+
+// runOpsRefundCharge is the operator's "refund this charge" from the
+// command line: Service.RefundCharge on an open duplicate-charge finding.
+func runOpsRefundCharge(ctx context.Context, e *env, args []string) error {
+	var evidence, operator string
+	var amount int64
+	rest, err := e.parse("ops refund-charge", args, func(fs *flag.FlagSet) {
+		fs.StringVar(&evidence, "evidence", "", "what shows the charge is a duplicate (required)")
+		fs.Int64Var(&amount, "amount", 0, "minor units to refund (default: the charge's whole amount)")
+		operatorFlag(fs, &operator)
+	})
+	if err != nil {
+		return err
+	}
+	operator = orLogin(operator)
+	if len(rest) != 1 {
+		return fmt.Errorf("%w: want exactly one finding id, got %d arguments %q", errUsage, len(rest), rest)
+	}
+	id, err := strconv.ParseInt(rest[0], 10, 64)
+	if err != nil || id <= 0 {
+		return fmt.Errorf("%w: finding id %q: want the number `payrecon ops findings` shows", errUsage, rest[0])
+	}
+	if amount < 0 {
+		return fmt.Errorf("%w: --amount %d: want a positive number of minor units", errUsage, amount)
+	}
+	if strings.TrimSpace(evidence) == "" {
+		return fmt.Errorf("%w: --evidence is required: say what shows the charge is a duplicate", errUsage)
+	}
+	svc, cleanup, err := newBooks(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	r, err := svc.RefundCharge(ctx, id, amount, operator, evidence)
+	switch {
+	case errors.Is(err, reconcile.ErrNotFound):
+		return fmt.Errorf("no audit finding with id %d", id)
+	case errors.Is(err, reconcile.ErrConflict):
+		return fmt.Errorf("finding %d is closed; nothing was refunded", id)
+	case errors.Is(err, reconcile.ErrInvalid), errors.Is(err, reconcile.ErrRefundExceeds), errors.Is(err, reconcile.ErrNotRefundable):
+		return fmt.Errorf("%w: %w", errUsage, err)
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(e.stdout, "refund %s of %d %s from payment %s created (state %s); the worker sends it: payrecon refund show %s\n",
+		r.ID, r.Amount, r.Currency, r.PaymentID, r.State, r.ID)
 	return nil
 }
 

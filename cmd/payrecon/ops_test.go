@@ -819,6 +819,36 @@ func TestAuditCommand(t *testing.T) {
 			t.Errorf("closed finding: %+v", fj)
 		}
 	}
+	// Refund the duplicate charge from the command line: a refund of the
+	// finding's payment, through the refund process; a closed finding
+	// refunds nothing.
+	var dupID int64
+	for _, fj := range all {
+		if fj.PaymentID == dup.ID {
+			dupID = fj.ID
+		}
+	}
+	refundArgs := func(args ...string) []string {
+		return append(append([]string{"ops", "refund-charge"}, args...), db...)
+	}
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{refundArgs(fmt.Sprint(dupID), "--operator", "alice"), 2, "--evidence is required"},
+		{refundArgs(fmt.Sprint(dupID), "--evidence", "x", "--amount", "-1"), 2, "--amount -1"},
+		{refundArgs("99999", "--evidence", "x", "--operator", "alice"), 1, "no audit finding with id 99999"},
+		{refundArgs(id, "--evidence", "x", "--operator", "alice"), 1, "is closed; nothing was refunded"},
+	} {
+		if code, _, stderr := run(t, nil, tc.args...); code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, want %d and %q: %s", tc.args, code, tc.code, tc.want, stderr)
+		}
+	}
+	code, out, stderr = run(t, nil, refundArgs(fmt.Sprint(dupID), "--evidence", "two charges in the dashboard", "--operator", "alice")...)
+	if code != 0 || !strings.Contains(out, "from payment "+dup.ID+" created (state created)") {
+		t.Fatalf("ops refund-charge: exit %d: %s\n%s", code, stderr, out)
+	}
 }
 
 // TestOpsResolveOverride: a resolution the provider's live view
