@@ -26,7 +26,7 @@ func (s *Service) runBatch(ctx context.Context, leases []Lease, ap *applier, spa
 	var intents []intent
 	var single []Lease
 	for _, l := range leases {
-		if l.Purchase != nil {
+		if l.Purchase != nil && l.Kind != JobRefund {
 			if in, ok := s.intentOf(l, *l.Purchase); ok {
 				in.l.Purchase = nil // spent: later steps read afresh
 				intents = append(intents, in)

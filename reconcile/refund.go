@@ -261,7 +261,9 @@ func (s *Service) RefundCharge(ctx context.Context, findingID int64, amount int6
 		}
 		r, err = s.createRefundTx(ctx, tx, NewRefund{
 			PurchaseID: f.PurchaseID, Amount: amount, FindingID: f.ID,
-			Reason: "duplicate charge " + f.PaymentID + ": " + evidence, RequestedBy: operator,
+			// The operator's evidence stays in the operator audit: the
+			// reason is shown to the purchase's API client.
+			Reason: "refund of duplicate charge " + f.PaymentID, RequestedBy: operator,
 		}, "")
 		if err != nil {
 			return err
