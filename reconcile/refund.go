@@ -238,7 +238,9 @@ func (s *Service) Refunds(ctx context.Context, purchaseID string) ([]RefundDetai
 // of the payment an open duplicate-charge finding names, through the
 // refund process like any other refund, and records the action with the
 // operator's evidence. It is the one operator action that moves money, and
-// it never charges. Returns ErrConflict if the finding is closed.
+// it never charges. Returns ErrConflict if the finding is closed, and
+// ErrDuplicate if a refund of its charge exists that did not fail: a
+// repeated submission refunds nothing twice.
 func (s *Service) RefundCharge(ctx context.Context, findingID int64, amount int64, operator, evidence string) (Refund, error) {
 	operator, evidence = strings.TrimSpace(operator), strings.TrimSpace(evidence)
 	if operator == "" {
@@ -265,6 +267,9 @@ func (s *Service) RefundCharge(ctx context.Context, findingID int64, amount int6
 			// reason is shown to the purchase's API client.
 			Reason: "refund of duplicate charge " + f.PaymentID, RequestedBy: operator,
 		}, "")
+		if errors.Is(err, ErrDuplicate) {
+			return refundingAlready(ctx, tx, f, err)
+		}
 		if err != nil {
 			return err
 		}
@@ -284,6 +289,21 @@ func (s *Service) RefundCharge(ctx context.Context, findingID int64, amount int6
 	}
 	s.cfg.Logger.Warn("operator refunds a charge", "finding", findingID, "refund", r.ID, "payment", r.PaymentID, "amount", r.Amount, "operator", operator)
 	return r, nil
+}
+
+// refundingAlready explains the database's refusal of a second refund of
+// finding f's charge while one is not failed: it names that refund.
+func refundingAlready(ctx context.Context, tx Tx, f Finding, cause error) error {
+	rs, err := tx.ListRefunds(ctx, f.PurchaseID)
+	if err != nil {
+		return errors.Join(cause, err)
+	}
+	for _, r := range rs {
+		if r.FindingID == f.ID && r.State != statemachine.Failed {
+			return E(KindDuplicate, fmt.Sprintf("finding %d's charge %s is already being refunded by %s (%s): one refund per finding at a time", f.ID, f.PaymentID, r.ID, r.State), cause)
+		}
+	}
+	return cause
 }
 
 // errRefundGone reports a refund job whose refund is missing: a bug, or a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -619,6 +620,40 @@ func TestEscalateOverdueRefunds(t *testing.T) {
 		f.wantRefundState(r.ID, statemachine.Succeeded)
 		if n := f.moneyBack(r.ID); n != 1 {
 			t.Fatalf("%d provider refunds, want 1", n)
+		}
+	})
+}
+
+// TestRefundChargeTwiceRefundsOnce: the operator's "refund this charge"
+// submitted twice refunds the charge once; a second refund is refused
+// with the first one's id until the first has failed.
+func TestRefundChargeTwiceRefundsOnce(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		start := f.clock.Now()
+		p := f.settle("nils")
+		dup := f.fake.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: p.ID, Amount: p.Amount, Currency: p.Currency})
+		f.clock.Advance(time.Minute)
+		ctx := context.Background()
+		if _, err := f.svc.Audit(ctx, provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		fs, err := f.svc.Findings(ctx, false)
+		if err != nil || len(fs) != 1 {
+			t.Fatalf("findings: %+v, %v", fs, err)
+		}
+		half := dup.Amount / 2
+		first, err := f.svc.RefundCharge(ctx, fs[0].ID, half, "olga", "two charges in the dashboard")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = f.svc.RefundCharge(ctx, fs[0].ID, half, "olga", "two charges in the dashboard")
+		if !errors.Is(err, reconcile.ErrDuplicate) || !strings.Contains(err.Error(), first.ID) {
+			t.Fatalf("second submission: %v, want ErrDuplicate naming %s", err, first.ID)
+		}
+		f.runUntilIdle(f.svc)
+		if got := f.fake.Refunded(dup.ID); got != half {
+			t.Fatalf("refunded %d of the duplicate, want %d", got, half)
 		}
 	})
 }

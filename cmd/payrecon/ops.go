@@ -618,6 +618,8 @@ func runOpsRefundCharge(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("no audit finding with id %d", id)
 	case errors.Is(err, reconcile.ErrConflict):
 		return fmt.Errorf("finding %d is closed; nothing was refunded", id)
+	case errors.Is(err, reconcile.ErrDuplicate):
+		return fmt.Errorf("nothing refunded: %s", reconcile.DetailOf(err))
 	case errors.Is(err, reconcile.ErrInvalid), errors.Is(err, reconcile.ErrRefundExceeds), errors.Is(err, reconcile.ErrNotRefundable):
 		return fmt.Errorf("%w: %w", errUsage, err)
 	case err != nil:

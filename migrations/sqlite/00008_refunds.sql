@@ -263,6 +263,12 @@ CREATE TABLE refunds (
 CREATE INDEX refunds_purchase_idx ON refunds (purchase_id, created_at, id);
 -- The limit's sum: the refunds of one payment.
 CREATE INDEX refunds_payment_idx ON refunds (payment_id);
+-- One refund of a finding's charge at a time: the operator's "refund this
+-- charge" submitted twice (a double click, a retried form) must not refund
+-- it twice under two keys. A failed one leaves the index, so the charge
+-- can be refunded again.
+CREATE UNIQUE INDEX refunds_finding_once ON refunds (finding_id)
+    WHERE finding_id IS NOT NULL AND state <> 'failed';
 -- CountRefundsByState.
 CREATE INDEX refunds_state_idx ON refunds (state);
 -- The operator list and its count.

@@ -233,6 +233,8 @@ func (o *Ops) refundCharge(w http.ResponseWriter, r *http.Request, who opsWho) {
 				errDetail(err)+"). Look at the refunds already made for it. Nothing changed.")
 		case reconcile.KindNotRefundable:
 			o.refuse(w, r, who, k, "Not done: this charge cannot be refunded from its finding ("+errDetail(err)+"). Nothing changed.")
+		case reconcile.KindDuplicate:
+			o.refuse(w, r, who, k, "Not done: "+errDetail(err)+". Nothing changed; follow that refund on its page.")
 		default:
 			o.log.Error("ops: refund charge", "finding", fid, "operator", who.Operator, "err", err)
 			o.refuse(w, r, who, reconcile.KindInternal, "Not done: an internal error stopped the refund. Nothing was stored; reload the page and look before trying again.")
