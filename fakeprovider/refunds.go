@@ -34,17 +34,18 @@ const RefundFailureReason = "expired_or_canceled_card"
 
 // Errors of a refund Stripe would refuse without acting (a 400). Each
 // wraps ErrInvalidRequest, and so provider.ErrRejected: nothing was
-// refunded, and the same request will be refused again.
+// refunded, and the same request will be refused again; and, being
+// refusals for a reason of the payment, provider.ErrRefundRefused.
 var (
 	// ErrNotRefundable: the payment has no succeeded charge to refund
 	// (it is processing, declined, canceled or waiting for action).
 	// Stripe's code charge_not_refundable.
-	ErrNotRefundable = fmt.Errorf("fakeprovider: payment has no successful charge to refund: %w", ErrInvalidRequest)
+	ErrNotRefundable = fmt.Errorf("fakeprovider: payment has no successful charge to refund: %w: %w", ErrInvalidRequest, provider.ErrRefundRefused)
 	// ErrRefundTooLarge: the refund's amount is more than what remains of
 	// the payment once its refunds that are not failed or canceled
 	// (pending ones included) are taken off. Stripe's code
 	// amount_too_large.
-	ErrRefundTooLarge = fmt.Errorf("fakeprovider: refund exceeds the payment's unrefunded amount: %w", ErrInvalidRequest)
+	ErrRefundTooLarge = fmt.Errorf("fakeprovider: refund exceeds the payment's unrefunded amount: %w: %w", ErrInvalidRequest, provider.ErrRefundRefused)
 	// ErrAlreadyRefunded: nothing remains of the payment to refund. It
 	// wraps ErrRefundTooLarge too. Stripe's code charge_already_refunded.
 	ErrAlreadyRefunded = fmt.Errorf("fakeprovider: payment already fully refunded: %w", ErrRefundTooLarge)

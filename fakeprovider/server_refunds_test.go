@@ -68,18 +68,23 @@ func TestServerRefunds(t *testing.T) {
 	}
 	wantRefunds(t, s.fake, pi, 2, 1200)
 
-	// Refusals: each an ErrRejected that refunds nothing.
+	// Refusals: each an ErrRejected that refunds nothing. A refusal for a
+	// reason of the payment is a failed refund; one for an unknown
+	// payment (a wrong request) stays rejected, for a human.
 	declinedReq := request("pur_declined")
 	declinedReq.PaymentMethod = fakeprovider.PaymentMethodDeclined
 	declined := adapterCreate(t, s.adapter, declinedReq).PaymentID
-	for name, r := range map[string]provider.RefundRequest{
-		"more than remains":  refundRequest("ref_3", "pur_1", pi, 51),
-		"a declined payment": refundRequest("ref_4", "pur_declined", declined, 1),
-		"an unknown payment": refundRequest("ref_5", "pur_1", "pi_nope", 1),
+	for name, tc := range map[string]struct {
+		r    provider.RefundRequest
+		want provider.Outcome
+	}{
+		"more than remains":  {refundRequest("ref_3", "pur_1", pi, 51), provider.Failed},
+		"a declined payment": {refundRequest("ref_4", "pur_declined", declined, 1), provider.Failed},
+		"an unknown payment": {refundRequest("ref_5", "pur_1", "pi_nope", 1), provider.Rejected},
 	} {
-		res, err := s.adapter.CreateRefund(t.Context(), r)
-		if !errors.Is(err, provider.ErrRejected) || provider.RefundOutcomeOf(res, err) != provider.Rejected {
-			t.Errorf("refund of %s = (%+v, %v), want rejected", name, res, err)
+		res, err := s.adapter.CreateRefund(t.Context(), tc.r)
+		if !errors.Is(err, provider.ErrRejected) || provider.RefundOutcomeOf(res, err) != tc.want {
+			t.Errorf("refund of %s = (%+v, %v), want rejected, outcome %s", name, res, err, tc.want)
 		}
 	}
 	adapterRefund(t, s.adapter, refundRequest("ref_6", "pur_1", pi, 50))

@@ -66,6 +66,11 @@ var (
 	// ErrRejected means the provider refused the request without acting
 	// on it, and will refuse it again unchanged.
 	ErrRejected = errors.New("provider: request rejected, not acted on")
+	// ErrRefundRefused means the provider refused a refund for a reason of
+	// the payment (it took no money, or its refunds would exceed it): no
+	// refund was made under the key, and none will be. It wraps
+	// ErrRejected; RefundOutcomeOf reads it as Failed.
+	ErrRefundRefused = fmt.Errorf("provider: refund refused for the payment, nothing refunded: %w", ErrRejected)
 )
 
 // OutcomeOf classifies the result of a Provider call: the result's own
@@ -315,10 +320,15 @@ type RefundResult struct {
 }
 
 // RefundOutcomeOf classifies the result of a refund call as OutcomeOf
-// does for a charge.
+// does for a charge, except that a refund the provider refused for a
+// reason of the payment (ErrRefundRefused) failed: nothing was refunded
+// under its key, and sending it again will not change that.
 func RefundOutcomeOf(res RefundResult, err error) Outcome {
-	if err == nil {
+	switch {
+	case err == nil:
 		return res.Outcome
+	case errors.Is(err, ErrRefundRefused):
+		return Failed
 	}
 	return OutcomeOf(Result{}, err)
 }

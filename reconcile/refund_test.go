@@ -657,3 +657,30 @@ func TestRefundChargeTwiceRefundsOnce(t *testing.T) {
 		}
 	})
 }
+
+// TestRefundRefusedByTheProviderFails: a refund the provider refuses for
+// a reason of the payment (here: a refund made in its dashboard left too
+// little) made nothing under its key: it fails at once, with the
+// provider's reason, and no longer holds the payment's amount.
+func TestRefundRefusedByTheProviderFails(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		p := f.settle("rex") // 300
+		if _, err := f.fake.RefundOutside(fakeprovider.OutsideRefund{PaymentID: p.ProviderPaymentID, Amount: 200}); err != nil {
+			t.Fatal(err)
+		}
+		r := f.refund(p, 150)
+		f.runUntilIdle(f.svc)
+		d := f.wantRefundState(r.ID, statemachine.Failed)
+		if d.Refund.FailureReason == "" || d.Refund.Escalated() {
+			t.Fatalf("failed refund without the provider's reason, or escalated: %+v", d.Refund)
+		}
+		if n := f.fake.RefundCreateCalls(r.ProviderKey); n != 1 {
+			t.Fatalf("%d refund creates, want 1", n)
+		}
+		// The failed refund holds nothing: what is left can be refunded.
+		r2 := f.refund(p, 100)
+		f.runUntilIdle(f.svc)
+		f.wantRefundState(r2.ID, statemachine.Succeeded)
+	})
+}

@@ -491,7 +491,7 @@ func (s *Service) decideRefund(l Lease, r Refund, a Attempt, ans Answer, v Verdi
 		if v.Settles != "" {
 			next.State, next.SettledAt, done = v.Settles, ans.At, true
 			if v.Settles == statemachine.Failed {
-				next.FailureReason = a.Note
+				next.FailureReason = joinNote(a.Note, a.Error)
 			}
 			break
 		}

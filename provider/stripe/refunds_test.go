@@ -180,13 +180,22 @@ func TestCreateRefundTranslation(t *testing.T) {
 		return refundRow{row: named(name, row{reply: respond(400, body)}),
 			refund: refundWant{res: provider.RefundResult{Reason: reason}, err: stripe.ErrRejected, outcome: provider.Rejected}}
 	}
+	// refused: a refusal for a reason of the payment, not of the request:
+	// nothing was refunded under the key, and nothing will be. The refund
+	// failed (provider.ErrRefundRefused, which wraps ErrRejected).
+	refused := func(name, body string, reason string) refundRow {
+		return refundRow{row: named(name, row{reply: respond(400, body)}),
+			refund: refundWant{res: provider.RefundResult{Reason: reason}, err: provider.ErrRefundRefused, outcome: provider.Failed}}
+	}
 	rows = append(rows,
-		rejected("400 amount_too_large: more than remains of the payment",
+		refused("400 amount_too_large: more than remains of the payment",
 			`{"error":{"type":"invalid_request_error","code":"amount_too_large","param":"amount","message":"Refund amount ($5.00) is greater than unrefunded amount on charge ($2.00)"}}`, "amount_too_large"),
-		rejected("400 charge_already_refunded",
+		refused("400 charge_already_refunded",
 			`{"error":{"type":"invalid_request_error","code":"charge_already_refunded","message":"Charge ch_1 has already been refunded."}}`, "charge_already_refunded"),
-		rejected("400 charge_not_refundable: the payment did not succeed",
+		refused("400 charge_not_refundable: the payment did not succeed",
 			`{"error":{"type":"invalid_request_error","code":"charge_not_refundable","param":"payment_intent","message":"This PaymentIntent (pi_1) does not have a successful charge to refund."}}`, "charge_not_refundable"),
+		refused("400 charge_disputed: the payment is disputed",
+			`{"error":{"type":"invalid_request_error","code":"charge_disputed","message":"Charge ch_1 has been charged back; cannot issue a refund."}}`, "charge_disputed"),
 		rejected("400 resource_missing: no such payment intent",
 			`{"error":{"type":"invalid_request_error","code":"resource_missing","param":"payment_intent","message":"No such payment_intent: 'pi_1'"}}`, "resource_missing"),
 		rejected("400 invalid reason",

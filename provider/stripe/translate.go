@@ -141,6 +141,11 @@ func translateError(op provider.Op, where string, err error) (provider.Result, e
 		ae.kind = provider.ErrRetryLater
 	case (op == provider.OpStatus || op == provider.OpRefundGet) && status == http.StatusNotFound && se.Code == stripego.ErrorCodeResourceMissing:
 		return provider.Result{Outcome: provider.NotFound, Reason: ReasonNotFound}, nil
+	case op == provider.OpRefundCreate && refundRefusals[string(se.Code)]:
+		// The payment cannot be refunded by this much: no refund exists
+		// under the key (a refund made under it would have been replayed
+		// back), and none will: the refund failed.
+		ae.kind = provider.ErrRefundRefused
 	case status >= 400 && status < 500 && status != http.StatusConflict && status != http.StatusFailedDependency:
 		// Refused before acting (Stripe keeps no idempotent result for a
 		// request that failed validation or authentication), and an
@@ -149,6 +154,15 @@ func translateError(op provider.Op, where string, err error) (provider.Result, e
 	}
 	res.Reason = errorReason(se)
 	return res, ae
+}
+
+// refundRefusals are the codes of Stripe's refusals of a refund for a
+// reason of the payment, not of the request: provider.ErrRefundRefused.
+var refundRefusals = map[string]bool{
+	"amount_too_large":        true,
+	"charge_already_refunded": true,
+	"charge_not_refundable":   true,
+	"charge_disputed":         true,
 }
 
 // resultOf returns pi's id, status, amount, currency and metadata
