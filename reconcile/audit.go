@@ -168,7 +168,7 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 			}
 			found = append(found, fs...)
 		}
-		fs, err := s.matchRefunds(ctx, tx, refunds)
+		fs, err := s.matchRefunds(ctx, tx, refunds, now)
 		if err != nil {
 			return err
 		}

@@ -97,6 +97,10 @@ func (s *Service) createRefundTx(ctx context.Context, tx Tx, nr NewRefund, clien
 			return Refund{}, fmt.Errorf("%s: %w", op, &FieldError{Field: "finding_id",
 				Message: fmt.Sprintf("finding %d is about purchase %q, not %s", f.ID, f.PurchaseID, p.ID)})
 		}
+		if f.PaymentID == p.ProviderPaymentID {
+			return Refund{}, fmt.Errorf("%s: %w", op, &FieldError{Field: "finding_id",
+				Message: fmt.Sprintf("finding %d names the purchase's own payment %s: refund it as the purchase's, not as a duplicate", f.ID, f.PaymentID)})
+		}
 		if f.Kind != FindingDuplicateCharge {
 			return Refund{}, fmt.Errorf("%s: %w", op, &FieldError{Field: "finding_id",
 				Message: fmt.Sprintf("finding %d is %s: only a duplicate charge is refunded by its finding", f.ID, f.Kind)})

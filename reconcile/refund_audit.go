@@ -33,7 +33,10 @@ func (s *Service) listRefunds(ctx context.Context, w provider.Window) ([]provide
 
 // matchRefunds matches the provider's refunds to the books, reading the
 // books' refunds they name in one read, and returns what does not match.
-func (s *Service) matchRefunds(ctx context.Context, tx Tx, refunds []provider.RefundResult) ([]Finding, error) {
+// A books' refund the provider disagrees with is escalated here, where it
+// is known (a finding's PaymentID is the provider's refund id, which the
+// books' refund may not hold yet); now is the store's time.
+func (s *Service) matchRefunds(ctx context.Context, tx Tx, refunds []provider.RefundResult, now time.Time) ([]Finding, error) {
 	if len(refunds) == 0 {
 		return nil, nil
 	}
@@ -86,6 +89,13 @@ func (s *Service) matchRefunds(ctx context.Context, tx Tx, refunds []provider.Re
 			f.Kind = FindingRefundMismatch
 			f.Evidence = fmt.Sprintf("provider refund %s for refund %s: %s", x.ID, r.ID, why)
 			found = append(found, f)
+			next := r
+			if escalate(&next.EscalatedAt, &next.EscalationReason, EscalationStateDisagreement, now) {
+				next.UpdatedAt = now
+				if err := tx.UpdateRefund(ctx, next, r.State); err != nil {
+					return nil, err
+				}
+			}
 		}
 	}
 	return found, nil
@@ -125,32 +135,19 @@ func (s *Service) knownPurchase(ctx context.Context, tx Tx, id string) (string, 
 	return id, nil
 }
 
-// escalateRefundForFinding puts what a refund finding concerns on the
-// operator list: the books' refund it names, else its purchase.
+// escalateRefundForFinding puts the purchase an orphan refund returned
+// money from on the operator list. A refund_mismatch's own refund is
+// escalated where it is matched (matchRefunds).
 func (s *Service) escalateRefundForFinding(ctx context.Context, tx Tx, f Finding, now time.Time) error {
-	rs, err := tx.FindRefunds(ctx, nil, []string{f.PaymentID})
-	if err != nil {
-		return err
-	}
-	reason := EscalationStateDisagreement
-	if f.Kind == FindingOrphanRefund {
-		reason = EscalationForeignPayment
-	}
-	if len(rs) == 1 && f.Kind == FindingRefundMismatch {
-		r := rs[0]
-		next := r
-		if !escalate(&next.EscalatedAt, &next.EscalationReason, reason, now) {
-			return nil
-		}
-		next.UpdatedAt = now
-		return tx.UpdateRefund(ctx, next, r.State)
+	if f.Kind != FindingOrphanRefund {
+		return nil
 	}
 	p, err := tx.GetPurchase(ctx, f.PurchaseID)
 	if err != nil {
 		return err
 	}
 	next := p
-	if !markEscalated(&next, reason, now) {
+	if !markEscalated(&next, EscalationForeignPayment, now) {
 		return nil
 	}
 	next.UpdatedAt = now

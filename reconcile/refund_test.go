@@ -587,6 +587,12 @@ func TestAuditMatchesRefunds(t *testing.T) {
 		if p := f.detail(other.ID).Purchase; !p.Escalated() {
 			t.Fatalf("purchase %s with a refund the books do not know is not escalated", other.ID)
 		}
+		if r := f.refundDetail(r3.ID).Refund; r.EscalationReason != reconcile.EscalationStateDisagreement {
+			t.Fatalf("refund %s the provider disagrees with: escalation %q, want state_disagreement", r3.ID, r.EscalationReason)
+		}
+		if p := f.detail(third.ID).Purchase; p.Escalated() {
+			t.Fatalf("purchase %s escalated (%s) for its refund's mismatch: the refund is", third.ID, p.EscalationReason)
+		}
 		again, err := f.svc.Audit(ctx, provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()})
 		if err != nil || len(again.New) != 0 {
 			t.Fatalf("a second audit of the window: %d new findings, %v; want none", len(again.New), err)
