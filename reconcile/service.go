@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"unicode/utf8"
 
 	"github.com/payrecon/payrecon/provider"
@@ -20,6 +21,9 @@ type Service struct {
 	provider provider.Provider
 	cfg      Config
 	group    *groupCommitter // nil with Config.GroupCommitOff
+	// recovery is the open recovery epoch's guard as last read (see
+	// refreshRecovery); nil before the first read.
+	recovery atomic.Pointer[recoveryGuard]
 }
 
 // New returns a Service. It returns an error naming the field if cfg is
