@@ -48,7 +48,8 @@ type Recovery struct {
 	// CompletedAt is when its audit completed; zero while the guard holds.
 	CompletedAt time.Time
 	// Relinked counts the purchases the audit re-linked to their charge;
-	// Orphans the charges it reported as orphan_charge findings.
+	// (and refunds to their provider refund, counted with them); Orphans
+	// the charges it reported as orphan_charge findings.
 	Relinked, Orphans int
 }
 
@@ -61,8 +62,9 @@ type RecoveryReport struct {
 	Recovery Recovery
 	// Resumed is true when the call completed an epoch recorded earlier.
 	Resumed bool
-	// Relinked lists the purchases this call re-linked to a charge.
-	Relinked []string
+	// Relinked lists the purchases this call re-linked to a charge, and
+	// RelinkedRefunds the refunds it re-linked to a provider refund.
+	Relinked, RelinkedRefunds []string
 	// Orphans lists the orphan_charge findings the audit stored.
 	Orphans []Finding
 	// Audit is the provider-side audit's own report.
@@ -233,6 +235,11 @@ func (s *Service) Recover(ctx context.Context, restoredAt time.Time) (RecoveryRe
 				chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
 		}
 		rep.Relinked = append(rep.Relinked, ids...)
+		if ids, err = s.relinkRefunds(ctx, chunk); err != nil {
+			return rep, fmt.Errorf("reconcile: recovery %d: re-link refunds [%s, %s): %w", r.ID,
+				chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
+		}
+		rep.RelinkedRefunds = append(rep.RelinkedRefunds, ids...)
 	}
 	if rep.Audit, err = s.audit(ctx, fmt.Sprintf("%s/recovery-%d", s.cfg.ProviderName, r.ID), w); err != nil {
 		return rep, fmt.Errorf("reconcile: recovery %d: %w", r.ID, err)
@@ -253,7 +260,7 @@ func (s *Service) Recover(ctx context.Context, restoredAt time.Time) (RecoveryRe
 		if err != nil {
 			return err
 		}
-		relinked := r.Relinked + len(rep.Relinked)
+		relinked := r.Relinked + len(rep.Relinked) + len(rep.RelinkedRefunds)
 		if err := tx.CompleteRecovery(ctx, r.ID, relinked, len(orphans), now); err != nil {
 			return err
 		}
@@ -330,6 +337,76 @@ func (s *Service) relinkChunk(ctx context.Context, w provider.Window) ([]string,
 			out = append(out, id)
 			s.cfg.Logger.Warn("recovery re-linked a purchase to the charge the provider holds: settled by a status query, never a create",
 				"purchase", id, "payment", pay.ID, "status", pay.Status)
+		}
+	}
+	return out, nil
+}
+
+// relinkRefunds is relinkChunk for refunds: each refund the provider
+// created in w whose refund the books show as not final and linked to no
+// provider refund gets its provider refund id, moves to uncertain and is
+// made due, so that the worker settles it by a lookup, never by sending
+// it again. It returns the ids of the refunds it re-linked.
+func (s *Service) relinkRefunds(ctx context.Context, w provider.Window) ([]string, error) {
+	refunds, err := s.listRefunds(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, x := range refunds {
+		if x.RefundID == "" || x.ID == "" {
+			continue
+		}
+		var did bool
+		err := s.retryRaces(ctx, func(tx Tx) error {
+			did = false
+			r, err := tx.GetRefund(ctx, x.RefundID)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				return nil // lost by the restore: the audit reports it
+			case err != nil:
+				return err
+			case r.ProviderRefundID != "" || statemachine.Refund.Terminal(r.State):
+				return nil
+			}
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			evidence := fmt.Sprintf("recovery audit: the provider holds refund %s (%s, created %s) for this refund",
+				x.ID, x.Status, x.Created.UTC().Format(time.RFC3339))
+			actor := s.cfg.WorkerID + "/recovery"
+			cur := r
+			if cur.State == statemachine.Created {
+				next := cur
+				next.State, next.UpdatedAt, next.FirstAttemptAt = statemachine.Submitted, now, now
+				if err := s.updateRefund(ctx, tx, actor, 0, cur, next, CauseRecovery, evidence); err != nil {
+					return err
+				}
+				next.Version++
+				cur = next
+			}
+			next := cur
+			next.ProviderRefundID, next.UpdatedAt = x.ID, now
+			if cur.State == statemachine.Submitted {
+				next.State = statemachine.Uncertain
+			}
+			if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
+				next.UncertainSince = now
+			}
+			if err := s.updateRefund(ctx, tx, actor, 0, cur, next, CauseRecovery, evidence); err != nil {
+				return err
+			}
+			did = true
+			return tx.ReopenJob(ctx, r.ID, now)
+		})
+		if err != nil {
+			return out, fmt.Errorf("re-link refund %s to provider refund %s: %w", x.RefundID, x.ID, err)
+		}
+		if did {
+			out = append(out, x.RefundID)
+			s.cfg.Logger.Warn("recovery re-linked a refund to the refund the provider holds: settled by a lookup, never sent again",
+				"refund", x.RefundID, "provider_refund", x.ID, "status", x.Status)
 		}
 	}
 	return out, nil

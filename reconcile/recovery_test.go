@@ -200,6 +200,12 @@ func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() t
 	settled := create(svc, "settled", settledBefore)
 	runUntilIdle(svc)
 	restored := create(svc, "restored", inBackup)
+	refund, err := svc.CreateRefund(ctx, reconcile.NewRefund{
+		PurchaseID: settled[0], Amount: 200, Reason: "returned", RequestedBy: "test",
+	})
+	if err != nil {
+		t.Fatalf("create refund: %v", err)
+	}
 	clock.Advance(time.Minute)
 	backupAt := clock.Now()
 	backup := b.dump(t, st)
@@ -232,7 +238,7 @@ func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() t
 	}
 
 	// The worker refuses to start, and says why.
-	err := svc.CheckRestore(ctx)
+	err = svc.CheckRestore(ctx)
 	if !errors.Is(err, reconcile.ErrRestoreSuspected) || !strings.Contains(err.Error(), "payrecon recover") {
 		t.Fatalf("start after the restore: %v, want a refusal naming payrecon recover", err)
 	}
@@ -300,6 +306,15 @@ func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() t
 			t.Errorf("purchase %s: %d charges took money, want 1", id, n)
 		}
 	}
+	if !slices.Equal(rep.RelinkedRefunds, []string{refund.ID}) {
+		t.Errorf("re-linked refunds %v, want %s", rep.RelinkedRefunds, refund.ID)
+	}
+	if d, err := svc.Refund(ctx, refund.ID); err != nil || d.Refund.State != statemachine.Succeeded {
+		t.Errorf("refund %s after recovery: %v (%v), want succeeded", refund.ID, d.Refund.State, err)
+	}
+	if n := len(fake.Refunds()); n != 1 {
+		t.Errorf("%d refunds at the provider, want 1: %+v", n, fake.Refunds())
+	}
 	if d := fake.DoubleCharged(); len(d) != 0 {
 		t.Fatalf("double charged: %v", d)
 	}
@@ -307,9 +322,10 @@ func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() t
 		t.Fatalf("%d charges in the fake's ledger, want %d", got, want)
 	}
 	t.Logf("purchases %d (settled before the backup %d, charged after it %d, lost by the restore %d, after recovery %d); "+
-		"re-linked %d, orphans reported %d, charges %d, second charges %d; %s",
+		"re-linked %d purchases and %d refund, orphans reported %d, charges %d, second charges %d, refunds at the provider %d; %s",
 		settledBefore+inBackup+lostByRestore+len(fresh), settledBefore, inBackup, lostByRestore, len(fresh),
-		len(rep.Relinked), len(rep.Orphans), len(fake.Charges()), len(fake.DoubleCharged()), time.Since(start).Round(time.Millisecond))
+		len(rep.Relinked), len(rep.RelinkedRefunds), len(rep.Orphans), len(fake.Charges()), len(fake.DoubleCharged()), len(fake.Refunds()),
+		time.Since(start).Round(time.Millisecond))
 }
 
 func sorted(s []string) []string {

@@ -78,8 +78,12 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "recovery epoch %d %s: backup of %s, recorded %s\n", r.ID, verb, stamp(r.RestoredAt), stamp(r.RecordedAt))
 	fmt.Fprintf(e.stdout, "audit of the provider's payments from %s to %s: %d listed\n", stamp(r.AuditFrom), stamp(r.AuditUntil), rep.Audit.Payments)
-	fmt.Fprintf(e.stdout, "re-linked to their charge (settled by status query): %d\n", r.Relinked)
+	fmt.Fprintf(e.stdout, "re-linked to their charge (settled by status query): %d\n", len(rep.Relinked))
 	for _, id := range rep.Relinked {
+		fmt.Fprintf(e.stdout, "  %s\n", id)
+	}
+	fmt.Fprintf(e.stdout, "refunds re-linked to the provider's refund (settled by lookup): %d\n", len(rep.RelinkedRefunds))
+	for _, id := range rep.RelinkedRefunds {
 		fmt.Fprintf(e.stdout, "  %s\n", id)
 	}
 	fmt.Fprintf(e.stdout, "orphan charges (purchases the restore lost), on the operator list: %d\n", r.Orphans)

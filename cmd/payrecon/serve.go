@@ -40,12 +40,6 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	}
 	a := &app{svc: svc, metrics: metrics, close: closeStore}
 	fail := func(err error) (*app, error) { a.close(); return nil, err }
-	// A restored backup: the books may show as never charged what the
-	// provider charged, and lack purchases it charged. Refuse to start
-	// (the API's writes would hide the signs) until recover has run.
-	if err := svc.CheckRestore(ctx); err != nil {
-		return fail(fmt.Errorf("refusing to start: %w", err))
-	}
 	st := svc.Store()
 
 	sweeps, err := e.sweeps(a.svc, metrics)
@@ -133,6 +127,13 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 		if err := e.registerOps(a); err != nil {
 			return fail(err)
 		}
+	}
+	// Last, once the settings are known good: a restored backup. The books
+	// may show as never charged what the provider charged, and lack
+	// purchases it charged. Refuse to start (the API's writes would hide
+	// the signs) until recover has run.
+	if err := svc.CheckRestore(ctx); err != nil {
+		return fail(fmt.Errorf("refusing to start: %w", err))
 	}
 	return a, nil
 }
