@@ -485,7 +485,11 @@ const maxRestoreSigns = 5
 //     Config.AuditFirstWindow back.
 //
 // It lists the provider's payments, so it needs the provider reachable;
-// an error that is not a sign is returned as is.
+// an error that is not a sign is returned as is. The books' latest write
+// is the one the service's first check read (or a recovery epoch
+// recorded since, whichever is later), so that a check made again, once
+// the provider answers, is not fooled by what this process wrote since
+// (WaitRestoreCheck).
 func (s *Service) CheckRestore(ctx context.Context) error {
 	var (
 		now, latest       time.Time
@@ -496,7 +500,7 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 		if now, err = tx.Now(ctx); err != nil {
 			return err
 		}
-		if latest, err = tx.LatestWrite(ctx); err != nil {
+		if latest, err = s.startLatestWrite(ctx, tx); err != nil {
 			return err
 		}
 		current, recorded, err = tx.SystemIdentifier(ctx)
@@ -567,4 +571,57 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 			ErrRestoreSuspected, n, latest.Format(time.RFC3339), strings.Join(signs, "; "))
 	}
 	return nil
+}
+
+// startLatestWrite returns the books' latest write as the service's first
+// check read it, or the latest recovery epoch's recording if later.
+func (s *Service) startLatestWrite(ctx context.Context, tx Tx) (time.Time, error) {
+	s.restoreMu.Lock()
+	defer s.restoreMu.Unlock()
+	if s.restoreLatest == nil {
+		latest, err := tx.LatestWrite(ctx)
+		if err != nil {
+			return time.Time{}, err
+		}
+		s.restoreLatest = &latest
+		return latest, nil
+	}
+	latest := *s.restoreLatest
+	epochs, err := tx.ListRecoveries(ctx, 1)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if len(epochs) > 0 && epochs[0].RecordedAt.After(latest) {
+		latest = epochs[0].RecordedAt
+	}
+	return latest, nil
+}
+
+// WaitRestoreCheck runs CheckRestore until it passes, every retry while it
+// cannot tell (the provider cannot be listed), and returns nil once it
+// passes, or when ctx ends. It returns CheckRestore's error when that is
+// a sign of a restore. A process that could not check at start waits
+// here before its worker claims anything.
+func (s *Service) WaitRestoreCheck(ctx context.Context, retry time.Duration) error {
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		err := s.CheckRestore(ctx)
+		switch {
+		case err == nil:
+			s.cfg.Logger.Info("no sign of a restored backup: the worker starts")
+			return nil
+		case errors.Is(err, ErrRestoreSuspected):
+			return err
+		case ctx.Err() != nil:
+			return nil
+		}
+		s.cfg.Logger.Warn("cannot check for signs of a restored backup yet: the worker waits", "err", err, "retry", retry)
+		t.Reset(retry)
+	}
 }

@@ -9,12 +9,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/pgtest"
 	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
@@ -455,6 +457,48 @@ func TestCheckRestoreSystemIdentifier(t *testing.T) {
 		}
 		if err := f.svc.CheckRestore(ctx); err != nil {
 			t.Fatalf("after recover: %v", err)
+		}
+	})
+}
+
+// failingList is a provider whose List fails while down is set.
+type failingList struct {
+	*fakeprovider.Fake
+	down *atomic.Bool
+}
+
+func (p failingList) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+	if p.down.Load() {
+		return nil, errors.New("provider unreachable")
+	}
+	return p.Fake.List(ctx, w)
+}
+
+// TestWaitRestoreCheck: a process that could not list the provider at
+// start waits, and a purchase written meanwhile (the API serves) does not
+// hide the signs from the check made once the provider answers.
+func TestWaitRestoreCheck(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		ctx := context.Background()
+		// A charge the books do not know, newer than their latest write:
+		// the sign a restore leaves.
+		f.clock.Advance(time.Minute)
+		f.fake.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: "pur_lostbytherestore", Amount: 300, Currency: "usd"})
+		f.clock.Advance(time.Minute)
+
+		var down atomic.Bool
+		down.Store(true)
+		svc := f.service(failingList{f.fake, &down}, "worker-b", reconcile.Config{})
+		if err := svc.CheckRestore(ctx); err == nil || errors.Is(err, reconcile.ErrRestoreSuspected) {
+			t.Fatalf("CheckRestore with the provider down: %v, want an error that is not a sign", err)
+		}
+		f.create("written-meanwhile") // the books' latest write moves on
+		f.clock.Advance(time.Minute)
+		down.Store(false)
+		err := svc.WaitRestoreCheck(ctx, time.Millisecond)
+		if !errors.Is(err, reconcile.ErrRestoreSuspected) || !strings.Contains(err.Error(), "pur_lostbytherestore") {
+			t.Fatalf("WaitRestoreCheck: %v, want the sign the restore left", err)
 		}
 	})
 }
