@@ -136,9 +136,12 @@ func (s *Service) heldByRecovery(createdAt time.Time) bool {
 	return !cutoff.IsZero() && createdAt.Before(cutoff)
 }
 
-// holdForRecovery reschedules the job of p, held by the recovery guard,
-// for its next check after the first backoff: it is not failed, and not
-// escalated; it goes on as soon as the recovery audit completes.
+// holdForRecovery reschedules the job id, held by the recovery guard,
+// after the backoff of its run count (Config.Backoff: 30s, 2m, 10m, then
+// hourly), as an uncertain purchase's checks back off, so that a guard
+// held for hours does not spend its attempts: it is neither failed nor
+// escalated, and goes on at its first run after the recovery audit
+// completes.
 func (s *Service) holdForRecovery(ctx context.Context, l Lease, id, what string) error {
 	s.cfg.Logger.Info("held until the recovery audit completes: no create or replay for what the restore may have brought back",
 		"job", id, "what", what, "recovery_cutoff", s.recoveryCutoff())
@@ -146,7 +149,7 @@ func (s *Service) holdForRecovery(ctx context.Context, l Lease, id, what string)
 		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
-		return tx.RescheduleJob(ctx, id, s.leaseNow(l).Add(s.cfg.backoff(0)))
+		return tx.RescheduleJob(ctx, id, s.leaseNow(l).Add(s.cfg.backoff(l.Checks-1)))
 	})
 }
 
