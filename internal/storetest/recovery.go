@@ -38,7 +38,9 @@ func testRecoveries(t *testing.T, s *testStore) {
 	insertPurchase(t, s, old)
 	settled := newPurchase("pur_settled")
 	insertPurchase(t, s, settled)
-	inTx(t, s, func(tx reconcile.Tx) error { return moveTx(ctx, tx, settled.ID, statemachine.Submitted, statemachine.Succeeded) })
+	inTx(t, s, func(tx reconcile.Tx) error {
+		return moveTx(ctx, tx, settled.ID, statemachine.Submitted, statemachine.Succeeded)
+	})
 	late := newPurchase("pur_after")
 	late.CreatedAt, late.UpdatedAt = at(3*time.Hour), at(3*time.Hour)
 	insertPurchase(t, s, late)
