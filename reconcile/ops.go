@@ -383,6 +383,9 @@ func (s *Service) takeJob(ctx context.Context, id, role string) (Lease, func(), 
 	if err != nil {
 		return Lease{}, nil, err
 	}
+	if err := s.refreshRecovery(ctx); err != nil {
+		return Lease{}, nil, err // an operator's recheck never runs unguarded
+	}
 	l, err := s.store.ClaimJob(ctx, id, s.cfg.WorkerID+"/"+role, s.cfg.LeaseDuration)
 	if errors.Is(err, ErrConflict) {
 		p, rerr := s.read(ctx, id)

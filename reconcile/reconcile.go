@@ -41,6 +41,10 @@ const (
 	// purchase back from another create; it is reconciled by status or
 	// search instead.
 	CauseFinding Cause = "finding"
+	// CauseRecovery: the recovery audit after a restore found the charge
+	// the provider holds for the purchase and re-linked it, to be settled
+	// by a status query.
+	CauseRecovery Cause = "recovery"
 )
 
 // EscalationReason says why a purchase is on the operator list.

@@ -81,6 +81,9 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		if r.EscalationReason.ChargeMayExist() {
 			return true, s.holdRefund(ctx, *l, r)
 		}
+		if s.heldByRecovery(r.CreatedAt) {
+			return true, s.holdForRecovery(ctx, *l, r.ID, "refund create")
+		}
 		next := r
 		next.State, next.FirstAttemptAt, next.UpdatedAt = statemachine.Submitted, now, now
 		ok, err := s.writeRefund(ctx, *l, r, next, CauseSubmit, "sending stored request "+r.ParamsHash[:12]+" under key "+r.ProviderKey)
@@ -99,6 +102,8 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		case r.EscalationReason.ChargeMayExist():
 			return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseFinding,
 				"a refund may exist ("+string(r.EscalationReason)+"): nothing is resent; reconciling by lookup")
+		case s.heldByRecovery(r.CreatedAt):
+			return true, s.holdForRecovery(ctx, *l, r.ID, "replay of the refund create")
 		case !s.refundKeyReplayable(r, now):
 			return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseSubmitResponse,
 				"provider key retention ended before the refund was accepted")
@@ -117,7 +122,7 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		switch {
 		case r.ProviderRefundID != "":
 			op, src, cause = provider.OpRefundGet, SourceStatus, CauseStatusQuery
-		case s.refundKeyReplayable(r, now) && !r.EscalationReason.ChargeMayExist():
+		case s.refundKeyReplayable(r, now) && !r.EscalationReason.ChargeMayExist() && !s.heldByRecovery(r.CreatedAt):
 			op, src, cause = provider.OpRefundCreate, SourceReplay, CauseKeyReplay
 		}
 		next := r

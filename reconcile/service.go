@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
 	"unicode/utf8"
 
 	"github.com/payrecon/payrecon/provider"
@@ -20,6 +23,13 @@ type Service struct {
 	provider provider.Provider
 	cfg      Config
 	group    *groupCommitter // nil with Config.GroupCommitOff
+	// recovery is the open recovery epoch's guard as last read (see
+	// refreshRecovery); nil before the first read.
+	recovery atomic.Pointer[recoveryGuard]
+	// restoreLatest is the books' latest write as the first CheckRestore
+	// read it; nil before.
+	restoreMu     sync.Mutex
+	restoreLatest *time.Time
 }
 
 // New returns a Service. It returns an error naming the field if cfg is

@@ -352,4 +352,35 @@ type Tx interface {
 	GetAuditRun(ctx context.Context, name string) (AuditRun, error)
 	// SaveAuditRun stores r under r.Name, replacing what was there.
 	SaveAuditRun(ctx context.Context, r AuditRun) error
+
+	// InsertRecovery stores a new recovery epoch (r.ID is ignored, and
+	// CompletedAt must be zero) and returns its id. Returns ErrInvalid
+	// for a zero RestoredAt, RecordedAt or audit window bound.
+	InsertRecovery(ctx context.Context, r Recovery) (int64, error)
+	// OpenRecovery returns the latest recorded epoch whose audit has not
+	// completed, or ErrNotFound when there is none.
+	OpenRecovery(ctx context.Context) (Recovery, error)
+	// ListRecoveries returns up to limit epochs, latest recorded first
+	// (0: no cap).
+	ListRecoveries(ctx context.Context, limit int) ([]Recovery, error)
+	// CompleteRecovery marks the open epoch id completed at at with its
+	// counts. Returns ErrNotFound for an unknown id and ErrConflict for
+	// one completed already.
+	CompleteRecovery(ctx context.Context, id int64, relinked, orphans int, at time.Time) error
+	// CountRecoveryHeld returns how many purchases and refunds not final
+	// were created before cutoff: those a recovery guard holds back from
+	// creates and replays.
+	CountRecoveryHeld(ctx context.Context, cutoff time.Time) (purchases, refunds int, err error)
+	// LatestWrite returns the latest time the books record a write at:
+	// the greatest updated_at of purchases and refunds, and of the
+	// recorded recovery epochs; the zero time for empty books.
+	LatestWrite(ctx context.Context) (time.Time, error)
+	// SystemIdentifier returns the identifier of the database cluster
+	// the store runs on now, and the one recorded by
+	// RecordSystemIdentifier ("" if none was). A store that has no such
+	// identifier (SQLite) returns an error wrapping errors.ErrUnsupported.
+	SystemIdentifier(ctx context.Context) (current, recorded string, err error)
+	// RecordSystemIdentifier records id as the cluster's identifier at
+	// at, replacing what was recorded.
+	RecordSystemIdentifier(ctx context.Context, id string, at time.Time) error
 }

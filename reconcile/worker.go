@@ -130,6 +130,10 @@ func (s *Service) processAll(ctx context.Context, leases []Lease) {
 }
 
 func (s *Service) claim(ctx context.Context, n int) ([]Lease, error) {
+	if err := s.refreshRecovery(ctx); err != nil && s.recovery.Load() == nil {
+		// Never read: claim nothing rather than work unguarded.
+		return nil, err
+	}
 	leases, err := s.store.ClaimJobs(ctx, s.cfg.WorkerID, n, s.cfg.LeaseDuration)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: claim: %w", err)
@@ -266,6 +270,11 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 			// create over it. The operator decides.
 			return true, s.hold(ctx, *l, p)
 		}
+		if s.heldByRecovery(p.CreatedAt) {
+			// Restored from a backup: the provider may hold its charge
+			// and have forgotten its key. The recovery audit decides.
+			return true, s.holdForRecovery(ctx, *l, p.ID, "create")
+		}
 		// Nothing was sent yet, even if a previous worker died: submit.
 		return s.advance(ctx, s.submitIntent(*l, p))
 	case statemachine.Submitted:
@@ -279,6 +288,9 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 		if p.EscalationReason.ChargeMayExist() {
 			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseFinding,
 				"a charge may exist ("+string(p.EscalationReason)+"): no create is resent; reconciling by status or search")
+		}
+		if s.heldByRecovery(p.CreatedAt) {
+			return true, s.holdForRecovery(ctx, *l, p.ID, "replay of the create")
 		}
 		// Submitted with a clean lease: the provider refused an earlier
 		// attempt before acting. Send the same stored request again.
@@ -408,7 +420,7 @@ func (s *Service) intentOf(l Lease, p Purchase) (intent, bool) {
 		return intent{}, false // see step: escalated first
 	}
 	switch {
-	case p.State == statemachine.Created && !p.EscalationReason.ChargeMayExist():
+	case p.State == statemachine.Created && !p.EscalationReason.ChargeMayExist() && !s.heldByRecovery(p.CreatedAt):
 		return s.submitIntent(l, p), true
 	case p.State == statemachine.Uncertain:
 		return s.reconcileIntent(l, p), true
@@ -451,13 +463,14 @@ func (s *Service) submitIntent(l Lease, p Purchase) intent {
 // available: a status query when the provider's id is known, else a
 // replay of the stored create under the same key while the provider
 // retains it, else a search by metadata. It never makes a new key, and
-// never replays while a finding says a charge may already exist.
+// never replays while a finding says a charge may already exist, or
+// while an open recovery epoch holds the purchase (heldByRecovery).
 func (s *Service) reconcileIntent(l Lease, p Purchase) intent {
 	op, src, cause := provider.OpSearch, SourceSearch, CauseSearch
 	switch {
 	case p.ProviderPaymentID != "":
 		op, src, cause = provider.OpStatus, SourceStatus, CauseStatusQuery
-	case s.keyReplayable(p, s.leaseNow(l)) && !p.EscalationReason.ChargeMayExist():
+	case s.keyReplayable(p, s.leaseNow(l)) && !p.EscalationReason.ChargeMayExist() && !s.heldByRecovery(p.CreatedAt):
 		op, src, cause = provider.OpCreate, SourceReplay, CauseKeyReplay
 	}
 	next := p
@@ -608,6 +621,9 @@ func joinNote(a, b string) string {
 // a purchase left submitted or reconciling moves to uncertain (cause
 // lease_lost) and is reconciled. Returns how many jobs it took over.
 func (s *Service) RescueExpired(ctx context.Context) (int, error) {
+	if err := s.refreshRecovery(ctx); err != nil && s.recovery.Load() == nil {
+		return 0, err
+	}
 	leases, err := s.store.ClaimExpiredJobs(ctx, s.cfg.WorkerID+"/rescue", s.cfg.BatchSize, s.cfg.LeaseDuration)
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: rescue expired leases: %w", err)

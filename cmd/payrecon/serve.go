@@ -23,6 +23,9 @@ type app struct {
 	sched   *cron.Scheduler
 	server  *rhttp.Server
 	close   func()
+	// restorePending is set when the start could not check for signs of
+	// a restore: the worker and the sweeps wait for that check.
+	restorePending bool
 }
 
 // appOptions says which HTTP surfaces an app serves.
@@ -128,6 +131,19 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 			return fail(err)
 		}
 	}
+	// Last, once the settings are known good: a restored backup. The books
+	// may show as never charged what the provider charged, and lack
+	// purchases it charged. Refuse to start (the API's writes would hide
+	// the signs) until recover has run.
+	switch err := svc.CheckRestore(ctx); {
+	case errors.Is(err, reconcile.ErrRestoreSuspected):
+		return fail(fmt.Errorf("refusing to start: %w", err))
+	case err != nil:
+		// The provider cannot be listed now: HTTP starts, the worker and
+		// its sweeps wait until the check can be made (app.run).
+		e.log.Warn("cannot check for signs of a restored backup now: the worker waits until it can", "err", err)
+		a.restorePending = true
+	}
 	return a, nil
 }
 
@@ -172,11 +188,18 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 		_ = a.metrics.Refresh(ctx, a.svc.Store())
 		start("worker", func() error {
 			defer cancel()
+			if a.restorePending {
+				if err := a.svc.WaitRestoreCheck(ctx, restoreCheckRetry); err != nil {
+					return fmt.Errorf("refusing to start: %w", err)
+				}
+			}
+			// The sweeps work jobs too (the rescue sweep): they start
+			// with the worker, not before.
+			start("scheduler", func() error { defer cancel(); return a.sched.Run(ctx) })
 			a.metrics.WorkerRunning(true)
 			defer a.metrics.WorkerRunning(false)
 			return a.svc.Work(ctx)
 		})
-		start("scheduler", func() error { defer cancel(); return a.sched.Run(ctx) })
 	}
 	wg.Wait()
 	close(errs)
@@ -231,6 +254,11 @@ func runWorker(ctx context.Context, e *env, args []string) error {
 	}
 	return a.run(ctx, e, ln, true)
 }
+
+// restoreCheckRetry is how often a process that could not check for
+// signs of a restore at start (the provider could not be listed) tries
+// again before its worker starts.
+const restoreCheckRetry = 30 * time.Second
 
 // shutdownTimeout bounds a command's own cleanup after SIGTERM.
 const shutdownTimeout = 30 * time.Second

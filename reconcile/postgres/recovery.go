@@ -1,0 +1,141 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payrecon/payrecon/internal/sqlstore"
+	"github.com/payrecon/payrecon/reconcile"
+)
+
+// InsertRecovery implements reconcile.Tx.
+func (t *txn) InsertRecovery(ctx context.Context, r reconcile.Recovery) (int64, error) {
+	const what = "insert recovery epoch"
+	if err := dialect.CheckNewRecovery(what, r); err != nil {
+		return 0, err
+	}
+	var id int64
+	err := t.tx.QueryRow(ctx, `INSERT INTO recovery_epochs (restored_at, recorded_at, audit_from, audit_until)
+VALUES ($1, $2, $3, $4) RETURNING id`, r.RestoredAt, r.RecordedAt, r.AuditFrom, r.AuditUntil).Scan(&id)
+	if err != nil {
+		return 0, wrap(err, "%s", what)
+	}
+	return id, nil
+}
+
+// OpenRecovery implements reconcile.Tx, from the partial index of open
+// epochs.
+func (t *txn) OpenRecovery(ctx context.Context) (reconcile.Recovery, error) {
+	return queryOne(ctx, t, scanRecovery, "open recovery epoch", `SELECT `+sqlstore.RecoveryColumns+`
+FROM recovery_epochs WHERE completed_at IS NULL ORDER BY recorded_at DESC, id DESC LIMIT 1`)
+}
+
+// ListRecoveries implements reconcile.Tx.
+func (t *txn) ListRecoveries(ctx context.Context, limit int) ([]reconcile.Recovery, error) {
+	if err := dialect.CheckCap("list recovery epochs", limit); err != nil {
+		return nil, err
+	}
+	q := `SELECT ` + sqlstore.RecoveryColumns + ` FROM recovery_epochs ORDER BY recorded_at DESC, id DESC`
+	if limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	return queryAll(ctx, t, scanRecovery, "list recovery epochs", q)
+}
+
+// CompleteRecovery implements reconcile.Tx.
+func (t *txn) CompleteRecovery(ctx context.Context, id int64, relinked, orphans int, at time.Time) error {
+	what := fmt.Sprintf("complete recovery epoch %d", id)
+	if at.IsZero() || relinked < 0 || orphans < 0 {
+		return dialect.Invalid(what, "a completion time and counts not negative are required")
+	}
+	n, err := t.exec(ctx, `UPDATE recovery_epochs SET completed_at = $2, relinked = $3, orphans = $4
+WHERE id = $1 AND completed_at IS NULL`, id, at, relinked, orphans)
+	if err != nil {
+		return wrap(err, "%s", what)
+	}
+	if n == 1 {
+		return nil
+	}
+	var exists bool
+	if err := t.tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM recovery_epochs WHERE id = $1)`, id).Scan(&exists); err != nil {
+		return wrap(err, "%s", what)
+	}
+	if !exists {
+		return dialect.NotFound(what)
+	}
+	return dialect.Conflict(what, "completed already")
+}
+
+// CountRecoveryHeld implements reconcile.Tx.
+func (t *txn) CountRecoveryHeld(ctx context.Context, cutoff time.Time) (int, int, error) {
+	var p, r int
+	err := t.tx.QueryRow(ctx, `SELECT
+  (SELECT count(*) FROM purchases WHERE created_at < $1 AND state NOT IN ('succeeded', 'declined')),
+  (SELECT count(*) FROM refunds WHERE created_at < $1 AND state NOT IN ('succeeded', 'failed'))`, cutoff).Scan(&p, &r)
+	if err != nil {
+		return 0, 0, wrap(err, "count purchases and refunds held by recovery")
+	}
+	return p, r, nil
+}
+
+// LatestWrite implements reconcile.Tx.
+func (t *txn) LatestWrite(ctx context.Context) (time.Time, error) {
+	var at *time.Time
+	err := t.tx.QueryRow(ctx, `SELECT GREATEST(
+  (SELECT max(updated_at) FROM purchases),
+  (SELECT max(updated_at) FROM refunds),
+  (SELECT max(recorded_at) FROM recovery_epochs))`).Scan(&at)
+	if err != nil {
+		return time.Time{}, wrap(err, "latest write")
+	}
+	return derefTime(at), nil
+}
+
+// SystemIdentifier implements reconcile.Tx with pg_control_system(): the
+// identifier initdb gave the cluster, which a logical restore into
+// another cluster (pg_dump, pg_restore) does not carry over.
+func (t *txn) SystemIdentifier(ctx context.Context) (string, string, error) {
+	var current string
+	if err := t.tx.QueryRow(ctx, `SELECT system_identifier::text FROM pg_control_system()`).Scan(&current); err != nil {
+		return "", "", wrap(err, "read the system identifier")
+	}
+	var recorded string
+	err := t.tx.QueryRow(ctx, `SELECT value FROM payrecon_instance WHERE name = $1`, sqlstore.SystemIdentifierName).Scan(&recorded)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return "", "", wrap(err, "read the recorded system identifier")
+	}
+	return current, recorded, nil
+}
+
+// RecordSystemIdentifier implements reconcile.Tx with one upsert.
+func (t *txn) RecordSystemIdentifier(ctx context.Context, id string, at time.Time) error {
+	if id == "" || at.IsZero() {
+		return dialect.Invalid("record system identifier", "an identifier and a time are required")
+	}
+	_, err := t.exec(ctx, `INSERT INTO payrecon_instance (name, value, recorded_at) VALUES ($1, $2, $3)
+ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value, recorded_at = EXCLUDED.recorded_at`,
+		sqlstore.SystemIdentifierName, id, at)
+	if err != nil {
+		return wrap(err, "record system identifier")
+	}
+	return nil
+}
+
+// scanRecovery reads one row of sqlstore.RecoveryColumns.
+func scanRecovery(row sqlstore.Row) (reconcile.Recovery, error) {
+	var r reconcile.Recovery
+	var completed *time.Time
+	var relinked, orphans int64
+	if err := row.Scan(&r.ID, &r.RestoredAt, &r.RecordedAt, &r.AuditFrom, &r.AuditUntil, &completed, &relinked, &orphans); err != nil {
+		return reconcile.Recovery{}, err
+	}
+	r.RestoredAt, r.RecordedAt = r.RestoredAt.UTC(), r.RecordedAt.UTC()
+	r.AuditFrom, r.AuditUntil = r.AuditFrom.UTC(), r.AuditUntil.UTC()
+	r.CompletedAt = derefTime(completed)
+	r.Relinked, r.Orphans = int(relinked), int(orphans)
+	return r, nil
+}
