@@ -52,10 +52,13 @@ var scenarios = []scenario{
 	{point: crashpoint.WebhookCommitted, in: inServe, faults: "lost_reply=0.5", drive: drivePurchases},
 	{point: crashpoint.PurchaseInserted, in: inServe, drive: drivePurchases},
 	// Every reply lost, and replays too, with no webhooks, and the next
-	// check a minute away: the purchases stay uncertain until the
-	// escalation sweep takes them, in one batch.
+	// check 5 s away: the purchases stay uncertain until the escalation
+	// sweep takes them, in one batch. (The dead process keeps the locks
+	// of the sweeps it was running until their TTL, 5 min: the restarted
+	// worker escalates at the next check instead, and takes over the
+	// expired leases when their jobs come due.)
 	{point: crashpoint.SweepMidBatch, in: inWorker, faults: "lost_reply=1", noWebhooks: true,
-		flags: []string{"--max-uncertain-age", "300ms", "--backoff", "1m"}, drive: drivePurchases},
+		flags: []string{"--max-uncertain-age", "300ms", "--backoff", "5s"}, drive: drivePurchases},
 	{point: crashpoint.AuditMidWindow, in: inAudit, drive: driveAudit},
 	{point: crashpoint.RefundIntentCommitted, in: inWorker, drive: driveRefunds},
 	{point: crashpoint.RefundAnswerRead, in: inServe, faults: "refund_lost_reply=0.3", drive: driveRefunds},

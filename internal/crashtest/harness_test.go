@@ -2,7 +2,6 @@ package crashtest
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -392,9 +391,4 @@ func (e *env) call(path, key string, body []byte) *apiCall {
 		e.j.add("drive", "POST %s key=%s: %d %s", path, key, code, c.id)
 	}
 	return c
-}
-
-// ctxTimeout is a context for a command the test runs to completion.
-func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.Background(), d)
 }
