@@ -167,6 +167,10 @@ func TestChaos(t *testing.T) {
 	// Settle: the outage ends, every request is answered on replay, every
 	// purchase and refund settles.
 	settleStart := time.Now()
+	if outage {
+		// The audit at the end asks the provider: wait out the outage.
+		e.await("the provider's outage ends", 60*time.Second, func() bool { return providerUp(e) })
+	}
 	r.calls = calls
 	r.replayAll()
 	r.settle()
@@ -189,4 +193,20 @@ func postForm(url, form string) (int, string, error) {
 	var b strings.Builder
 	_, _ = fmt.Fprint(&b, resp.Status)
 	return resp.StatusCode, b.String(), nil
+}
+
+// providerUp reports whether the fake answers a call of its API (not a
+// 503 of an outage).
+func providerUp(e *env) bool {
+	req, err := http.NewRequest(http.MethodGet, e.fake+"/v1/payment_intents?limit=1", nil)
+	if err != nil {
+		return false
+	}
+	req.Header.Set("Authorization", "Bearer "+stripeKey)
+	resp, err := e.client.Do(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
