@@ -97,6 +97,14 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeJSON(w, http.StatusOK, s.fake.Ledger())
+	case path == controlPrefix+"webhooks" && r.Method == http.MethodGet:
+		if bad := onlyParams(r.URL.Query()); bad != nil {
+			writeError(w, http.StatusBadRequest, *bad)
+			return
+		}
+		writeJSON(w, http.StatusOK, s.webhookView())
+	case path == controlPrefix+"outage" && r.Method == http.MethodPost:
+		s.controlOutage(w, r)
 	case path == controlPrefix+"charges" && r.Method == http.MethodPost:
 		s.controlCharge(w, r)
 	case isStatus && r.Method == http.MethodPost:
@@ -107,7 +115,7 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 		s.controlRefundStatus(w, r, refundID)
 	default:
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). The fake provider's own endpoints are GET /_fake/ledger, POST /_fake/charges, POST /_fake/payment_intents/{id}/status, POST /_fake/refunds and POST /_fake/refunds/{id}/status.", r.Method, path)})
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). The fake provider's own endpoints are GET /_fake/ledger, POST /_fake/charges, POST /_fake/payment_intents/{id}/status, POST /_fake/refunds, POST /_fake/refunds/{id}/status, POST /_fake/outage and GET /_fake/webhooks.", r.Method, path)})
 	}
 }
 

@@ -178,6 +178,12 @@ type ServerConfig struct {
 //	POST /_fake/refunds/{id}/status           Server.SetRefundStatus: status,
 //	                                          webhooks; answers the Refund, or a
 //	                                          404 resource_missing for an unknown id
+//	POST /_fake/outage                        Server.Outage: duration (a Go
+//	                                          duration, 0 ends it); every /v1
+//	                                          call is a 503 until it ends
+//	GET  /_fake/webhooks                      the events emitted, their
+//	                                          deliveries and the counts, as JSON
+//	                                          (see WebhookView)
 //
 // Their parameters come form-encoded (body or query) or as a JSON object
 // (Content-Type: application/json; amount a number, webhooks a boolean).
@@ -200,6 +206,9 @@ type Server struct {
 	wg       sync.WaitGroup // background goroutines
 
 	wh *webhooks // nil when webhooks are off
+
+	outageMu    sync.Mutex
+	outageUntil time.Time // every /v1 call is refused before it (Outage)
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -312,6 +321,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.Set("Stripe-Version", APIVersion)
 	if strings.HasPrefix(r.URL.Path, controlPrefix) {
 		s.control(w, r)
+		return
+	}
+	if s.inOutage() {
+		refuseInOutage(w)
 		return
 	}
 	if msg := checkAuth(r.Header.Get("Authorization")); msg != "" {

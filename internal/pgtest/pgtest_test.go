@@ -33,3 +33,24 @@ func TestNewDatabase(t *testing.T) {
 		conn.Close(ctx)
 	}
 }
+
+// TestClusterRestartImmediate: a cluster of its own survives `pg_ctl
+// restart -m immediate` with what it had committed.
+func TestClusterRestartImmediate(t *testing.T) {
+	c := pgtest.NewCluster(t)
+	url := c.NewDatabase(t)
+	exec := func(sql string) {
+		t.Helper()
+		conn, err := pgx.Connect(t.Context(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(t.Context())
+		if _, err := conn.Exec(t.Context(), sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec("CREATE TABLE t (x int); INSERT INTO t VALUES (1)")
+	c.RestartImmediate(t)
+	exec("DO $$ BEGIN IF (SELECT count(*) FROM t) <> 1 THEN RAISE 'lost the row'; END IF; END $$")
+}

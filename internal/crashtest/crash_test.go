@@ -1,0 +1,350 @@
+package crashtest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/internal/crashpoint"
+	"github.com/payrecon/payrecon/internal/pgtest"
+)
+
+// Where a point is armed: the process that carries PAYRECON_CRASHPOINT.
+const (
+	inServe  = "serve"  // serve with its worker: the API, the webhooks, the worker, the sweeps
+	inWorker = "worker" // a worker process beside serve --worker=false
+	inAudit  = "audit"  // payrecon audit, run by hand
+)
+
+// scenario says how to drive the processes to one crash point: one row
+// per point, so that a new point is one more row (TestEveryPointHasARow
+// fails until it has one).
+type scenario struct {
+	point crashpoint.Point
+	in    string // inServe, inWorker or inAudit
+	// faults are the fake provider's (--fake-faults), before the
+	// webhook settings every run adds.
+	faults string
+	// noWebhooks: the fake sends none (a purchase is settled by the
+	// worker alone).
+	noWebhooks bool
+	// flags are more settings of serve and worker.
+	flags []string
+	// drive runs until the armed process dies, or has done all it can;
+	// hit is the hit the point is armed at (1 for the first).
+	drive func(r *run, hit int)
+}
+
+// scenarios: one row per crash point.
+var scenarios = []scenario{
+	{point: crashpoint.IntentCommitted, in: inWorker, drive: drivePurchases},
+	{point: crashpoint.CallSent, in: inServe, faults: "processing=0.3,settle_after=300ms", drive: drivePurchases},
+	{point: crashpoint.AnswerRead, in: inWorker, faults: "decline=0.3", drive: drivePurchases},
+	{point: crashpoint.ApplyCommitted, in: inServe, faults: "lost_reply=0.3", drive: drivePurchases},
+	{point: crashpoint.WebhookVerified, in: inServe, drive: drivePurchases},
+	{point: crashpoint.WebhookCommitted, in: inServe, faults: "lost_reply=0.5", drive: drivePurchases},
+	{point: crashpoint.PurchaseInserted, in: inServe, drive: drivePurchases},
+	// Every reply lost, and replays too, with no webhooks, and the next
+	// check 5 s away: the purchases stay uncertain until the escalation
+	// sweep takes them, in one batch. (The dead process keeps the locks
+	// of the sweeps it was running until their TTL, 5 min: the restarted
+	// worker escalates at the next check instead, and takes over the
+	// expired leases when their jobs come due.)
+	{point: crashpoint.SweepMidBatch, in: inWorker, faults: "lost_reply=1", noWebhooks: true,
+		flags: []string{"--max-uncertain-age", "300ms", "--backoff", "5s"}, drive: drivePurchases},
+	{point: crashpoint.AuditMidWindow, in: inAudit, drive: driveAudit},
+	{point: crashpoint.RefundIntentCommitted, in: inWorker, drive: driveRefunds},
+	{point: crashpoint.RefundAnswerRead, in: inServe, faults: "refund_lost_reply=0.3", drive: driveRefunds},
+	{point: crashpoint.RefundApplyCommitted, in: inWorker, faults: "refund_processing=0.3,settle_after=300ms", drive: driveRefunds},
+	{point: crashpoint.RefundInserted, in: inServe, drive: driveRefunds},
+}
+
+// TestEveryPointHasARow fails when a crash point has no scenario, or a
+// scenario names no known point.
+func TestEveryPointHasARow(t *testing.T) {
+	rows := map[crashpoint.Point]int{}
+	for _, s := range scenarios {
+		rows[s.point]++
+		if !slices.Contains(crashpoint.Points, s.point) {
+			t.Errorf("scenario for %q: no such crash point", s.point)
+		}
+	}
+	for _, p := range crashpoint.Points {
+		if rows[p] != 1 {
+			t.Errorf("crash point %q has %d scenarios, want 1: add its row to scenarios", p, rows[p])
+		}
+	}
+}
+
+// TestCrashPoints kills a real process at every crash point, on both
+// stores, restarts it, lets everything settle and checks the invariants.
+func TestCrashPoints(t *testing.T) {
+	enabled(t)
+	binary(t)
+	for _, store := range []string{"postgres", "sqlite"} {
+		t.Run(store, func(t *testing.T) {
+			for _, s := range scenarios {
+				for hit := 1; hit <= *crashRuns; hit++ {
+					t.Run(fmt.Sprintf("%s:%d", s.point, hit), func(t *testing.T) {
+						t.Parallel()
+						var url string
+						if store == "postgres" {
+							url = pgtest.NewDatabase(t)
+						} else {
+							url = "sqlite:" + filepath.Join(t.TempDir(), "payrecon.db")
+						}
+						crashRun(t, s, hit, url)
+					})
+				}
+			}
+		})
+	}
+}
+
+// run is one crash run: its world, the armed process and what the test
+// drove.
+type run struct {
+	*env
+	s         scenario
+	spec      string // PAYRECON_CRASHPOINT's value
+	serveAddr string
+	serveP    *proc
+	workerP   *proc
+	armed     *proc
+	calls     []*apiCall
+	seq       int
+}
+
+func crashRun(t *testing.T, s scenario, hit int, dbURL string) {
+	e := newEnv(t, dbURL)
+	r := &run{env: e, s: s, spec: fmt.Sprintf("%s:%d", s.point, hit)}
+	e.j.add("run", "crash point %s on %s, store %s", r.spec, s.in, strings.SplitN(dbURL, ":", 2)[0])
+	if !e.sqlite {
+		// A Postgres database is migrated by hand before any command runs.
+		mig := e.start("migrate", nil)
+		<-mig.done
+		if mig.exitString() != "exited with status 0" {
+			t.Fatalf("migrate %s", mig.exitString())
+		}
+	}
+	r.serveAddr = freeAddr(t)
+	e.serve = "http://" + r.serveAddr
+	faults := "seed=7,webhook_backoff=200ms,webhook_max_backoff=1s,webhook_attempts=50"
+	if s.faults != "" {
+		faults = s.faults + "," + faults
+	}
+	e.startFake(faults, !s.noWebhooks, r.serveAddr)
+	armServe := s.in == inServe
+	r.serveP = r.startServe(armServe)
+	if s.in == inWorker {
+		r.workerP = r.startWorker(true)
+	}
+	switch s.in {
+	case inServe:
+		r.armed = r.serveP
+	case inWorker:
+		r.armed = r.workerP
+	}
+
+	s.drive(r, hit)
+	if s.in != inAudit {
+		r.awaitCrash(r.armed)
+		// Restart it without the crash point.
+		if s.in == inServe {
+			r.serveP = r.startServe(false)
+		} else {
+			r.workerP = r.startWorker(false)
+		}
+	}
+	r.replayAll()
+	r.settle()
+	counts := r.checkInvariants()
+	r.auditClean()
+	t.Logf("%s: %s", r.spec, counts)
+}
+
+// startServe starts serve on r.serveAddr, armed or not; with a separate
+// worker process it runs no worker itself.
+func (r *run) startServe(armed bool) *proc {
+	r.t.Helper()
+	var env []string
+	if armed {
+		env = []string{"PAYRECON_CRASHPOINT=" + r.spec}
+	}
+	args := r.protocolFlags(append([]string{"--addr", r.serveAddr, "--worker-id", "serve",
+		fmt.Sprintf("--worker=%t", r.s.in != inWorker)}, r.s.flags...)...)
+	p := r.start("serve", env, args...)
+	r.awaitHealthy(p, r.serve, "/healthz")
+	if armed {
+		r.armed = p
+	}
+	return p
+}
+
+// startWorker starts a worker process, armed or not.
+func (r *run) startWorker(armed bool) *proc {
+	r.t.Helper()
+	var env []string
+	if armed {
+		env = []string{"PAYRECON_CRASHPOINT=" + r.spec}
+	}
+	addr := freeAddr(r.t)
+	args := r.protocolFlags(append([]string{"--addr", addr, "--worker-id", "worker-1"}, r.s.flags...)...)
+	p := r.start("worker", env, args...)
+	// An armed worker may reach its point before it answers: wait for it
+	// only when unarmed.
+	if !armed {
+		r.awaitHealthy(p, "http://"+addr, "/healthz")
+	}
+	return p
+}
+
+// awaitCrash waits for p to die at the point, by SIGKILL.
+func (r *run) awaitCrash(p *proc) {
+	r.t.Helper()
+	r.await(p.name+" dies at "+r.spec, 60*time.Second, p.exited)
+	if !p.killedBySIGKILL() {
+		r.t.Fatalf("%s %s, want killed by SIGKILL at %s", p.name, p.exitString(), r.spec)
+	}
+}
+
+// newPurchase posts one purchase with a key of its own.
+func (r *run) newPurchase() *apiCall {
+	r.seq++
+	body := fmt.Appendf(nil, `{"customer":"cus_crash","amount":%d,"currency":"usd","description":"crash test %d"}`, 1000+r.seq, r.seq)
+	c := r.call("/v1/purchases", fmt.Sprintf("purchase-%d", r.seq), body)
+	r.calls = append(r.calls, c)
+	return c
+}
+
+// drivePurchases posts purchases, one at a time, until the armed process
+// dies or 4+2·hit are in, then waits for the crash.
+func drivePurchases(r *run, hit int) {
+	for i := 0; i < 4+2*hit && !r.armed.exited(); i++ {
+		r.newPurchase()
+	}
+}
+
+// driveRefunds charges 3+hit purchases, then refunds part of each
+// succeeded one, until the armed process dies.
+func driveRefunds(r *run, hit int) {
+	r.t.Helper()
+	for range 3 + hit {
+		r.newPurchase()
+	}
+	ids := r.awaitSucceeded()
+	for i, id := range ids {
+		if r.armed.exited() {
+			return
+		}
+		c := r.call("/v1/purchases/"+id+"/refunds", fmt.Sprintf("refund-%d", i+1), []byte(`{"amount":300,"reason":"requested_by_customer"}`))
+		r.calls = append(r.calls, c)
+	}
+}
+
+// driveAudit charges purchases, lets them settle, then runs the audit by
+// hand armed at the point, and again without it: the second run must
+// resume where the first stopped and finish.
+func driveAudit(r *run, hit int) {
+	r.t.Helper()
+	for range 3 {
+		r.newPurchase()
+	}
+	r.settle()
+	// A fixed window, so that the second run is the same run.
+	now := time.Now().UTC().Truncate(time.Second)
+	args := []string{"--since", now.Add(-3 * time.Hour).Format(time.RFC3339), "--until", now.Add(time.Second).Format(time.RFC3339),
+		"--provider", "stripe", "--stripe-api-base", r.fake}
+	p := r.start("audit", []string{"PAYRECON_CRASHPOINT=" + r.spec}, args...)
+	r.awaitCrash(p)
+	p = r.start("audit", nil, args...)
+	r.await("the audit resumes and finishes", 60*time.Second, p.exited)
+	if p.exitString() != "exited with status 0" {
+		r.t.Fatalf("audit after the crash %s", p.exitString())
+	}
+	out := readFile(r.t, p.log)
+	if !strings.Contains(out, "resumed a run that had stopped midway") {
+		r.t.Errorf("the audit after the crash did not resume the run it left midway:\n%s", out)
+	}
+	r.j.add("audit", "the second run resumed and finished")
+}
+
+// awaitSucceeded waits until every purchase posted so far is final, and
+// returns the succeeded ones.
+func (r *run) awaitSucceeded() []string {
+	r.t.Helper()
+	var ok []string
+	r.await("purchases final", 60*time.Second, func() bool {
+		if r.armed != nil && r.armed.exited() {
+			return true
+		}
+		ok = ok[:0]
+		for _, c := range r.calls {
+			var p purchaseDetail
+			if c.id == "" {
+				continue
+			}
+			if code, err := r.getJSON(r.serve+"/v1/purchases/"+c.id, &p); err != nil || code != 200 {
+				return false
+			}
+			switch {
+			case p.State == "succeeded":
+				ok = append(ok, p.ID)
+			case p.State != "declined":
+				return false
+			}
+		}
+		return true
+	})
+	return ok
+}
+
+// replayAll sends every API request again with its key: each must be
+// answered now, and as it was the first time if it was answered then.
+func (r *run) replayAll() {
+	r.t.Helper()
+	for _, c := range r.calls {
+		code, b, err := r.post(c.path, c.key, c.body)
+		if err != nil {
+			r.t.Errorf("replay of %s key=%s: no answer: %v", c.path, c.key, err)
+			continue
+		}
+		var v struct {
+			ID string `json:"id"`
+		}
+		_ = json.Unmarshal(b, &v)
+		r.j.add("replay", "POST %s key=%s: %d %s", c.path, c.key, code, v.ID)
+		// A 5xx or a 409 (the key in flight) says "retry with the same
+		// key": it is no answer yet.
+		final := c.answered && c.status < 500 && c.status != http.StatusConflict
+		switch {
+		case final && (code != c.status || !bytes.Equal(b, c.answer)):
+			r.t.Errorf("replay of %s key=%s: %d %s, want the first answer %d %s", c.path, c.key, code, b, c.status, c.answer)
+		case !final && code != http.StatusCreated:
+			r.t.Errorf("replay of unanswered %s key=%s (first: %d): %d %s, want 201", c.path, c.key, c.status, code, b)
+		case !final:
+			// A second replay must give the same answer as the first.
+			code2, b2, err := r.post(c.path, c.key, c.body)
+			if err != nil || code2 != code || !bytes.Equal(b2, b) {
+				r.t.Errorf("second replay of %s key=%s: %d %s %v, want %d %s", c.path, c.key, code2, b2, err, code, b)
+			}
+			c.id = v.ID
+		}
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
