@@ -125,6 +125,8 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"RefundJobs", testRefundJobs},
 		{"RefundAuditTrail", withStore(testRefundAuditTrail)},
 		{"RefundReads", testRefundReads},
+		// outbox.go
+		{"Outbox", testOutbox},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
