@@ -42,6 +42,19 @@ BEGIN
 END;
 -- +goose StatementEnd
 
+-- INSERT OR REPLACE would delete the row it collides with without firing
+-- a DELETE trigger and write new bytes under the old id: an insert of an
+-- id already stored is refused before the conflict is resolved.
+-- +goose StatementBegin
+CREATE TRIGGER outbox_no_replace
+BEFORE INSERT ON outbox
+FOR EACH ROW
+WHEN EXISTS (SELECT 1 FROM outbox WHERE event_id = NEW.event_id)
+BEGIN
+    SELECT RAISE(ABORT, 'outbox: event ' || NEW.event_id || ' is immutable: REPLACE refused');
+END;
+-- +goose StatementEnd
+
 CREATE TABLE outbox_subscriptions (
     name        TEXT    NOT NULL PRIMARY KEY CHECK (name <> ''),
     url         TEXT    NOT NULL CHECK (url <> ''),
@@ -84,6 +97,7 @@ CREATE INDEX outbox_deliveries_event_idx ON outbox_deliveries (event_id);
 DROP TABLE outbox_deliveries;
 DROP TABLE outbox_lease_tokens;
 DROP TABLE outbox_subscriptions;
+DROP TRIGGER outbox_no_replace;
 DROP TRIGGER outbox_immutable;
 DROP TABLE outbox;
 DROP TABLE outbox_sequences;
