@@ -55,7 +55,8 @@ type RelayObserver interface {
 type RelayConfig struct {
 	// Owner names this relay's leases. Default "relay".
 	Owner string
-	// Client sends the POSTs. Default: an http.Client with Timeout.
+	// Client sends the POSTs. Default: an http.Client with Timeout that
+	// keeps Batch idle connections per endpoint.
 	Client *http.Client
 	// Timeout bounds one POST. Default 10s.
 	Timeout time.Duration
@@ -99,11 +100,14 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 	if c.LeaseFor == 0 {
 		c.LeaseFor = 6 * c.Timeout
 	}
-	if c.Client == nil {
-		c.Client = &http.Client{Timeout: c.Timeout}
-	}
 	if c.Batch == 0 {
 		c.Batch = 32
+	}
+	if c.Client == nil {
+		// Keep a connection per concurrent POST to each endpoint.
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConnsPerHost = c.Batch
+		c.Client = &http.Client{Timeout: c.Timeout, Transport: tr}
 	}
 	if c.RetryWindow == 0 {
 		c.RetryWindow = DefaultRetryWindow
@@ -186,9 +190,11 @@ func (r *Relay) Run(ctx context.Context) error {
 }
 
 // RunOnce claims up to Batch due deliveries, sends them concurrently,
-// records each outcome, and returns how many it claimed. An outcome it
-// could not record (the lease was lost, or ctx ended: not an error) leaves
-// the delivery to be sent again once its lease expires.
+// records their outcomes together in one transaction once every POST has
+// ended (one write for the round, not one per delivery: SQLite has a
+// single writer), and returns how many it claimed. An outcome it could not
+// record (the lease was lost, or ctx ended: not an error) leaves the
+// delivery to be sent again once its lease expires.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	var claimed []Delivery
 	err := r.store.InTx(ctx, func(tx Tx) error {
@@ -199,101 +205,115 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("reconcile: relay: claim: %w", err)
 	}
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for _, d := range claimed {
-		wg.Go(func() {
-			if err := r.deliver(ctx, d); err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
-		})
+	if len(claimed) == 0 {
+		return 0, nil
+	}
+	results := make([]result, len(claimed))
+	var wg sync.WaitGroup
+	for i, d := range claimed {
+		wg.Go(func() { results[i] = r.send(ctx, d) })
 	}
 	wg.Wait()
-	return len(claimed), errors.Join(errs...)
-}
-
-// deliver sends d once and records the outcome.
-func (r *Relay) deliver(ctx context.Context, d Delivery) error {
+	if ctx.Err() != nil {
+		// Stopped mid-round: record nothing; the leases expire and the
+		// deliveries are sent again.
+		return len(claimed), nil
+	}
 	now, err := r.store.Now(ctx)
 	if err != nil {
-		return fmt.Errorf("reconcile: relay: %w", err)
+		return len(claimed), fmt.Errorf("reconcile: relay: %w", err)
+	}
+	for i := range results {
+		r.judge(&results[i], claimed[i], now)
+	}
+	err = r.store.InTx(ctx, func(tx Tx) error {
+		for i, d := range claimed {
+			res := &results[i]
+			res.lost = false
+			err := tx.FinishDelivery(ctx, d, res.state, res.next, res.why)
+			switch {
+			case errors.Is(err, ErrLeaseLost):
+				res.lost = true
+			case err != nil:
+				return err
+			}
+		}
+		return nil
+	})
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return len(claimed), nil
+	case err != nil:
+		return len(claimed), fmt.Errorf("reconcile: relay: record %d deliveries: %w", len(claimed), err)
+	}
+	for i, d := range claimed {
+		res := results[i]
+		if res.lost {
+			res.outcome = DeliveryLeaseLost
+		}
+		if r.cfg.Observer != nil {
+			r.cfg.Observer.OutboxDelivery(res.outcome, now.Sub(d.CreatedAt))
+		}
+		if res.outcome == DeliveryDied {
+			r.cfg.Logger.Warn("outbox delivery dead: replay it from the operator pages once the endpoint is fixed",
+				"subscription", d.Subscription.Name, "event", d.EventID, "purchase", d.PurchaseID, "sequence", d.Sequence, "why", res.why)
+		}
+	}
+	return len(claimed), nil
+}
+
+// result is one POST's answer and what the relay makes of it.
+type result struct {
+	status  int
+	err     error
+	state   DeliveryState
+	next    time.Time
+	why     string
+	outcome DeliveryOutcome
+	lost    bool // the lease was gone when the outcome was recorded
+}
+
+// send POSTs d once, signed at the store's now.
+func (r *Relay) send(ctx context.Context, d Delivery) result {
+	now, err := r.store.Now(ctx)
+	if err != nil {
+		return result{err: err}
 	}
 	req, err := events.NewRequestBody(ctx, d.Subscription.URL, []string{d.Subscription.Secret}, d.EventID, d.Payload, d.Attempts, now)
-	var (
-		status  int
-		sendErr error
-	)
 	if err != nil {
-		sendErr = err
-	} else {
-		resp, err := r.cfg.Client.Do(req)
-		if err != nil {
-			sendErr = err
-		} else {
-			status = resp.StatusCode
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-			_ = resp.Body.Close()
-		}
+		return result{err: err}
 	}
-	if ctx.Err() != nil {
-		// Stopped mid-delivery: record nothing; the lease expires and the
-		// delivery is sent again.
-		return nil
+	resp, err := r.cfg.Client.Do(req)
+	if err != nil {
+		return result{err: err}
 	}
-	if now, err = r.store.Now(ctx); err != nil {
-		return fmt.Errorf("reconcile: relay: %w", err)
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	_ = resp.Body.Close()
+	return result{status: resp.StatusCode}
+}
+
+// judge decides what becomes of a POST's delivery at now: done after a
+// 2xx; dead after a 409 (the receiver refuses the event for good) or once
+// the retry window has passed; else retried after the backoff.
+func (r *Relay) judge(res *result, d Delivery, now time.Time) {
+	if res.err == nil && res.status >= 200 && res.status < 300 {
+		res.state, res.outcome = DeliveryDone, DeliveryDelivered
+		return
 	}
-	var (
-		state   DeliveryState
-		next    time.Time
-		outcome DeliveryOutcome
-		why     string
-	)
+	res.why = fmt.Sprintf("attempt %d: HTTP %d", d.Attempts, res.status)
+	if res.err != nil {
+		res.why = fmt.Sprintf("attempt %d: %v", d.Attempts, res.err)
+	}
 	switch {
-	case sendErr == nil && status >= 200 && status < 300:
-		state, outcome = DeliveryDone, DeliveryDelivered
+	case res.status == http.StatusConflict:
+		res.state, res.outcome = DeliveryDead, DeliveryDied
+		res.why += " (refused for good)"
+	case now.Sub(d.WindowFrom) >= r.cfg.RetryWindow:
+		res.state, res.outcome = DeliveryDead, DeliveryDied
+		res.why += fmt.Sprintf(" (failing for %s, past the retry window)", now.Sub(d.WindowFrom).Truncate(time.Second))
 	default:
-		why = fmt.Sprintf("attempt %d: HTTP %d", d.Attempts, status)
-		if sendErr != nil {
-			why = fmt.Sprintf("attempt %d: %v", d.Attempts, sendErr)
-		}
-		switch {
-		case status == http.StatusConflict:
-			// The receiver refuses the event for good (another content
-			// under its id, or out of order): an operator must look.
-			state, outcome = DeliveryDead, DeliveryDied
-			why += " (refused for good)"
-		case now.Sub(d.WindowFrom) >= r.cfg.RetryWindow:
-			state, outcome = DeliveryDead, DeliveryDied
-			why += fmt.Sprintf(" (failing for %s, past the retry window)", now.Sub(d.WindowFrom).Truncate(time.Second))
-		default:
-			state, outcome, next = DeliveryPending, DeliveryRetry, now.Add(r.backoff(d.Attempts))
-		}
+		res.state, res.outcome, res.next = DeliveryPending, DeliveryRetry, now.Add(r.backoff(d.Attempts))
 	}
-	err = r.store.InTx(ctx, func(tx Tx) error { return tx.FinishDelivery(ctx, d, state, next, why) })
-	switch {
-	case errors.Is(err, ErrLeaseLost):
-		outcome = DeliveryLeaseLost
-		err = nil
-	case err != nil && ctx.Err() != nil:
-		// Stopped while recording: as if stopped before.
-		return nil
-	case err != nil:
-		return fmt.Errorf("reconcile: relay: record delivery of %s to %s: %w", d.EventID, d.Subscription.Name, err)
-	}
-	if r.cfg.Observer != nil {
-		r.cfg.Observer.OutboxDelivery(outcome, now.Sub(d.CreatedAt))
-	}
-	if outcome == DeliveryDied {
-		r.cfg.Logger.Warn("outbox delivery dead: replay it from the operator pages once the endpoint is fixed",
-			"subscription", d.Subscription.Name, "event", d.EventID, "purchase", d.PurchaseID, "sequence", d.Sequence, "why", why)
-	}
-	return nil
 }
 
 // backoff is the wait after the attempts-th failure: MinBackoff doubled
