@@ -61,7 +61,7 @@ var (
 	httpSettings     = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
 		"api", "api-token", "api-token-file", "ops-token", "ops-token-file", "group-commit", "group-commit-max", "group-commit-leaders"}
 	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit",
-		"inbox-retention", "idempotency-key-retention"}
+		"inbox-retention", "idempotency-key-retention", "outbox-retry-window", "outbox-retention"}
 	// readSettings are those of a command that reads or writes the books
 	// and never asks the provider.
 	readSettings = join(basicSettings, storeSettings)

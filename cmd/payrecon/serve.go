@@ -21,6 +21,7 @@ type app struct {
 	svc     *reconcile.Service
 	metrics *prometheus.Metrics
 	sched   *cron.Scheduler
+	relay   *reconcile.Relay // delivers the outbox, beside the worker
 	server  *rhttp.Server
 	close   func()
 }
@@ -49,6 +50,9 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	a.sched, err = cron.New(st, sweeps, cron.Config{Owner: a.svc.Config().WorkerID, Logger: e.log, Observer: metrics})
 	if err != nil {
 		return fail(usageError(err))
+	}
+	if a.relay, err = e.relay(a.svc, metrics); err != nil {
+		return fail(err)
 	}
 
 	tolerance, err := e.settings.duration("webhook-tolerance")
@@ -131,6 +135,22 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	return a, nil
 }
 
+// relay builds the outbox's relay from the settings: its leases are the
+// worker's (--worker-id), its retry window --outbox-retry-window.
+func (e *env) relay(svc *reconcile.Service, metrics *prometheus.Metrics) (*reconcile.Relay, error) {
+	window, err := e.settings.duration("outbox-retry-window")
+	if err != nil {
+		return nil, usageError(err)
+	}
+	r, err := reconcile.NewRelay(svc.Store(), reconcile.RelayConfig{
+		Owner: svc.Config().WorkerID, RetryWindow: window, Observer: metrics, Logger: e.log,
+	})
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return r, nil
+}
+
 // sweeps builds the standard sweeps from the settings.
 func (e *env) sweeps(svc *reconcile.Service, metrics *prometheus.Metrics) ([]cron.Sweep, error) {
 	cfg, err := e.settings.sweepConfig()
@@ -153,7 +173,7 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 	defer a.close()
 	e.log.Info("listening", "addr", ln.Addr().String(), "worker", worker)
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	start := func(name string, fn func() error) {
 		wg.Add(1)
 		go func() {
@@ -177,6 +197,13 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 			return a.svc.Work(ctx)
 		})
 		start("scheduler", func() error { defer cancel(); return a.sched.Run(ctx) })
+		start("relay", func() error {
+			defer cancel()
+			if err := a.relay.Run(ctx); !errors.Is(err, context.Canceled) {
+				return err
+			}
+			return nil
+		})
 	}
 	wg.Wait()
 	close(errs)

@@ -66,7 +66,7 @@ type SweepConfig struct {
 	OutboxRetention time.Duration
 	// OutboxRetryWindow is the relay's retry window
 	// (reconcile.RelayConfig.RetryWindow), the longest an event may be
-	// redelivered. Default reconcile.DefaultRetryWindow (72h).
+	// redelivered. Default 72h (reconcile.DefaultRetryWindow).
 	OutboxRetryWindow time.Duration
 	// DeleteBatch is the rows deleted per transaction. Default 1000.
 	DeleteBatch int
