@@ -559,3 +559,41 @@ func (h roundHeader) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("X-Test-Round", h.round)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// TestOutboxEventsOfEscalationAndResolution: a purchase whose reply was
+// lost goes to the operator list (purchase.escalated), and an operator's
+// resolution writes its move (purchase.succeeded) and the resolution
+// (purchase.resolved, with its outcome and operator), numbered 1, 2, 3 in
+// commit order.
+func TestOutboxEventsOfEscalationAndResolution(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxAttempts: 1})
+		p := f.create("c")
+		f.fake.Script(p.ID, fakeprovider.LostReply)
+		if _, err := f.svc.RunOnce(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if got := outboxTypes(outboxOf(t, f.store, p.ID)); !slices.Equal(got, []events.Type{events.PurchaseEscalated}) {
+			t.Fatalf("after the escalation: events %v, want purchase.escalated", got)
+		}
+		if _, err := f.svc.Resolve(t.Context(), reconcile.Resolution{PurchaseID: p.ID, Operator: "alice", To: statemachine.Succeeded, Evidence: "the dashboard shows the charge"}); err != nil {
+			t.Fatal(err)
+		}
+		got := outboxOf(t, f.store, p.ID)
+		if !slices.Equal(outboxTypes(got), []events.Type{events.PurchaseEscalated, events.PurchaseSucceeded, events.PurchaseResolved}) || !slices.Equal(sequences(got), []int64{1, 2, 3}) {
+			t.Fatalf("after the resolution: events %v numbered %v", outboxTypes(got), sequences(got))
+		}
+		ev, err := events.Unmarshal(got[2].Payload)
+		if err != nil || !bytes.Contains(ev.Data, []byte(`"outcome":"succeeded"`)) || !bytes.Contains(ev.Data, []byte(`"operator":"alice"`)) {
+			t.Fatalf("purchase.resolved: %s, %v", got[2].Payload, err)
+		}
+	})
+}
+
+func sequences(es []reconcile.OutboxEvent) []int64 {
+	var out []int64
+	for _, e := range es {
+		out = append(out, e.Sequence)
+	}
+	return out
+}
