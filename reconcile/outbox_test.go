@@ -597,3 +597,49 @@ func sequences(es []reconcile.OutboxEvent) []int64 {
 	}
 	return out
 }
+
+// TestOutboxEventsOfRefundsAndFindings: a refund's final state and an
+// audit finding's opening and closing write their events, after the
+// purchase's own, in the purchase's numbering; a finding about no
+// purchase (an orphan charge) writes none.
+func TestOutboxEventsOfRefundsAndFindings(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		p := f.create("c")
+		f.runUntilIdle(f.svc)
+		r, err := f.svc.CreateRefund(t.Context(), reconcile.NewRefund{PurchaseID: p.ID, Amount: 100, Reason: "customer asked"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.runUntilIdle(f.svc)
+		now := f.clock.Now()
+		for _, pid := range []string{p.ID, ""} {
+			if err := f.svc.Store().InTx(t.Context(), func(tx reconcile.Tx) error {
+				_, err := tx.InsertFinding(t.Context(), reconcile.Finding{
+					Provider: "stripe", PaymentID: "pi_other_" + pid, Kind: reconcile.FindingDuplicateCharge, PurchaseID: pid,
+					Amount: 300, Currency: "usd", Status: "succeeded", Evidence: "a second charge", FoundAt: now,
+				})
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fs, err := f.svc.Findings(t.Context(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, fd := range fs {
+			if _, err := f.svc.CloseFinding(t.Context(), fd.ID, "alice", "refunded"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got := outboxOf(t, f.store, p.ID)
+		want := []events.Type{events.PurchaseSucceeded, events.RefundSucceeded, events.FindingOpened, events.FindingClosed}
+		if !slices.Equal(outboxTypes(got), want) || !slices.Equal(sequences(got), []int64{1, 2, 3, 4}) {
+			t.Fatalf("events %v numbered %v, want %v numbered 1 to 4", outboxTypes(got), sequences(got), want)
+		}
+		if got[1].RefundID != r.ID {
+			t.Fatalf("refund event of %q, want %s", got[1].RefundID, r.ID)
+		}
+	})
+}
