@@ -21,7 +21,7 @@ type app struct {
 	svc     *reconcile.Service
 	metrics *prometheus.Metrics
 	sched   *cron.Scheduler
-	relay   *reconcile.Relay // delivers the outbox, beside the worker
+	relay   *reconcile.Relay // delivers the outbox beside the worker; nil: none (the demo's stack)
 	server  *rhttp.Server
 	close   func()
 }
@@ -197,13 +197,15 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 			return a.svc.Work(ctx)
 		})
 		start("scheduler", func() error { defer cancel(); return a.sched.Run(ctx) })
-		start("relay", func() error {
-			defer cancel()
-			if err := a.relay.Run(ctx); !errors.Is(err, context.Canceled) {
-				return err
-			}
-			return nil
-		})
+		if a.relay != nil {
+			start("relay", func() error {
+				defer cancel()
+				if err := a.relay.Run(ctx); !errors.Is(err, context.Canceled) {
+					return err
+				}
+				return nil
+			})
+		}
 	}
 	wg.Wait()
 	close(errs)
