@@ -45,6 +45,8 @@ func New(store Store, p provider.Provider, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Every transaction writes the outbox events of its changes.
+	store = outboxStore{Store: store}
 	s := &Service{store: store, provider: p, cfg: cfg}
 	if !cfg.GroupCommitOff {
 		s.group = newGroupCommitter(store, cfg.GroupCommitMax, cfg.GroupCommitLeaders, cfg.Logger)

@@ -61,7 +61,7 @@ var (
 	httpSettings     = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
 		"api", "api-token", "api-token-file", "ops-token", "ops-token-file", "group-commit", "group-commit-max", "group-commit-leaders"}
 	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit",
-		"inbox-retention", "idempotency-key-retention"}
+		"inbox-retention", "idempotency-key-retention", "outbox-retry-window", "outbox-retention"}
 	// readSettings are those of a command that reads or writes the books
 	// and never asks the provider.
 	readSettings = join(basicSettings, storeSettings)
@@ -140,6 +140,22 @@ func commands() []command {
 			about: "Refunds the payment of an open duplicate_charge finding (its amount unless --amount) through the refund process: a refund with its own id and key, sent and reconciled by the worker, recorded as your action with --evidence. " +
 				"It is the one operator action that moves money; it never charges. Close the finding once the refund succeeded: payrecon ops close-finding ID --note \"refund ref_…\".",
 			settings: readSettings, run: runOpsRefundCharge},
+		{name: "subscriptions", args: "add NAME | list | remove NAME", summary: "the endpoints the outbox's events are delivered to", run: runSubscriptions},
+		{name: "subscriptions add", args: "NAME --url URL [--secret-file FILE] [--types T,...]",
+			summary: "add an endpoint: signed POSTs of the events it wants",
+			about: "Stores a subscription: the relay (in serve and worker) POSTs every event committed from now on whose type it wants to --url, signed with HMAC-SHA256 over the timestamp and the body in the Payrecon-Signature header (the events package verifies it), " +
+				"with Event-Id and Delivery-Attempt headers, at least once and in order per purchase, retried for --outbox-retry-window. The secret is read from --secret-file or " + subscriptionSecretEnv + ", never from the command line.",
+			settings: readSettings, run: runSubscriptionsAdd},
+		{name: "subscriptions list", args: "[--json]", summary: "the subscriptions (secrets not shown)",
+			settings: readSettings, run: runSubscriptionsList},
+		{name: "subscriptions remove", args: "NAME", summary: "remove a subscription and its pending and dead deliveries",
+			settings: readSettings, run: runSubscriptionsRemove},
+		{name: "events", args: "replay --since T [--subscription S]", summary: "events replay: send the outbox's events again", run: runEvents},
+		{name: "events replay", args: "--since T [--subscription S] [--dead-only]",
+			summary: "send again the events committed since T, with the same ids and bytes",
+			about: "Makes the deliveries of the events committed since --since pending again (done and dead ones; with --dead-only, dead ones only), to every subscription or to --subscription, and writes the missing deliveries for subscriptions added since. " +
+				"The relay sends the same events, with the same ids and bytes, in order per purchase; a receiver that saw one already answers it as a duplicate. Events older than the outbox retention are gone.",
+			settings: readSettings, run: runEventsReplay},
 		{name: "audit", args: "--since T [--until T]",
 			summary:  "audit --since T: match the provider's payments to the books",
 			about:    "The audit from the provider's side, by hand: lists the payments the provider created in [--since, --until) and matches each to one purchase; what does not match is stored as a finding on the operator list. It moves no money. Needs --provider stripe (Stripe, or a payrecon fakeprovider).",

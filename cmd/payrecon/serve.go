@@ -21,6 +21,7 @@ type app struct {
 	svc     *reconcile.Service
 	metrics *prometheus.Metrics
 	sched   *cron.Scheduler
+	relay   *reconcile.Relay // delivers the outbox beside the worker; nil: none (the demo's stack)
 	server  *rhttp.Server
 	close   func()
 	// restorePending is set when the start could not check for signs of
@@ -52,6 +53,9 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	a.sched, err = cron.New(st, sweeps, cron.Config{Owner: a.svc.Config().WorkerID, Logger: e.log, Observer: metrics})
 	if err != nil {
 		return fail(usageError(err))
+	}
+	if a.relay, err = e.relay(a.svc, metrics); err != nil {
+		return fail(err)
 	}
 
 	tolerance, err := e.settings.duration("webhook-tolerance")
@@ -147,6 +151,22 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	return a, nil
 }
 
+// relay builds the outbox's relay from the settings: its leases are the
+// worker's (--worker-id), its retry window --outbox-retry-window.
+func (e *env) relay(svc *reconcile.Service, metrics *prometheus.Metrics) (*reconcile.Relay, error) {
+	window, err := e.settings.duration("outbox-retry-window")
+	if err != nil {
+		return nil, usageError(err)
+	}
+	r, err := reconcile.NewRelay(svc.Store(), reconcile.RelayConfig{
+		Owner: svc.Config().WorkerID, RetryWindow: window, Observer: metrics, Logger: e.log,
+	})
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return r, nil
+}
+
 // sweeps builds the standard sweeps from the settings.
 func (e *env) sweeps(svc *reconcile.Service, metrics *prometheus.Metrics) ([]cron.Sweep, error) {
 	cfg, err := e.settings.sweepConfig()
@@ -169,7 +189,7 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 	defer a.close()
 	e.log.Info("listening", "addr", ln.Addr().String(), "worker", worker)
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 4)
 	start := func(name string, fn func() error) {
 		wg.Add(1)
 		go func() {
@@ -200,6 +220,15 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 			defer a.metrics.WorkerRunning(false)
 			return a.svc.Work(ctx)
 		})
+		if a.relay != nil {
+			start("relay", func() error {
+				defer cancel()
+				if err := a.relay.Run(ctx); !errors.Is(err, context.Canceled) {
+					return err
+				}
+				return nil
+			})
+		}
 	}
 	wg.Wait()
 	close(errs)

@@ -194,6 +194,9 @@ func newSettings() *settings {
 	plain("audit-settle", "PAYRECON_AUDIT_SETTLE", formatDuration(rc.AuditSettle), kindDuration, "how long before now the scheduled audit's window ends, leaving payments still being created to the next run")
 	plain("inbox-retention", "PAYRECON_INBOX_RETENTION", formatDuration(sw.InboxRetention), kindDuration, "how long webhook inbox rows are kept; at least "+
 		formatDuration(cron.MinInboxRetention)+" (Stripe's 3-day redelivery plus a replay margin)")
+	plain("outbox-retry-window", "PAYRECON_OUTBOX_RETRY_WINDOW", formatDuration(sw.OutboxRetryWindow), kindDuration, "how long the relay retries delivering an event to a subscription that fails, before it is dead (replay it from /ops or with payrecon events replay)")
+	plain("outbox-retention", "PAYRECON_OUTBOX_RETENTION", formatDuration(sw.OutboxRetention), kindDuration, "how long delivered outbox events are kept for replays; at least --outbox-retry-window plus "+
+		formatDuration(cron.ReplayMargin)+" (a replay margin)")
 	plain("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", formatDuration(sw.IdempotencyKeyRetention), kindDuration, "how long purchase API idempotency keys are kept; at least 24h")
 	plain("log-level", "PAYRECON_LOG_LEVEL", "info", kindLevel, "debug, info, warn or error")
 	plain("log-format", "PAYRECON_LOG_FORMAT", "text", kindFormat, "text or json")

@@ -70,7 +70,17 @@ func (s *settings) sweepConfig() (cron.SweepConfig, error) {
 	if err != nil {
 		return cron.SweepConfig{}, err
 	}
+	outboxWindow, err := s.duration("outbox-retry-window")
+	if err != nil {
+		return cron.SweepConfig{}, err
+	}
+	outbox, err := s.duration("outbox-retention")
+	if err != nil {
+		return cron.SweepConfig{}, err
+	}
 	return cron.SweepConfig{
+		OutboxRetryWindow:       outboxWindow,
+		OutboxRetention:         outbox,
 		RescueSchedule:          s.str("sweep-rescue"),
 		EscalateSchedule:        s.str("sweep-escalate"),
 		GaugesSchedule:          s.str("sweep-gauges"),

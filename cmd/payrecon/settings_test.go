@@ -51,6 +51,8 @@ var settingFields = map[string][]string{
 	"sweep-audit":               {"cron.SweepConfig.AuditSchedule"},
 	"inbox-retention":           {"cron.SweepConfig.InboxRetention"},
 	"idempotency-key-retention": {"cron.SweepConfig.IdempotencyKeyRetention"},
+	"outbox-retry-window":       {"cron.SweepConfig.OutboxRetryWindow"},
+	"outbox-retention":          {"cron.SweepConfig.OutboxRetention"},
 
 	"stripe-api-base":   {"stripe.Config.APIBase"},
 	"webhook-tolerance": {"stripe.WebhookConfig.Tolerance"},

@@ -57,6 +57,10 @@ const (
 	// RefundInserted: the purchase API's refund, key and saved response
 	// have committed; the client has no response yet.
 	RefundInserted Point = "refund-inserted"
+	// OutboxPending: a change and its outbox event are written in one
+	// transaction, which has not committed. A crash here must leave
+	// neither.
+	OutboxPending Point = "outbox-pending"
 )
 
 // Points lists every point, for the crash tests.
@@ -65,6 +69,7 @@ var Points = []Point{
 	WebhookVerified, WebhookCommitted, PurchaseInserted,
 	SweepMidBatch, AuditMidWindow,
 	RefundIntentCommitted, RefundAnswerRead, RefundApplyCommitted, RefundInserted,
+	OutboxPending,
 }
 
 // Env is the environment variable that arms a point: name[:n].

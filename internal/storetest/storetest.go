@@ -127,6 +127,8 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"RefundReads", testRefundReads},
 		// recovery.go
 		{"Recoveries", withStore(testRecoveries)},
+		// outbox.go
+		{"Outbox", testOutbox},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

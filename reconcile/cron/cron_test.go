@@ -403,3 +403,31 @@ func TestSweepLockTTL(t *testing.T) {
 		}
 	}
 }
+
+// TestOutboxRetentionFloor: the outbox retention is refused below the
+// relay's retry window plus the replay margin, whatever the window.
+func TestOutboxRetentionFloor(t *testing.T) {
+	st := newStore(t)
+	svc, err := reconcile.New(st, fakeprovider.New(fakeprovider.Config{}), reconcile.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  cron.SweepConfig
+		ok   bool
+	}{
+		{"defaults (7d over 3d + 1d)", cron.SweepConfig{}, true},
+		{"exactly the floor", cron.SweepConfig{OutboxRetention: 96 * time.Hour}, true},
+		{"below the default window plus margin", cron.SweepConfig{OutboxRetention: 95 * time.Hour}, false},
+		{"a longer window raises the floor", cron.SweepConfig{OutboxRetryWindow: 10 * 24 * time.Hour}, false},
+		{"a shorter window lowers it", cron.SweepConfig{OutboxRetryWindow: time.Hour, OutboxRetention: 25 * time.Hour}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := cron.Sweeps(svc, nil, tc.cfg)
+			if tc.ok != (err == nil) || (err != nil && !strings.Contains(err.Error(), "outbox retention")) {
+				t.Fatalf("Sweeps(%+v): %v; want ok=%v", tc.cfg, err, tc.ok)
+			}
+		})
+	}
+}

@@ -43,8 +43,8 @@ type SweepConfig struct {
 	// UnmatchedSchedule: apply webhooks stored as unmatched whose purchase
 	// now exists. Default "@every 1m".
 	UnmatchedSchedule string
-	// RetentionSchedule: delete old inbox rows and expired idempotency
-	// keys. Default "@hourly".
+	// RetentionSchedule: delete old inbox rows, expired idempotency keys
+	// and delivered outbox events. Default "@hourly".
 	RetentionSchedule string
 	// AuditSchedule: the audit from the provider's side
 	// (reconcile.Service.AuditDue), over a window that overlaps the last
@@ -59,6 +59,15 @@ type SweepConfig struct {
 	// longer than the longest client retry plan, including a manual retry
 	// the next morning. Default 72h.
 	IdempotencyKeyRetention time.Duration
+	// OutboxRetention is how long delivered outbox events are kept (an
+	// event not yet delivered to every subscription is never deleted), so
+	// that `payrecon events replay` can send them again. It must be at
+	// least OutboxRetryWindow plus ReplayMargin. Default 7 days (168h).
+	OutboxRetention time.Duration
+	// OutboxRetryWindow is the relay's retry window
+	// (reconcile.RelayConfig.RetryWindow), the longest an event may be
+	// redelivered. Default 72h (reconcile.DefaultRetryWindow).
+	OutboxRetryWindow time.Duration
 	// DeleteBatch is the rows deleted per transaction. Default 1000.
 	DeleteBatch int
 }
@@ -79,6 +88,8 @@ func DefaultSweepConfig() SweepConfig {
 		AuditSchedule:           "@hourly",
 		InboxRetention:          7 * 24 * time.Hour,
 		IdempotencyKeyRetention: 72 * time.Hour,
+		OutboxRetention:         7 * 24 * time.Hour,
+		OutboxRetryWindow:       reconcile.DefaultRetryWindow,
 		DeleteBatch:             1000,
 	}
 }
@@ -102,8 +113,18 @@ func (c SweepConfig) withDefaults() (SweepConfig, error) {
 	if c.IdempotencyKeyRetention == 0 {
 		c.IdempotencyKeyRetention = d.IdempotencyKeyRetention
 	}
+	if c.OutboxRetention == 0 {
+		c.OutboxRetention = d.OutboxRetention
+	}
+	if c.OutboxRetryWindow == 0 {
+		c.OutboxRetryWindow = d.OutboxRetryWindow
+	}
 	if c.DeleteBatch == 0 {
 		c.DeleteBatch = d.DeleteBatch
+	}
+	if min := c.OutboxRetryWindow + ReplayMargin; c.OutboxRetention < min {
+		return c, fmt.Errorf("outbox retention %s is shorter than the relay's retry window (%s) plus a replay margin (%s): "+
+			"an event could be deleted while it may still be redelivered or replayed; use at least %s", c.OutboxRetention, c.OutboxRetryWindow, ReplayMargin, min)
 	}
 	if min := MinInboxRetention; c.InboxRetention < min {
 		return c, fmt.Errorf("inbox retention %s is shorter than the provider's redelivery window (%s) plus a replay margin (%s): "+
@@ -144,7 +165,11 @@ func Sweeps(svc *reconcile.Service, refresh func(context.Context) error, cfg Swe
 				return inbox, err
 			}
 			keys, err := svc.SweepIdempotencyKeys(ctx, cfg.IdempotencyKeyRetention, cfg.DeleteBatch)
-			return inbox + keys, err
+			if err != nil {
+				return inbox + keys, err
+			}
+			outbox, err := svc.SweepOutbox(ctx, cfg.OutboxRetention, cfg.DeleteBatch)
+			return inbox + keys + outbox, err
 		}},
 		{Name: SweepAudit, Schedule: cfg.AuditSchedule, Run: func(ctx context.Context) (int, error) {
 			rep, err := svc.AuditDue(ctx)

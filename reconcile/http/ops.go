@@ -27,6 +27,8 @@ import (
 //	POST /ops/purchases/{id}/resolve   settle it as succeeded or declined, with evidence
 //	                                   (and override_provider, a reason to go against the provider)
 //	POST /ops/purchases/{id}/note      add a note; optionally close a terminal case's escalation
+//	GET  /ops/outbox                   the outbox: pending and dead deliveries, with the replay form
+//	POST /ops/outbox/replay            replay the dead deliveries (of one subscription, or all)
 //	GET  /ops/findings                 the audit's findings as JSON: the open ones, all with ?all=1
 //	GET  /ops/findings/{fid}           one finding, with its close form (JSON for bearer clients)
 //	POST /ops/findings/{fid}/close     close a finding with a note
@@ -122,7 +124,7 @@ func NewOps(svc *reconcile.Service, cfg OpsConfig) (*Ops, error) {
 		log:       slog.Default(),
 		throttle:  newLoginThrottle(cfg.Now),
 	}
-	for _, page := range []string{"login", "list", "case", "finding", "refund", "error"} {
+	for _, page := range []string{"login", "list", "case", "finding", "refund", "outbox", "error"} {
 		t, err := template.New(page).Funcs(opsFuncs).ParseFS(opsTemplateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ops pages: template %s: %w", page, err)
@@ -154,6 +156,8 @@ func (o *Ops) Register(s *Server) {
 	s.Handle("POST /ops/findings/{fid}/close", o.post(o.closeFinding))
 	s.Handle("POST /ops/findings/{fid}/refund", o.post(o.refundCharge))
 	s.Handle("GET /ops/refunds/{rid}", o.auth(opsPage, o.refundPage))
+	s.Handle("GET /ops/outbox", o.auth(opsPage, o.outboxPage))
+	s.Handle("POST /ops/outbox/replay", o.post(o.replayOutbox))
 	s.Handle("GET /ops/login", http.HandlerFunc(o.loginForm))
 	s.Handle("POST /ops/login", o.cop.Handler(http.HandlerFunc(o.login)))
 	s.Handle("POST /ops/logout", o.cop.Handler(http.HandlerFunc(o.logout)))

@@ -49,9 +49,17 @@ type Metrics struct {
 	sweepItems      *prometheus.CounterVec
 	sweepLastOK     *prometheus.GaugeVec
 	opsLogins       *prometheus.CounterVec
+	outboxPending   prometheus.Gauge
+	outboxDead      prometheus.Gauge
+	outboxOldest    prometheus.Gauge
+	outboxDelivered *prometheus.CounterVec
+	outboxLatency   prometheus.Histogram
 }
 
-var _ reconcile.Observer = (*Metrics)(nil)
+var (
+	_ reconcile.Observer      = (*Metrics)(nil)
+	_ reconcile.RelayObserver = (*Metrics)(nil)
+)
 
 // New returns Metrics registered on a fresh registry, with Go runtime and
 // process collectors.
@@ -126,6 +134,22 @@ func New() *Metrics {
 			Name: "payrecon_ops_login_attempts_total",
 			Help: "Attempts to authenticate with the operator token (the /ops login form, or a bearer token on /ops) by outcome: success, failure, or throttled (refused unchecked while the client or name is locked out).",
 		}, []string{"outcome"}),
+		outboxPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_outbox_pending", Help: "Outbox deliveries not yet acknowledged by their subscription (not dead), read from the database.",
+		}),
+		outboxDead: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_outbox_dead", Help: "Outbox deliveries dead after their retry window, waiting for an operator's replay, read from the database.",
+		}),
+		outboxOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_outbox_oldest_age_seconds", Help: "Age of the oldest pending outbox delivery, from its event's commit; 0 when none.",
+		}),
+		outboxDelivered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_outbox_deliveries_total", Help: "Outbox delivery attempts by outcome (delivered, retry, dead, lease_lost).",
+		}, []string{"outcome"}),
+		outboxLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "payrecon_outbox_delivery_seconds", Help: "Time from an event's commit to its delivery's 2xx.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 60, 600, 3600},
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -133,7 +157,11 @@ func New() *Metrics {
 		m.purchases, m.oldestUncertain, m.refunds, m.oldestRefund, m.refundMoves, m.escalationsOpen, m.findingsOpen, m.transitions, m.providerCalls,
 		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
 		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK, m.opsLogins,
+		m.outboxPending, m.outboxDead, m.outboxOldest, m.outboxDelivered, m.outboxLatency,
 	)
+	for _, o := range reconcile.DeliveryOutcomes {
+		m.outboxDelivered.WithLabelValues(string(o))
+	}
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s))
 	}
@@ -246,6 +274,14 @@ func (m *Metrics) Sweep(name, result string, took time.Duration, items int, at t
 	}
 }
 
+// OutboxDelivery implements reconcile.RelayObserver.
+func (m *Metrics) OutboxDelivery(outcome reconcile.DeliveryOutcome, sinceCommit time.Duration) {
+	m.outboxDelivered.WithLabelValues(string(outcome)).Inc()
+	if outcome == reconcile.DeliveryDelivered {
+		m.outboxLatency.Observe(sinceCommit.Seconds())
+	}
+}
+
 // Refresh reads the gauges from the store, in one transaction: purchases
 // and refunds by state, open escalations, open audit findings by kind,
 // and the ages of the oldest uncertain purchase and refund, measured on
@@ -258,6 +294,7 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		findings     map[reconcile.FindingKind]int
 		oldest       time.Time
 		oldestRefund time.Time
+		outbox       reconcile.OutboxStats
 		now          time.Time
 	)
 	err := st.InTx(ctx, func(tx reconcile.Tx) error {
@@ -280,6 +317,9 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		if oldestRefund, err = tx.OldestUncertainRefundSince(ctx); err != nil {
 			return err
 		}
+		if outbox, err = tx.OutboxStats(ctx); err != nil {
+			return err
+		}
 		oldest, err = tx.OldestUncertainSince(ctx)
 		return err
 	})
@@ -298,6 +338,9 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	}
 	m.oldestUncertain.Set(ageSince(oldest, now))
 	m.oldestRefund.Set(ageSince(oldestRefund, now))
+	m.outboxPending.Set(float64(outbox.Pending))
+	m.outboxDead.Set(float64(outbox.Dead))
+	m.outboxOldest.Set(ageSince(outbox.Oldest, now))
 	return nil
 }
 

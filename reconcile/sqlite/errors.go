@@ -50,6 +50,10 @@ const (
 	// refundExceedsMessage: the refunds of a payment would exceed its
 	// amount (migration 00008).
 	refundExceedsMessage = "refund exceeds the payment:"
+	// outboxExistsMessage: an insert of an outbox event whose id exists
+	// (migration 00010 refuses it before the conflict, so that REPLACE
+	// cannot change the event's bytes): a duplicate.
+	outboxExistsMessage = "is immutable: REPLACE refused"
 )
 
 // kindOf returns the error a driver error stands for (one of reconcile's,
@@ -73,6 +77,8 @@ func kindOf(err error) error {
 			return reconcile.ErrNotRefundable
 		case strings.Contains(msg, refundExceedsMessage):
 			return reconcile.ErrRefundExceeds
+		case strings.Contains(msg, outboxExistsMessage):
+			return reconcile.ErrDuplicate
 		}
 		return nil
 	case sqlite3.SQLITE_CONSTRAINT_UNIQUE, sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY:

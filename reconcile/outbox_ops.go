@@ -1,0 +1,140 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/payrecon/payrecon/events"
+)
+
+// The outbox's operations: subscriptions, dead letters and replays, for
+// the CLI and the operator pages.
+
+// AddSubscription stores a subscription after checking it: a name, an
+// absolute http(s) URL, a secret, and known event types (none: every
+// type). It receives the events committed from now on. Returns an error
+// wrapping ErrInvalid (a FieldError) or ErrDuplicate.
+func (s *Service) AddSubscription(ctx context.Context, sub Subscription) (Subscription, error) {
+	sub.Name, sub.URL = strings.TrimSpace(sub.Name), strings.TrimSpace(sub.URL)
+	u, err := url.Parse(sub.URL)
+	switch {
+	case sub.Name == "":
+		return Subscription{}, fmt.Errorf("reconcile: add subscription: %w", &FieldError{"name", "is required"})
+	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
+		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"url", fmt.Sprintf("%q is not an absolute http or https URL", sub.URL)})
+	case sub.Secret == "":
+		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"secret", "is required"})
+	}
+	for _, t := range sub.Types {
+		if !slices.Contains(events.Types, t) {
+			return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"types", fmt.Sprintf("unknown event type %q", t)})
+		}
+	}
+	var out Subscription
+	err = s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.InsertSubscription(ctx, sub); err != nil {
+			return err
+		}
+		subs, err := tx.ListSubscriptions(ctx)
+		for _, x := range subs {
+			if x.Name == sub.Name {
+				out = x
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, err)
+	}
+	return out, nil
+}
+
+// Subscriptions returns every subscription, by name.
+func (s *Service) Subscriptions(ctx context.Context) ([]Subscription, error) {
+	var out []Subscription
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		out, err = tx.ListSubscriptions(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: list subscriptions: %w", err)
+	}
+	return out, nil
+}
+
+// RemoveSubscription removes a subscription and its deliveries, pending
+// and dead ones included. Returns an error wrapping ErrNotFound if there
+// is none of that name.
+func (s *Service) RemoveSubscription(ctx context.Context, name string) error {
+	if err := s.store.InTx(ctx, func(tx Tx) error { return tx.DeleteSubscription(ctx, name) }); err != nil {
+		return fmt.Errorf("reconcile: remove subscription %s: %w", name, err)
+	}
+	return nil
+}
+
+// Replay says which deliveries ReplayEvents sends again.
+type Replay struct {
+	// Subscription limits the replay to one subscription; empty: every
+	// subscription.
+	Subscription string
+	// Since: the events committed at or after it. Zero: every event kept.
+	Since time.Time
+	// DeadOnly replays only dead deliveries (the operator pages' action);
+	// otherwise done ones are sent again too, and subscriptions that
+	// never had an event (added after it) get it.
+	DeadOnly bool
+}
+
+// ReplayEvents makes the deliveries r names pending again, due at once
+// with a new retry window: the relay sends the same events, with the
+// same ids and bytes, in order per purchase. Returns how many deliveries
+// it made pending. Returns an error wrapping ErrNotFound for an unknown
+// subscription.
+func (s *Service) ReplayEvents(ctx context.Context, r Replay) (int, error) {
+	var n int
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if r.Subscription != "" {
+			subs, err := tx.ListSubscriptions(ctx)
+			if err != nil {
+				return err
+			}
+			if !slices.ContainsFunc(subs, func(x Subscription) bool { return x.Name == r.Subscription }) {
+				return E(KindNotFound, "no subscription "+r.Subscription, nil)
+			}
+		}
+		var err error
+		n, err = tx.ReplayDeliveries(ctx, r.Subscription, r.Since, r.DeadOnly)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: replay events: %w", err)
+	}
+	s.cfg.Logger.Info("replayed outbox events", "subscription", r.Subscription, "since", r.Since, "dead_only", r.DeadOnly, "deliveries", n)
+	return n, nil
+}
+
+// DeadDeliveries returns up to limit dead deliveries (0: all), oldest
+// event first, and the outbox's counts.
+func (s *Service) DeadDeliveries(ctx context.Context, limit int) ([]Delivery, OutboxStats, error) {
+	var (
+		out []Delivery
+		st  OutboxStats
+	)
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		if out, err = tx.ListDeliveries(ctx, DeliveryDead, limit); err != nil {
+			return err
+		}
+		st, err = tx.OutboxStats(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, OutboxStats{}, fmt.Errorf("reconcile: dead deliveries: %w", err)
+	}
+	return out, st, nil
+}
