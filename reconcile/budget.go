@@ -104,8 +104,8 @@ type Bucket struct {
 	UpdatedAt time.Time
 	// BlockedUntil is when the provider's last Retry-After ends.
 	BlockedUntil time.Time
-	// Demand is, by priority (index 0 for priority 1), when a call of
-	// that priority last asked for a token.
+	// Demand is, by priority (index 0 for priority 1), until when a call
+	// of that priority, refused a token, said it would be waiting.
 	Demand [maxPriority]time.Time
 	// Credit counts tokens owed to lower priorities: their reserved share
 	// of what priority 1 took while they waited.
@@ -218,7 +218,8 @@ type BudgetConfig struct {
 	Limits BudgetLimits
 	// Burst is how many calls a bucket lets start at once after a quiet
 	// spell. Default 1: calls are paced, so that no 1-second window sees
-	// more than the rate and one call.
+	// more than the rate and one call (a grant may come one token early,
+	// and its call then sleeps until the token is due).
 	Burst float64
 	// ReserveShare is the share of a class's calls kept for lower
 	// priorities while they wait and priority 1 would take everything, so
@@ -418,73 +419,83 @@ func (b *SharedBudget) refill(bk *Bucket, c BudgetClass, now time.Time) {
 	}
 }
 
-// demandWindow is how long a waiter's demand counts: a few of its sleeps.
-func (b *SharedBudget) demandWindow(rate float64) time.Duration {
-	return 4 * b.sleepFor(rate, 1)
-}
-
 func (b *SharedBudget) sleepFor(rate, missing float64) time.Duration {
 	d := time.Duration(missing / rate * float64(time.Second))
 	return min(max(d, time.Millisecond), b.cfg.MaxWait)
 }
 
-// decide says whether bk may give a token to priority p now, and if not,
-// how long to wait. It records p's demand and does not take the token.
+// lookahead is how far below one token a bucket may be taken: a call may
+// be granted the next token before it is there, and then sleeps until it
+// is, so that pacing loses nothing to the waiters' polling (GCRA's
+// theoretical arrival time, one token deep).
+const lookahead = 1.0
+
+// active reports whether priority q has a waiter: one that was refused and
+// said it would try again by Demand[q].
+func active(bk *Bucket, q Priority, now time.Time) bool { return !bk.Demand[q-1].Before(now) }
+
+// decide says whether bk may give a token to priority p now, and if so
+// how long the call must sleep for it; if not, how long to wait before
+// trying again. It does not take the token.
 func (b *SharedBudget) decide(bk *Bucket, p Priority, now time.Time) (ok, viaCredit bool, wait time.Duration) {
-	bk.Demand[p-1] = now
 	if now.Before(bk.BlockedUntil) {
 		return false, false, bk.BlockedUntil.Sub(now)
 	}
-	if bk.Tokens < 1 {
-		return false, false, b.sleepFor(bk.Rate, 1-bk.Tokens)
+	if bk.Tokens < 1-lookahead {
+		return false, false, b.sleepFor(bk.Rate, 1-lookahead-bk.Tokens)
 	}
-	window := b.demandWindow(bk.Rate)
-	active := func(q Priority) bool { return now.Sub(bk.Demand[q-1]) <= window }
 	higher, lower := false, false
 	for q := PriorityNew; q <= maxPriority; q++ {
 		switch {
-		case q < p && active(q):
+		case q < p && active(bk, q, now):
 			higher = true
-		case q > p && active(q):
+		case q > p && active(bk, q, now):
 			lower = true
 		}
 	}
 	switch {
 	case p == PriorityNew && lower && bk.Credit >= 1:
 		// The reserved share is owed: leave this token to reconciliation.
-		return false, false, b.sleepFor(bk.Rate, 1)
 	case !higher:
 		return true, false, 0
-	case bk.Credit >= 1 && !b.higherBelowNew(active, p):
+	case bk.Credit >= 1 && !higherBelow(bk, p, now):
 		return true, true, 0
 	}
 	return false, false, b.sleepFor(bk.Rate, 1)
 }
 
-// higherBelowNew reports whether a priority between 1 and p (both
-// excluded) is waiting: the reserved share goes to the highest of the
-// lower priorities first.
-func (b *SharedBudget) higherBelowNew(active func(Priority) bool, p Priority) bool {
+// higherBelow reports whether a priority between 1 and p (both excluded)
+// is waiting: the reserved share goes to the highest of the lower
+// priorities first.
+func higherBelow(bk *Bucket, p Priority, now time.Time) bool {
 	for q := PriorityNew + 1; q < p; q++ {
-		if active(q) {
+		if active(bk, q, now) {
 			return true
 		}
 	}
 	return false
 }
 
-// take spends one token of bk for priority p, moving the reserve's credit.
-func (b *SharedBudget) take(bk *Bucket, p Priority, viaCredit bool, now time.Time) {
+// take spends one token of bk for priority p, moving the reserve's credit,
+// and returns how long the call must sleep until its token is there.
+func (b *SharedBudget) take(bk *Bucket, p Priority, viaCredit bool, now time.Time) time.Duration {
+	var delay time.Duration
+	if bk.Tokens < 1 {
+		delay = time.Duration((1 - bk.Tokens) / bk.Rate * float64(time.Second))
+	}
 	bk.Tokens--
+	// Served: this priority's demand is met (its other waiters say so
+	// again when next refused).
+	if bk.Demand[p-1].After(now) {
+		bk.Demand[p-1] = now.Add(-time.Microsecond)
+	}
 	switch {
 	case viaCredit:
 		bk.Credit--
 	case p == PriorityNew:
 		lower := false
 		for q := PriorityNew + 1; q <= maxPriority; q++ {
-			if now.Sub(bk.Demand[q-1]) <= b.demandWindow(bk.Rate) {
-				lower = true
-			}
+			lower = lower || active(bk, q, now)
 		}
 		if lower && b.cfg.ReserveShare > 0 {
 			bk.Credit = min(bk.Credit+b.cfg.ReserveShare/(1-b.cfg.ReserveShare), 2)
@@ -492,50 +503,73 @@ func (b *SharedBudget) take(bk *Bucket, p Priority, viaCredit bool, now time.Tim
 			bk.Credit = 0
 		}
 	}
+	return delay
 }
 
-// Wait implements Budget: it takes one token from class's bucket and one
-// from the global bucket, in one transaction, sleeping between tries.
-func (b *SharedBudget) Wait(ctx context.Context, class BudgetClass, priority Priority) error {
+// TryTake is one try of Wait: in one transaction it either takes one token
+// of class and one of the global budget for priority, returning granted
+// and how long the call must sleep before it is sent (delay), or takes
+// nothing, records that priority waits, and returns how long to wait
+// before trying again.
+func (b *SharedBudget) TryTake(ctx context.Context, class BudgetClass, priority Priority) (granted bool, delay, wait time.Duration, err error) {
 	if class == ClassGlobal || b.cfg.Limits.of(class) == 0 {
-		return fmt.Errorf("reconcile: budget: no such class %q", class)
+		return false, 0, 0, fmt.Errorf("reconcile: budget: no such class %q", class)
 	}
 	priority = min(max(priority, PriorityNew), maxPriority)
-	start := b.cfg.Now()
 	names := []string{string(class), string(ClassGlobal)}
-	for {
-		var (
-			granted bool
-			wait    time.Duration
-			rates   [2]float64
-		)
-		err := b.store.UpdateBuckets(ctx, b.cfg.Account, names, func(now time.Time, bks []*Bucket) error {
-			granted, wait = true, 0
-			classes := []BudgetClass{class, ClassGlobal}
-			credit := [2]bool{}
-			for i, bk := range bks {
-				b.refill(bk, classes[i], now)
-				ok, via, w := b.decide(bk, priority, now)
-				credit[i] = via
-				if !ok {
-					granted = false
-					wait = max(wait, w)
-				}
+	classes := []BudgetClass{class, ClassGlobal}
+	var rates [2]float64
+	err = b.store.UpdateBuckets(ctx, b.cfg.Account, names, func(now time.Time, bks []*Bucket) error {
+		granted, delay, wait = true, 0, 0
+		credit := [2]bool{}
+		for i, bk := range bks {
+			b.refill(bk, classes[i], now)
+			ok, via, w := b.decide(bk, priority, now)
+			credit[i] = via
+			if !ok {
+				granted = false
+				wait = max(wait, w)
 			}
-			if granted {
-				for i, bk := range bks {
-					b.take(bk, priority, credit[i], now)
-				}
-			}
-			rates = [2]float64{bks[0].Rate, bks[1].Rate}
-			return nil
-		})
-		if err != nil {
-			return fmt.Errorf("reconcile: budget %s: %w", class, err)
 		}
-		b.cfg.Observer.BudgetRate(class, rates[0])
-		b.cfg.Observer.BudgetRate(ClassGlobal, rates[1])
 		if granted {
+			for i, bk := range bks {
+				delay = max(delay, b.take(bk, priority, credit[i], now))
+			}
+		} else {
+			// Waiting: say so until the next try, with room for jitter.
+			until := now.Add(wait*3/2 + time.Millisecond)
+			for _, bk := range bks {
+				if until.After(bk.Demand[priority-1]) {
+					bk.Demand[priority-1] = until
+				}
+			}
+		}
+		rates = [2]float64{bks[0].Rate, bks[1].Rate}
+		return nil
+	})
+	if err != nil {
+		return false, 0, 0, fmt.Errorf("reconcile: budget %s: %w", class, err)
+	}
+	b.cfg.Observer.BudgetRate(class, rates[0])
+	b.cfg.Observer.BudgetRate(ClassGlobal, rates[1])
+	return granted, delay, wait, nil
+}
+
+// Wait implements Budget: it tries TryTake until granted, sleeping
+// between tries, then sleeps the grant's delay.
+func (b *SharedBudget) Wait(ctx context.Context, class BudgetClass, priority Priority) error {
+	start := b.cfg.Now()
+	for {
+		granted, delay, wait, err := b.TryTake(ctx, class, priority)
+		if err != nil {
+			return err
+		}
+		if granted {
+			if delay > 0 {
+				if err := b.cfg.Sleep(ctx, delay); err != nil {
+					return fmt.Errorf("reconcile: budget %s: %w", class, err)
+				}
+			}
 			b.cfg.Observer.BudgetWait(class, b.cfg.Now().Sub(start))
 			return nil
 		}

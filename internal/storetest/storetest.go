@@ -125,6 +125,9 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"RefundJobs", testRefundJobs},
 		{"RefundAuditTrail", withStore(testRefundAuditTrail)},
 		{"RefundReads", testRefundReads},
+		// budget.go
+		{"BudgetBuckets", testBudgetBuckets},
+		{"SharedBudget", testSharedBudget},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
