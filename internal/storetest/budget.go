@@ -341,3 +341,18 @@ func maxInWindow(ts []time.Time, w time.Duration) int {
 	}
 	return worst
 }
+
+// testClaimsNewFirst: a job never leased (the first create of a new
+// purchase) is claimed before jobs leased before, however long ago those
+// became due, so that a backlog of reconciliation never holds new
+// purchases back from the budget that serves them first.
+func testClaimsNewFirst(t *testing.T, s *testStore) {
+	for _, id := range []string{"pur_old1", "pur_old2"} {
+		purchaseWithJob(t, s, id, base)
+		claimOne(t, s, "w1", id, base, time.Minute)
+		inTx(t, s, func(tx reconcile.Tx) error { return tx.RescheduleJob(t.Context(), id, at(time.Second)) })
+	}
+	purchaseWithJob(t, s, "pur_new", at(time.Hour))
+	got := ids(claim(t, s, "w2", 2, at(2*time.Hour), time.Minute))
+	equal(t, "claimed", sorted(got), []string{"pur_new", "pur_old1"})
+}

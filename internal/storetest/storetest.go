@@ -128,6 +128,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		// budget.go
 		{"BudgetBuckets", testBudgetBuckets},
 		{"SharedBudget", testSharedBudget},
+		{"ClaimsNewFirst", withStore(testClaimsNewFirst)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

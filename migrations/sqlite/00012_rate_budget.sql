@@ -21,5 +21,16 @@ CREATE TABLE provider_budget (
     PRIMARY KEY (account, bucket)
 );
 
+-- The claim takes never-leased jobs first: the first create of a new
+-- purchase, which the budget also serves first, must not queue behind a
+-- backlog of reconciliation whose run_at passed long ago. lease_token is
+-- 0 until a job's first lease. The index is in the claim's new order.
+DROP INDEX jobs_due_idx;
+CREATE INDEX jobs_due_idx ON jobs ((lease_token <> 0), run_at, id)
+    WHERE done_at IS NULL AND lease_owner IS NULL;
+
 -- +goose Down
+DROP INDEX jobs_due_idx;
+CREATE INDEX jobs_due_idx ON jobs (run_at, id)
+    WHERE done_at IS NULL AND lease_owner IS NULL;
 DROP TABLE provider_budget;
