@@ -337,8 +337,8 @@ func ParseSpec(spec string) (Config, ServerConfig, error) {
 //	seed=N             Config.Seed, a decimal int64
 //	rate_global=N, rate_create=N, rate_retrieve=N, rate_search=N,
 //	rate_list=N, rate_refund=N
-//	                   Config.RateLimits: at most N calls of the class in
-//	                   any 1-second window, an int >= 0 (0: no limit)
+//	                   Config.RateLimits: N calls of the class a second,
+//	                   bursts of at most N, an int >= 0 (0: no limit)
 //	rate_retry_after=DUR
 //	                   Config.RateLimits.RetryAfter, a Go duration >= 0
 //

@@ -12,9 +12,10 @@ import (
 	"github.com/payrecon/payrecon/provider"
 )
 
-// RateLimits are the fake's rate limits, in calls per second over any
-// sliding 1-second window, by class of call, as Stripe limits an account
-// per endpoint and in all. A call over a limit is refused before the
+// RateLimits are the fake's rate limits, in calls per second, by class of
+// call, as Stripe limits an account per endpoint and in all. Each is a
+// token bucket, as Stripe's limiters are: N calls a second, and a burst of
+// at most N after a quiet second. A call over a limit is refused before the
 // provider acts: in-process with a *RateLimitError (wrapping
 // provider.ErrRateLimited), over HTTP with Stripe's 429 rate_limit. A zero
 // field means no limit. The classes: Create (POST /v1/payment_intents),
@@ -106,17 +107,30 @@ func (e *RateLimitError) Throttle() provider.Throttle {
 	return provider.Throttle{RetryAfter: e.RetryAfter, ShouldRetry: "true"}
 }
 
-// limiter keeps the calls of the last second by class, and every admitted
-// call's time for tests.
+// limiter keeps a token bucket by class, and every admitted call's time
+// for tests.
 type limiter struct {
 	mu        sync.Mutex
-	recent    map[string][]time.Time // within the last second, oldest first
+	buckets   map[string]*tokenBucket
 	admitted  map[string][]time.Time // every admitted call, by class
 	throttled map[string]int
 }
 
+type tokenBucket struct {
+	tokens float64
+	at     time.Time
+}
+
 func newLimiter() *limiter {
-	return &limiter{recent: map[string][]time.Time{}, admitted: map[string][]time.Time{}, throttled: map[string]int{}}
+	return &limiter{buckets: map[string]*tokenBucket{}, admitted: map[string][]time.Time{}, throttled: map[string]int{}}
+}
+
+// SetRateLimits replaces the fake's rate limits from now on, as a provider
+// changes an account's limits (or a test starts and ends a storm of 429s).
+func (f *Fake) SetRateLimits(l RateLimits) {
+	f.limiter.mu.Lock()
+	defer f.limiter.mu.Unlock()
+	f.cfg.RateLimits = l
 }
 
 // admittedKey marks a context whose call the HTTP front end already
@@ -133,20 +147,25 @@ func (f *Fake) admit(ctx context.Context, op provider.Op) error {
 	l := f.limiter
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, c := range []string{class, "global"} {
-		win := l.recent[c]
-		i := 0
-		for i < len(win) && now.Sub(win[i]) >= time.Second {
-			i++
+	classes := []string{class, "global"}
+	for _, c := range classes {
+		lim := float64(f.cfg.RateLimits.of(c))
+		b := l.buckets[c]
+		if b == nil {
+			b = &tokenBucket{tokens: lim, at: now}
+			l.buckets[c] = b
 		}
-		l.recent[c] = win[i:]
-		if lim := f.cfg.RateLimits.of(c); lim > 0 && len(l.recent[c]) >= lim {
+		if dt := now.Sub(b.at).Seconds(); dt > 0 {
+			b.tokens = min(lim, b.tokens+lim*dt)
+			b.at = now
+		}
+		if lim > 0 && b.tokens < 1 {
 			l.throttled[class]++
 			return &RateLimitError{Op: op, Class: c, RetryAfter: f.cfg.RateLimits.RetryAfter}
 		}
 	}
-	for _, c := range []string{class, "global"} {
-		l.recent[c] = append(l.recent[c], now)
+	for _, c := range classes {
+		l.buckets[c].tokens--
 	}
 	l.admitted[class] = append(l.admitted[class], now)
 	return nil
@@ -154,7 +173,8 @@ func (f *Fake) admit(ctx context.Context, op provider.Op) error {
 
 // AdmittedTimes returns when each call of class ("create", "retrieve",
 // "search", "list", "refund") that the rate limits let through arrived,
-// in order, throttled calls excluded: what a test measures windows on.
+// in order, throttled calls excluded (limits or none): what a test
+// measures windows on.
 func (f *Fake) AdmittedTimes(class string) []time.Time {
 	f.limiter.mu.Lock()
 	defer f.limiter.mu.Unlock()
