@@ -221,6 +221,14 @@ type BudgetConfig struct {
 	// more than the rate and one call (a grant may come one token early,
 	// and its call then sleeps until the token is due).
 	Burst float64
+	// Headroom is the share of each limit the budget leaves unused: the
+	// provider counts calls when they arrive, and the time between a
+	// grant and its call's arrival varies (a slow commit, a busy CPU, the
+	// network), which bunches calls. In [0,1). Default 0.05: the budget
+	// paces at 95% of each limit, so that even bunched calls keep within
+	// the limit and one call over any second. A negative value means
+	// none: the budget paces at the limits themselves.
+	Headroom float64
 	// ReserveShare is the share of a class's calls kept for lower
 	// priorities while they wait and priority 1 would take everything, so
 	// that a flood of new purchases never starves reconciliation. In
@@ -255,6 +263,7 @@ func DefaultBudgetConfig() BudgetConfig {
 		Account:      "default",
 		Limits:       DefaultBudgetLimits(false),
 		Burst:        1,
+		Headroom:     0.05,
 		ReserveShare: 0.2,
 		Decrease:     0.5,
 		MinRate:      0.5,
@@ -296,6 +305,12 @@ func (c BudgetConfig) withDefaults() (BudgetConfig, error) {
 	if c.ReserveShare == 0 {
 		c.ReserveShare = def.ReserveShare
 	}
+	switch {
+	case c.Headroom == 0:
+		c.Headroom = def.Headroom
+	case c.Headroom < 0:
+		c.Headroom = 0
+	}
 	if c.Decrease == 0 {
 		c.Decrease = def.Decrease
 	}
@@ -317,6 +332,9 @@ func (c BudgetConfig) withDefaults() (BudgetConfig, error) {
 	var errs []error
 	if !(c.Burst >= 1) {
 		errs = append(errs, fmt.Errorf("burst %v: must be at least 1", c.Burst))
+	}
+	if !(c.Headroom < 1) {
+		errs = append(errs, fmt.Errorf("headroom %v: must be in [0,1)", c.Headroom))
 	}
 	if !(c.ReserveShare >= 0 && c.ReserveShare < 1) {
 		errs = append(errs, fmt.Errorf("reserve share %v: must be in [0,1)", c.ReserveShare))
@@ -388,10 +406,16 @@ func (b *SharedBudget) increase(c BudgetClass) float64 {
 	return b.cfg.Limits.of(c) / 20
 }
 
+// pace is the rate the budget paces class c at when not lowered: its
+// limit less the headroom.
+func (b *SharedBudget) pace(c BudgetClass) float64 {
+	return b.cfg.Limits.of(c) * (1 - b.cfg.Headroom)
+}
+
 // refill brings bk (of class c) up to now: its rate grows back by the
 // additive increase, and its tokens by the rate, up to Burst.
 func (b *SharedBudget) refill(bk *Bucket, c BudgetClass, now time.Time) {
-	limit := b.cfg.Limits.of(c)
+	limit := b.pace(c)
 	if !bk.Stored {
 		bk.Stored, bk.Tokens, bk.Rate, bk.UpdatedAt = true, b.cfg.Burst, limit, now
 	}
@@ -427,22 +451,26 @@ func (b *SharedBudget) sleepFor(rate, missing float64) time.Duration {
 // lookahead is how far below one token a bucket may be taken: a call may
 // be granted the next token before it is there, and then sleeps until it
 // is, so that pacing loses nothing to the waiters' polling (GCRA's
-// theoretical arrival time, one token deep).
+// theoretical arrival time, one token deep). The calls themselves still
+// go out one interval apart: lookahead commits future slots, it does not
+// add any.
 const lookahead = 1.0
+
+// firstLookahead is priority 1's deeper lookahead (and that of a lower
+// priority owed the reserve): it takes the slot after next rather than
+// wait and hold the bucket for itself, so that new purchases rarely have
+// to wait at all and the bucket never idles while they do.
+const firstLookahead = 2.0
 
 // active reports whether priority q has a waiter: one that was refused and
 // said it would try again by Demand[q].
 func active(bk *Bucket, q Priority, now time.Time) bool { return !bk.Demand[q-1].Before(now) }
 
-// decide says whether bk may give a token to priority p now, and if so
-// how long the call must sleep for it; if not, how long to wait before
-// trying again. It does not take the token.
+// decide says whether bk may give a token to priority p now; if not, how
+// long to wait before trying again. It does not take the token.
 func (b *SharedBudget) decide(bk *Bucket, p Priority, now time.Time) (ok, viaCredit bool, wait time.Duration) {
 	if now.Before(bk.BlockedUntil) {
 		return false, false, bk.BlockedUntil.Sub(now)
-	}
-	if bk.Tokens < 1-lookahead {
-		return false, false, b.sleepFor(bk.Rate, 1-lookahead-bk.Tokens)
 	}
 	higher, lower := false, false
 	for q := PriorityNew; q <= maxPriority; q++ {
@@ -453,12 +481,20 @@ func (b *SharedBudget) decide(bk *Bucket, p Priority, now time.Time) (ok, viaCre
 			lower = true
 		}
 	}
+	owed := p > PriorityNew && bk.Credit >= 1 && !higherBelow(bk, p, now)
+	depth := lookahead
+	if p == PriorityNew || owed {
+		depth = firstLookahead
+	}
+	if bk.Tokens < 1-depth {
+		return false, false, b.sleepFor(bk.Rate, 1-depth-bk.Tokens)
+	}
 	switch {
 	case p == PriorityNew && lower && bk.Credit >= 1:
 		// The reserved share is owed: leave this token to reconciliation.
 	case !higher:
 		return true, false, 0
-	case bk.Credit >= 1 && !higherBelow(bk, p, now):
+	case owed:
 		return true, true, 0
 	}
 	return false, false, b.sleepFor(bk.Rate, 1)
@@ -609,8 +645,8 @@ func (b *SharedBudget) Throttled(ctx context.Context, class BudgetClass, retryAf
 	return nil
 }
 
-// Rates returns the current rate of each stored class, brought up to the
-// store's clock without taking anything: the budget as the pages show it.
+// Rates returns the current rate of each stored class as last stored: the
+// limit less the headroom, or less after 429s.
 func (b *SharedBudget) Rates(ctx context.Context) (map[BudgetClass]float64, error) {
 	bks, err := b.store.Buckets(ctx, b.cfg.Account)
 	if err != nil {
