@@ -49,9 +49,15 @@ type Metrics struct {
 	sweepItems      *prometheus.CounterVec
 	sweepLastOK     *prometheus.GaugeVec
 	opsLogins       *prometheus.CounterVec
+	budgetRate      *prometheus.GaugeVec
+	budgetThrottled *prometheus.CounterVec
+	budgetWait      *prometheus.HistogramVec
 }
 
-var _ reconcile.Observer = (*Metrics)(nil)
+var (
+	_ reconcile.Observer       = (*Metrics)(nil)
+	_ reconcile.BudgetObserver = (*Metrics)(nil)
+)
 
 // New returns Metrics registered on a fresh registry, with Go runtime and
 // process collectors.
@@ -126,6 +132,18 @@ func New() *Metrics {
 			Name: "payrecon_ops_login_attempts_total",
 			Help: "Attempts to authenticate with the operator token (the /ops login form, or a bearer token on /ops) by outcome: success, failure, or throttled (refused unchecked while the client or name is locked out).",
 		}, []string{"outcome"}),
+		budgetRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_provider_budget",
+			Help: "The provider rate budget's current rate, in calls per second, by class (create, retrieve, search, list, refund, global): the configured limit less the headroom, lowered by 429s.",
+		}, []string{"class"}),
+		budgetThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_provider_throttled_total",
+			Help: "Provider calls answered 429 (rate limited), by budget class. Each lowers that class's rate.",
+		}, []string{"class"}),
+		budgetWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "payrecon_provider_wait_seconds", Help: "How long provider calls waited for the rate budget, by class.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"class"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -133,7 +151,12 @@ func New() *Metrics {
 		m.purchases, m.oldestUncertain, m.refunds, m.oldestRefund, m.refundMoves, m.escalationsOpen, m.findingsOpen, m.transitions, m.providerCalls,
 		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
 		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK, m.opsLogins,
+		m.budgetRate, m.budgetThrottled, m.budgetWait,
 	)
+	// The throttling alert takes increase() of every class from the start.
+	for _, c := range reconcile.BudgetClasses {
+		m.budgetThrottled.WithLabelValues(string(c))
+	}
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s))
 	}
@@ -176,6 +199,21 @@ var webhookTypes = []string{
 var webhookOutcomes = []reconcile.EventOutcome{
 	reconcile.EventApplied, reconcile.EventDuplicate, reconcile.EventStale, reconcile.EventConflict,
 	reconcile.EventContradiction, reconcile.EventConfirming, reconcile.EventUnmatched,
+}
+
+// BudgetRate implements reconcile.BudgetObserver.
+func (m *Metrics) BudgetRate(class reconcile.BudgetClass, rate float64) {
+	m.budgetRate.WithLabelValues(string(class)).Set(rate)
+}
+
+// BudgetThrottled implements reconcile.BudgetObserver.
+func (m *Metrics) BudgetThrottled(class reconcile.BudgetClass) {
+	m.budgetThrottled.WithLabelValues(string(class)).Inc()
+}
+
+// BudgetWait implements reconcile.BudgetObserver.
+func (m *Metrics) BudgetWait(class reconcile.BudgetClass, waited time.Duration) {
+	m.budgetWait.WithLabelValues(string(class)).Observe(waited.Seconds())
 }
 
 // Handler serves the metrics in the Prometheus exposition format.
