@@ -134,6 +134,9 @@ type BudgetLimits struct {
 	Global, Create, Retrieve, Search, List, Refund float64
 }
 
+// Of returns the limit of class c (0 for an unknown class).
+func (l BudgetLimits) Of(c BudgetClass) float64 { return l.of(c) }
+
 func (l BudgetLimits) of(c BudgetClass) float64 {
 	switch c {
 	case ClassGlobal:
@@ -150,6 +153,13 @@ func (l BudgetLimits) of(c BudgetClass) float64 {
 		return l.Refund
 	}
 	return 0
+}
+
+// Set sets the limit of class c; it does nothing for an unknown class.
+func (l *BudgetLimits) Set(c BudgetClass, v float64) {
+	if p := l.ptr(c); p != nil {
+		*p = v
+	}
 }
 
 func (l *BudgetLimits) ptr(c BudgetClass) *float64 {
