@@ -21,13 +21,13 @@ import (
 // which config fields it sets: "Type.Field", or "Type" for a setting that
 // sets a whole config (a spec). Its default must be the fields' default.
 var settingFields = map[string][]string{
-	"budget-account":  {"reconcile.BudgetConfig.Account"},
-	"budget-global":   {"reconcile.BudgetConfig.Limits"},
-	"budget-create":   {"reconcile.BudgetConfig.Limits"},
-	"budget-retrieve": {"reconcile.BudgetConfig.Limits"},
-	"budget-search":   {"reconcile.BudgetConfig.Limits"},
-	"budget-list":     {"reconcile.BudgetConfig.Limits"},
-	"budget-refund":   {"reconcile.BudgetConfig.Limits"},
+	"budget-account":     {"reconcile.BudgetConfig.Account"},
+	"budget-global":      {"reconcile.BudgetConfig.Limits"},
+	"budget-create":      {"reconcile.BudgetConfig.Limits"},
+	"budget-retrieve":    {"reconcile.BudgetConfig.Limits"},
+	"budget-search":      {"reconcile.BudgetConfig.Limits"},
+	"budget-list":        {"reconcile.BudgetConfig.Limits"},
+	"budget-refund":      {"reconcile.BudgetConfig.Limits"},
 	"worker-id":          {"reconcile.Config.WorkerID"},
 	"lease-duration":     {"reconcile.Config.LeaseDuration"},
 	"provider-timeout":   {"reconcile.Config.ProviderTimeout"},
@@ -69,7 +69,7 @@ var settingFields = map[string][]string{
 // settingsOfNoConfig are the settings no component's config has a default
 // for, and why.
 var settingsOfNoConfig = map[string]string{
-	"budget": "whether provider calls wait for the shared rate budget at all",
+	"budget":       "whether provider calls wait for the shared rate budget at all",
 	"database-url": "the store's address is required by both stores; the default SQLite file is the command's choice",
 	// rhttp.Config.Addr has the same default, "127.0.0.1:8080", but
 	// reconcile/http does not export it yet; `fakeprovider` listens on
