@@ -248,8 +248,9 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 		for _, w := range newWaits {
 			worst = max(worst, w)
 		}
-		if len(newWaits) < 98 || worst > 100*time.Millisecond {
-			t.Errorf("%d new purchases served, the slowest after %s; want 100, each within 100ms", len(newWaits), worst)
+		// Four token intervals at 25/s: the slot after next, and a tick.
+		if len(newWaits) < 98 || worst > 160*time.Millisecond {
+			t.Errorf("%d new purchases served, the slowest after %s; want 100, each within 160ms", len(newWaits), worst)
 		}
 		if backlog < 140 {
 			t.Errorf("the backlog got %d tokens in 10 s, want the ~150 new purchases left", backlog)
