@@ -267,7 +267,7 @@ func TestBenchBadInputs(t *testing.T) {
 		want string
 	}{
 		{[]string{"bench"}, "want bench burn-down | bench webhooks | bench api"},
-		{[]string{"bench", "nonsense"}, `unknown bench subcommand "nonsense": want burn-down, webhooks or api`},
+		{[]string{"bench", "nonsense"}, `unknown bench subcommand "nonsense": want burn-down, webhooks, api or backlog`},
 		{append([]string{"bench", "burn-down", "--n", "0"}, db...), "--n 0: want a number of purchases from 1 to"},
 		{append([]string{"bench", "webhooks", "--n", "-3"}, db...), "--n -3: want a number of events from 1 to"},
 		{append([]string{"bench", "api", "--n", "many"}, db...), `invalid value "many" for flag -n`},
