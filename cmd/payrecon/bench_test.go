@@ -414,3 +414,26 @@ func TestDrive(t *testing.T) {
 		}
 	}
 }
+
+// TestBenchBacklog runs bench backlog with a tiny backlog and a high
+// budget on SQLite: it checks what the report says, never how fast.
+func TestBenchBacklog(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "bench.db")
+	code, stdout, stderr := run(t, nil, "bench", "backlog", "--database-url", db, "--n", "20", "--rate", "20", "--workers", "2",
+		"--budget-create", "200", "--budget-global", "400")
+	if code != 0 {
+		t.Fatalf("bench backlog: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"bench backlog: 20 purchases uncertain after an outage, 2 workers, budget 200 creates/s",
+		"budget used:", "answered 429:", "new purchases:", "p99", "ledger:",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the report lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "outage: making 20 purchases uncertain") {
+		t.Errorf("no progress on stderr:\n%s", stderr)
+	}
+}
