@@ -37,6 +37,9 @@ func exportedFamilies(t *testing.T) map[string]family {
 	m.Webhook("payment_intent.succeeded", reconcile.EventApplied)
 	m.WorkerRunning(true)
 	m.Sweep("retention", "ok", time.Second, 1, time.Now())
+	m.BudgetRate(reconcile.ClassCreate, 23.75)
+	m.BudgetThrottled(reconcile.ClassCreate)
+	m.BudgetWait(reconcile.ClassCreate, 40*time.Millisecond)
 
 	gathered, err := m.Registry().Gather()
 	if err != nil {

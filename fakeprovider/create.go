@@ -29,6 +29,9 @@ func (f *Fake) Script(purchaseID string, faults ...Fault) {
 // After a LostReply fault, or when ctx ends while the request is in
 // flight, the charge is made but Create returns an unknown-outcome error.
 func (f *Fake) Create(ctx context.Context, req provider.CreateRequest) (provider.Result, error) {
+	if err := f.admit(ctx, provider.OpCreate); err != nil {
+		return provider.Result{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		f.mu.Lock()
 		f.calls[provider.OpCreate]++

@@ -196,6 +196,9 @@ type Config struct {
 	// fake's lock after a refund create is accepted (its key marked in
 	// flight) and before the refund is made. Default none.
 	OnAcceptRefund func(req provider.RefundRequest)
+	// RateLimits are the per-class rate limits the fake enforces, in
+	// calls per second. Default none.
+	RateLimits RateLimits
 }
 
 // Charge is one charge in the ledger, as Stripe records a PaymentIntent:
@@ -304,6 +307,8 @@ type Fake struct {
 	refundByID       map[string]*refundEntry
 	refundKeyCalls   map[string]int
 	unsettledRefunds []*refundEntry
+
+	limiter *limiter
 }
 
 // changeLog is the changes one Server has yet to announce.
@@ -386,6 +391,7 @@ func New(cfg Config) *Fake {
 
 		refundByID:     make(map[string]*refundEntry),
 		refundKeyCalls: make(map[string]int),
+		limiter:        newLimiter(),
 	}
 }
 

@@ -310,7 +310,8 @@ func ParseSpec(spec string) (Config, ServerConfig, error) {
 }
 
 // ParseConfig parses a fault spec into the Config fields it sets (Faults,
-// RefundFaults, Seed, SearchLag, ListLag, SettleAfter, KeyRetention); the
+// RefundFaults, Seed, SearchLag, ListLag, SettleAfter, KeyRetention,
+// RateLimits); the
 // other fields are left zero for the caller to fill (Now) or for New to
 // default.
 //
@@ -334,6 +335,12 @@ func ParseSpec(spec string) (Config, ServerConfig, error) {
 //	settle_after=DUR   Config.SettleAfter, a Go duration > 0
 //	key_retention=DUR  Config.KeyRetention, a Go duration > 0 ("24h")
 //	seed=N             Config.Seed, a decimal int64
+//	rate_global=N, rate_create=N, rate_retrieve=N, rate_search=N,
+//	rate_list=N, rate_refund=N
+//	                   Config.RateLimits: N calls of the class a second,
+//	                   bursts of at most N, an int >= 0 (0: no limit)
+//	rate_retry_after=DUR
+//	                   Config.RateLimits.RetryAfter, a Go duration >= 0
 //
 // Space around items, names and values is ignored. An empty (or blank)
 // spec means no faults. Each name may appear once. Errors name the
@@ -354,6 +361,19 @@ func ParseConfig(spec string) (Config, error) {
 }
 
 func setItem(cfg *Config, name, value string) error {
+	if class, ok := strings.CutPrefix(name, "rate_"); ok {
+		if class == "retry_after" {
+			return setDuration(&cfg.RateLimits.RetryAfter, value, true)
+		}
+		if p := cfg.RateLimits.ptr(class); p != nil {
+			n, err := strconv.Atoi(value)
+			if err != nil || n < 0 {
+				return fmt.Errorf("not an int >= 0")
+			}
+			*p = n
+			return nil
+		}
+	}
 	if p := cfg.Faults.prob(Fault(name)); p != nil {
 		return setProbability(p, value)
 	}
@@ -379,7 +399,7 @@ func setItem(cfg *Config, name, value string) error {
 	case "key_retention":
 		return setDuration(&cfg.KeyRetention, value, false)
 	}
-	return fmt.Errorf("unknown name (want one of %s, each also prefixed with %s, search_lag, list_lag, settle_after, key_retention, seed)", faultNames(), refundPrefix)
+	return fmt.Errorf("unknown name (want one of %s, each also prefixed with %s, search_lag, list_lag, settle_after, key_retention, seed, rate_<%s>, rate_retry_after)", faultNames(), refundPrefix, strings.Join(rateClasses, "|"))
 }
 
 // ParseServerConfig parses a webhook fault spec into the ServerConfig

@@ -42,6 +42,10 @@ func TestParseConfig(t *testing.T) {
 				Seed:         -3,
 			},
 		},
+		{
+			"rate_global=25,rate_create=20,rate_retrieve=5,rate_search=4,rate_list=3,rate_refund=2,rate_retry_after=2s",
+			fakeprovider.Config{RateLimits: fakeprovider.RateLimits{Global: 25, Create: 20, Retrieve: 5, Search: 4, List: 3, Refund: 2, RetryAfter: 2 * time.Second}},
+		},
 		// Sums to 1.0000000000000002 in float64: rounding is tolerated.
 		{"timeout=0.1,lost_reply=0.2,decline=0.7", fakeprovider.Config{Faults: fakeprovider.Faults{Timeout: 0.1, LostReply: 0.2, Decline: 0.7}}},
 		{"decline=1", fakeprovider.Config{Faults: fakeprovider.Faults{Decline: 1}}},
@@ -65,7 +69,7 @@ func TestParseConfig(t *testing.T) {
 		}
 		// Config holds a func, so compare field by field.
 		if got.Faults != tc.want.Faults || got.RefundFaults != tc.want.RefundFaults || got.Seed != tc.want.Seed || got.SearchLag != tc.want.SearchLag || got.ListLag != tc.want.ListLag ||
-			got.SettleAfter != tc.want.SettleAfter || got.KeyRetention != tc.want.KeyRetention ||
+			got.SettleAfter != tc.want.SettleAfter || got.KeyRetention != tc.want.KeyRetention || got.RateLimits != tc.want.RateLimits ||
 			got.Now != nil || got.OnAccept != nil || got.OnAcceptRefund != nil {
 			t.Errorf("ParseConfig(%q) = %+v, want %+v", tc.spec, got, tc.want)
 		}
@@ -73,8 +77,10 @@ func TestParseConfig(t *testing.T) {
 }
 
 func TestParseConfigErrors(t *testing.T) {
-	const names = "fail_before, timeout, lost_reply, processing, processing_decline, stale_processing, decline, each also prefixed with refund_, search_lag, list_lag, settle_after, key_retention, seed"
+	const names = "fail_before, timeout, lost_reply, processing, processing_decline, stale_processing, decline, each also prefixed with refund_, search_lag, list_lag, settle_after, key_retention, seed, rate_<global|create|retrieve|search|list|refund>, rate_retry_after"
 	tests := []struct{ spec, want string }{
+		{"rate_create=-1", "fake faults: rate_create=-1: not an int >= 0"},
+		{"rate_bogus=1", "fake faults: rate_bogus=1: unknown name (want one of " + names + ")"},
 		{"lost_reply=1.5", "fake faults: lost_reply=1.5: probability must be in [0,1]"},
 		{"timeout=-0.1", "fake faults: timeout=-0.1: probability must be in [0,1]"},
 		{"decline=NaN", "fake faults: decline=NaN: probability must be in [0,1]"},

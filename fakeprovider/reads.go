@@ -43,6 +43,9 @@ func outcomeOf(status string) provider.Outcome {
 // Outcome NotFound for an unknown id. After a StaleProcessing fault, the
 // first Status call for the charge answers processing.
 func (f *Fake) Status(ctx context.Context, paymentID string) (provider.Result, error) {
+	if err := f.admit(ctx, provider.OpStatus); err != nil {
+		return provider.Result{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[provider.OpStatus]++
@@ -71,6 +74,9 @@ func (f *Fake) Status(ctx context.Context, paymentID string) (provider.Result, e
 // may take money (outcome Succeeded or Pending). A charge with no purchase
 // id is never found, not even for "".
 func (f *Fake) Search(ctx context.Context, purchaseID string) (provider.Result, error) {
+	if err := f.admit(ctx, provider.OpSearch); err != nil {
+		return provider.Result{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[provider.OpSearch]++
@@ -125,6 +131,9 @@ func searchRank(status string) int {
 // SearchLag, no stale reads. It counts as one OpList call. An empty or
 // reversed window lists nothing.
 func (f *Fake) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+	if err := f.admit(ctx, provider.OpList); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[provider.OpList]++

@@ -191,6 +191,9 @@ func refundStream(req provider.RefundRequest) string {
 // fault, or when ctx ends while the request is in flight, the refund is
 // made but CreateRefund returns an unknown-outcome error.
 func (f *Fake) CreateRefund(ctx context.Context, req provider.RefundRequest) (provider.RefundResult, error) {
+	if err := f.admit(ctx, provider.OpRefundCreate); err != nil {
+		return provider.RefundResult{}, err
+	}
 	if err := ctx.Err(); err != nil {
 		f.mu.Lock()
 		f.calls[provider.OpRefundCreate]++
@@ -433,6 +436,9 @@ func refundOutcomeOf(status string) provider.Outcome {
 // StaleProcessing fault, the first GetRefund of the refund answers
 // pending.
 func (f *Fake) GetRefund(ctx context.Context, refundID string) (provider.RefundResult, error) {
+	if err := f.admit(ctx, provider.OpRefundGet); err != nil {
+		return provider.RefundResult{}, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[provider.OpRefundGet]++
@@ -459,6 +465,9 @@ func (f *Fake) GetRefund(ctx context.Context, refundID string) (provider.RefundR
 // refuses to list the refunds of a PaymentIntent it does not have. It
 // counts as one OpRefundList call.
 func (f *Fake) ListRefunds(ctx context.Context, paymentID string) ([]provider.RefundResult, error) {
+	if err := f.admit(ctx, provider.OpRefundList); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[provider.OpRefundList]++
@@ -486,6 +495,9 @@ func (f *Fake) ListRefunds(ctx context.Context, paymentID string) ([]provider.Re
 // Config.ListLag ago. It counts as one OpRefundList call. An empty or
 // reversed window lists nothing.
 func (f *Fake) ListRefundsCreated(ctx context.Context, w provider.Window) ([]provider.RefundResult, error) {
+	if err := f.admit(ctx, provider.OpRefundList); err != nil {
+		return nil, err
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls[provider.OpRefundList]++

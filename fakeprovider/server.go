@@ -332,6 +332,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusUnauthorized, apiError{Type: "invalid_request_error", Message: msg})
 		return
 	}
+	r, ok := s.throttleHTTP(w, r)
+	if !ok {
+		return
+	}
 	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/refunds"); ok {
 		switch {
 		case rest == "" && r.Method == http.MethodPost:

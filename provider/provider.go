@@ -71,7 +71,35 @@ var (
 	// refund was made under the key, and none will be. It wraps
 	// ErrRejected; RefundOutcomeOf reads it as Failed.
 	ErrRefundRefused = fmt.Errorf("provider: refund refused for the payment, nothing refunded: %w", ErrRejected)
+	// ErrRateLimited means the provider refused the request because its
+	// caller went over a rate limit (Stripe's 429 rate_limit). It wraps
+	// ErrRetryLater: the provider did not act, and the same request with
+	// the same key may be sent again later, unchanged.
+	ErrRateLimited = fmt.Errorf("provider: rate limited: %w", ErrRetryLater)
 )
+
+// Throttle is what a provider said when it refused a call for its rate
+// limit: an error carrying it wraps ErrRateLimited.
+type Throttle struct {
+	// RetryAfter is the provider's Retry-After, 0 when it gave none.
+	RetryAfter time.Duration
+	// ShouldRetry is the provider's Stripe-Should-Retry header: "true",
+	// "false", or "" when absent.
+	ShouldRetry string
+}
+
+// ThrottleOf returns what the provider said when err is a refusal for its
+// rate limit, and whether it is one.
+func ThrottleOf(err error) (Throttle, bool) {
+	if !errors.Is(err, ErrRateLimited) {
+		return Throttle{}, false
+	}
+	var t interface{ Throttle() Throttle }
+	if errors.As(err, &t) {
+		return t.Throttle(), true
+	}
+	return Throttle{}, true
+}
 
 // OutcomeOf classifies the result of a Provider call: the result's own
 // outcome when err is nil, otherwise the outcome the error implies.

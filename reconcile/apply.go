@@ -28,7 +28,11 @@ func (s *Service) callAndApply(ctx context.Context, l Lease, p Purchase, op prov
 func (s *Service) call(ctx context.Context, l Lease, p Purchase, op provider.Op, src Source) (Attempt, Answer, error) {
 	// The call must end while the lease still holds, with time left to
 	// commit its answer: a call that outlived its lease could race the
-	// worker that took the job over.
+	// worker that took the job over. The wait for the provider's budget
+	// comes first, and leaves the call half the lease's time left.
+	if err := s.awaitBudget(ctx, op, priorityOf(p, op), s.leaseBudgetWait(l), true); err != nil {
+		return Attempt{}, Answer{}, fmt.Errorf("reconcile: purchase %s: %w", p.ID, err)
+	}
 	start := s.leaseNow(l)
 	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(start)-s.leaseCommitMargin())
 	if timeout <= 0 {
@@ -41,6 +45,7 @@ func (s *Service) call(ctx context.Context, l Lease, p Purchase, op provider.Op,
 	took := s.leaseNow(l).Sub(start)
 	outcome := provider.OutcomeOf(res, err)
 	s.cfg.Observer.ProviderCall(op, outcome, took)
+	s.noteThrottle(ctx, op, err)
 
 	a := Attempt{
 		PurchaseID: p.ID,

@@ -210,9 +210,15 @@ type listed struct{ payments, refunds int }
 func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
+	// One token for the listing's first page: the audit waits behind
+	// every other call.
+	if err := s.awaitBudget(callCtx, provider.OpList, PriorityAudit, 0, false); err != nil {
+		return nil, fmt.Errorf("list the provider's payments: %w", err)
+	}
 	start := s.cfg.Now()
 	payments, err := s.provider.List(callCtx, w)
 	s.cfg.Observer.ProviderCall(provider.OpList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
+	s.noteThrottle(ctx, provider.OpList, err)
 	if err != nil {
 		return nil, fmt.Errorf("list the provider's payments: %w", err)
 	}
@@ -321,9 +327,13 @@ func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, seen
 		}
 		// Not listed here: it may have been created just past the window's
 		// end. Ask for it by id before calling it missing.
+		if err := s.awaitBudget(ctx, provider.OpStatus, PriorityAudit, 0, false); err != nil {
+			return nil, err
+		}
 		callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
 		res, err := s.provider.Status(callCtx, p.ProviderPaymentID)
 		cancel()
+		s.noteThrottle(ctx, provider.OpStatus, err)
 		outcome := provider.OutcomeOf(res, err)
 		s.cfg.Observer.ProviderCall(provider.OpStatus, outcome, 0)
 		if outcome != provider.NotFound {

@@ -136,11 +136,17 @@ type Config struct {
 	// Observer is told about transitions, provider calls and claims, for
 	// metrics. Default: none.
 	Observer Observer
+
+	// Budget is the provider account's rate budget, which every provider
+	// call waits for (a SharedBudget, shared by every worker through the
+	// store). Default Unlimited: calls never wait.
+	Budget Budget
 }
 
 // DefaultConfig returns the default of every field of Config, as
 // documented on the field: what New uses for a zero field. Each call
-// returns a Backoff of its own. Observer is nil: none.
+// returns a Backoff of its own. Observer is nil: none. Budget is nil:
+// Unlimited.
 func DefaultConfig() Config {
 	return Config{
 		WorkerID:             DefaultWorkerID(),
@@ -228,6 +234,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
+	}
+	if c.Budget == nil {
+		c.Budget = Unlimited{}
 	}
 
 	var errs []error

@@ -106,11 +106,16 @@ func (s *Service) liveView(ctx context.Context, p Purchase, actor string, token 
 	if p.ProviderPaymentID != "" {
 		op = provider.OpStatus
 	}
+	// An operator waits for the answer: the live view goes first.
+	if err := s.awaitBudget(callCtx, op, PriorityNew, 0, false); err != nil {
+		return provider.Result{}, Answer{}, err
+	}
 	start := s.cfg.Now()
 	res, err := s.callProvider(callCtx, op, p)
 	took := s.cfg.Now().Sub(start)
 	outcome := provider.OutcomeOf(res, err)
 	s.cfg.Observer.ProviderCall(op, outcome, took)
+	s.noteThrottle(ctx, op, err)
 	ans := answerOf(SourceOperator, outcome, res)
 	a := Attempt{
 		PurchaseID: p.ID, Op: op, Outcome: outcome, PaymentID: res.PaymentID, Status: res.Status,

@@ -310,6 +310,9 @@ func (s *Service) callAndApplyRefund(ctx context.Context, l Lease, r Refund, op 
 // attempt that records it and the answer for the judge, or ErrLeaseLost,
 // without calling, when the lease has no time left for the call.
 func (s *Service) callRefund(ctx context.Context, l Lease, r Refund, op provider.Op, src Source) (Attempt, Answer, error) {
+	if err := s.awaitBudget(ctx, op, PriorityReconcile, s.leaseBudgetWait(l), true); err != nil {
+		return Attempt{}, Answer{}, fmt.Errorf("reconcile: refund %s: %w", r.ID, err)
+	}
 	start := s.leaseNow(l)
 	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(start)-s.leaseCommitMargin())
 	if timeout <= 0 {
@@ -322,6 +325,7 @@ func (s *Service) callRefund(ctx context.Context, l Lease, r Refund, op provider
 	took := s.leaseNow(l).Sub(start)
 	outcome := provider.RefundOutcomeOf(res, err)
 	s.cfg.Observer.ProviderCall(op, outcome, took)
+	s.noteThrottle(ctx, op, err)
 	a := Attempt{
 		PurchaseID: r.PurchaseID,
 		RefundID:   r.ID,

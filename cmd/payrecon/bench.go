@@ -70,7 +70,7 @@ type bench struct {
 
 func runBench(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return usageError(errors.New("want bench burn-down | bench webhooks | bench api"))
+		return usageError(errors.New("want bench burn-down | bench webhooks | bench api | bench backlog"))
 	}
 	sub, rest := args[0], args[1:]
 	switch sub {
@@ -83,8 +83,10 @@ func runBench(ctx context.Context, e *env, args []string) error {
 		return runBenchWebhooks(ctx, e, rest)
 	case "api":
 		return runBenchAPI(ctx, e, rest)
+	case "backlog":
+		return runBenchBacklog(ctx, e, rest)
 	default:
-		return usageError(fmt.Errorf("unknown bench subcommand %q: want burn-down, webhooks or api", sub))
+		return usageError(fmt.Errorf("unknown bench subcommand %q: want burn-down, webhooks, api or backlog", sub))
 	}
 }
 

@@ -267,7 +267,7 @@ func TestBenchBadInputs(t *testing.T) {
 		want string
 	}{
 		{[]string{"bench"}, "want bench burn-down | bench webhooks | bench api"},
-		{[]string{"bench", "nonsense"}, `unknown bench subcommand "nonsense": want burn-down, webhooks or api`},
+		{[]string{"bench", "nonsense"}, `unknown bench subcommand "nonsense": want burn-down, webhooks, api or backlog`},
 		{append([]string{"bench", "burn-down", "--n", "0"}, db...), "--n 0: want a number of purchases from 1 to"},
 		{append([]string{"bench", "webhooks", "--n", "-3"}, db...), "--n -3: want a number of events from 1 to"},
 		{append([]string{"bench", "api", "--n", "many"}, db...), `invalid value "many" for flag -n`},
@@ -412,5 +412,28 @@ func TestDrive(t *testing.T) {
 		if d.outcomes["ok"] != 45 || d.outcomes["failed"] != 5 || d.failed != 5 || len(d.latencies) != 45 || len(d.failures) != maxFailuresShown {
 			t.Errorf("rate %g: outcomes %v, %d failed, %d latencies, %d failures shown", rate, d.outcomes, d.failed, len(d.latencies), len(d.failures))
 		}
+	}
+}
+
+// TestBenchBacklog runs bench backlog with a tiny backlog and a high
+// budget on SQLite: it checks what the report says, never how fast.
+func TestBenchBacklog(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "bench.db")
+	code, stdout, stderr := run(t, nil, "bench", "backlog", "--database-url", db, "--n", "20", "--rate", "20", "--workers", "2",
+		"--budget-create", "200", "--budget-global", "400")
+	if code != 0 {
+		t.Fatalf("bench backlog: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"bench backlog: 20 purchases uncertain after an outage, 2 workers, budget 200 creates/s",
+		"budget used:", "answered 429:", "new purchases:", "p99", "ledger:",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the report lacks %q:\n%s", want, stdout)
+		}
+	}
+	if !strings.Contains(stderr, "outage: making 20 purchases uncertain") {
+		t.Errorf("no progress on stderr:\n%s", stderr)
 	}
 }

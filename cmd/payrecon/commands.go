@@ -70,7 +70,32 @@ func newObservedService(ctx context.Context, e *env, obs reconcile.Observer) (*r
 	if err != nil {
 		return nil, nil, err
 	}
-	return serviceOver(ctx, e, p, cfg)
+	live, err := liveProvider(e)
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	bcfg, budget, err := e.settings.budgetConfig(live)
+	if err != nil {
+		return nil, nil, usageError(err)
+	}
+	if bo, ok := obs.(reconcile.BudgetObserver); ok {
+		bcfg.Observer = bo
+	}
+	bcfg.Now = cfg.Now
+	return serviceOverBudget(ctx, e, p, cfg, bcfg, budget)
+}
+
+// liveProvider reports whether the provider is Stripe with a live-mode
+// key, whose documented rate limits are the budget's defaults.
+func liveProvider(e *env) (bool, error) {
+	if e.settings.str("provider") != "stripe" {
+		return false, nil
+	}
+	key, err := e.settings.secret("stripe-secret-key")
+	if err != nil {
+		return false, err
+	}
+	return reconcile.LiveKey(key), nil
 }
 
 // newBooks is newService for the commands that only read or write the
@@ -88,9 +113,23 @@ func newBooks(ctx context.Context, e *env) (*reconcile.Service, func(), error) {
 }
 
 func serviceOver(ctx context.Context, e *env, p provider.Provider, cfg reconcile.Config) (*reconcile.Service, func(), error) {
+	return serviceOverBudget(ctx, e, p, cfg, reconcile.BudgetConfig{}, false)
+}
+
+// serviceOverBudget is serviceOver with, when budget, calls waiting for the
+// provider account's rate budget kept in the store (bcfg).
+func serviceOverBudget(ctx context.Context, e *env, p provider.Provider, cfg reconcile.Config, bcfg reconcile.BudgetConfig, budget bool) (*reconcile.Service, func(), error) {
 	st, err := openStore(ctx, e, true)
 	if err != nil {
 		return nil, nil, err
+	}
+	if bs, ok := st.Store.(reconcile.BudgetStore); ok && budget {
+		b, err := reconcile.NewSharedBudget(bs, bcfg)
+		if err != nil {
+			st.Close()
+			return nil, nil, usageError(err)
+		}
+		cfg.Budget = b
 	}
 	svc, err := reconcile.New(st.Store, p, cfg)
 	if err != nil {

@@ -57,8 +57,9 @@ var (
 	protocolSettings = []string{"worker-id", "lease-duration", "provider-timeout", "backoff", "max-attempts", "max-uncertain-age",
 		"escalated-interval", "key-retention", "key-replay-margin", "batch-size", "concurrency", "apply-window", "poll-interval", "shutdown-grace",
 		"max-amount", "audit-overlap", "audit-settle"}
-	providerSettings = []string{"provider", "fake-faults", "stripe-api-base", "stripe-secret-key", "stripe-secret-key-file"}
-	httpSettings     = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
+	providerSettings = []string{"provider", "fake-faults", "stripe-api-base", "stripe-secret-key", "stripe-secret-key-file",
+		"budget", "budget-account", "budget-global", "budget-create", "budget-retrieve", "budget-search", "budget-list", "budget-refund"}
+	httpSettings = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
 		"api", "api-token", "api-token-file", "ops-token", "ops-token-file", "group-commit", "group-commit-max", "group-commit-leaders"}
 	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit",
 		"inbox-retention", "idempotency-key-retention", "outbox-retry-window", "outbox-retention"}
@@ -189,6 +190,14 @@ func commands() []command {
 				"It reports requests/s, the latency (p50, p90, p99, max, a histogram), the answers, and round trips, commits and statements per request (Postgres). " +
 				"Then, not timed, the worker takes the new purchases to a final state against the fake provider, so that the database holds final purchases only, and checks the fake's ledger." + benchSafety,
 			settings: join(basicSettings, storeSettings, protocolSettings, []string{"group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchAPI},
+		{name: "bench backlog", args: "[--n N] [--rate R] [--workers W]",
+			summary: "drain a backlog of uncertain purchases after a provider outage, within the shared rate budget",
+			about: "Makes N purchases uncertain while the in-process fake provider is in an outage (every call fails, outcome unknown), then lifts the outage: the fake enforces the budget's limits " +
+				"(--budget-create and the others; test mode's by default: 25 creates/s, 25 in all) and answers 429 past them, W workers (services over the same database, each with its own view of the shared budget) " +
+				"drain the backlog, and new purchases keep arriving at R a second. It reports the drain's time and rate, the creates at the provider as a share of the budget, " +
+				"the share of calls answered 429, the new purchases' created → final p50 and p99 during the drain, and the fake's ledger. " +
+				"It needs --database-url and refuses a database that holds purchases not final: use a scratch database.",
+			settings: join(basicSettings, storeSettings, protocolSettings, []string{"budget-account", "budget-global", "budget-create", "budget-retrieve", "budget-search", "budget-list", "budget-refund"}), run: runBenchBacklog},
 		{name: "fakeprovider", args: "[--webhook-url URL]",
 			summary:  "a Stripe-compatible fake provider over HTTP, with webhooks",
 			about:    "Serves the fake provider as a Stripe-compatible HTTP server on --addr, with its ledger at GET /_fake/ledger, and sends webhooks signed with STRIPE_WEBHOOK_SECRET to --webhook-url. Its own endpoints take no key: keep it on loopback.",

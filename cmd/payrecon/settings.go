@@ -89,6 +89,7 @@ var (
 	kindAPITokens   = &kind{typ: "tokens", check: checkAPITokens}
 	kindToken       = &kind{typ: "token", check: checkToken}
 	kindSecret      = &kind{typ: "secret"}
+	kindRate        = &kind{typ: "calls/s", check: checkRate}
 )
 
 // minTokenLen is the shortest API or operator token reconcile/http
@@ -198,9 +199,26 @@ func newSettings() *settings {
 	plain("outbox-retention", "PAYRECON_OUTBOX_RETENTION", formatDuration(sw.OutboxRetention), kindDuration, "how long delivered outbox events are kept for replays; at least --outbox-retry-window plus "+
 		formatDuration(cron.ReplayMargin)+" (a replay margin)")
 	plain("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", formatDuration(sw.IdempotencyKeyRetention), kindDuration, "how long purchase API idempotency keys are kept; at least 24h")
+	plain("budget", "PAYRECON_BUDGET", "true", kindBool, "provider calls wait for the provider account's rate budget, kept in the database and shared by every worker (--budget=false: calls never wait)")
+	plain("budget-account", "PAYRECON_BUDGET_ACCOUNT", reconcile.DefaultBudgetConfig().Account, kindString, "the provider account the budget is of: workers with the same account share one budget")
+	for _, c := range append([]reconcile.BudgetClass{reconcile.ClassGlobal}, reconcile.BudgetClasses...) {
+		live, test := reconcile.DefaultBudgetLimits(true).Of(c), reconcile.DefaultBudgetLimits(false).Of(c)
+		plain("budget-"+string(c), "PAYRECON_BUDGET_"+strings.ToUpper(string(c)), "", kindRate,
+			fmt.Sprintf("%s calls per second (default: Stripe's limit for the key's mode, %v with an sk_live_ key, %v otherwise)", budgetClassUsage[c], live, test))
+	}
 	plain("log-level", "PAYRECON_LOG_LEVEL", "info", kindLevel, "debug, info, warn or error")
 	plain("log-format", "PAYRECON_LOG_FORMAT", "text", kindFormat, "text or json")
 	return s
+}
+
+// budgetClassUsage says what each budget class counts, for the help.
+var budgetClassUsage = map[reconcile.BudgetClass]string{
+	reconcile.ClassGlobal:   "all provider",
+	reconcile.ClassCreate:   "payment create",
+	reconcile.ClassRetrieve: "payment retrieve (status)",
+	reconcile.ClassSearch:   "payment search",
+	reconcile.ClassList:     "payment list (the audit)",
+	reconcile.ClassRefund:   "refund",
 }
 
 // labelOf names a setting in messages: "--name / ENV", or ENV alone for

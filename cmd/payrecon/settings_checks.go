@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/url"
 	"slices"
@@ -50,6 +51,17 @@ func checkCount(v string) error {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n <= 0 || n != int64(int(n)) {
 		return errors.New("want a positive whole number")
+	}
+	return nil
+}
+
+func checkRate(v string) error {
+	if v == "" {
+		return nil
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(f > 0) || math.IsInf(f, 0) {
+		return errors.New("want a positive number of calls per second")
 	}
 	return nil
 }

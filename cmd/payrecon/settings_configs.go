@@ -2,6 +2,8 @@ package main
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/payrecon/payrecon/reconcile"
@@ -57,6 +59,29 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	cfg.GroupCommitMax = int(num("group-commit-max"))
 	cfg.GroupCommitLeaders = int(num("group-commit-leaders"))
 	return cfg, errors.Join(errs...)
+}
+
+// budgetConfig builds the provider rate budget's configuration from the
+// settings: live selects the defaults of Stripe's live mode. ok is false
+// when --budget is off.
+func (s *settings) budgetConfig(live bool) (cfg reconcile.BudgetConfig, ok bool, err error) {
+	on, err := s.boolean("budget")
+	if err != nil || !on {
+		return cfg, false, err
+	}
+	cfg.Account, cfg.Live = s.str("budget-account"), live
+	for _, c := range append([]reconcile.BudgetClass{reconcile.ClassGlobal}, reconcile.BudgetClasses...) {
+		v := s.str("budget-" + string(c))
+		if v == "" {
+			continue
+		}
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return cfg, false, fmt.Errorf("--budget-%s: %w", c, err)
+		}
+		cfg.Limits.Set(c, f)
+	}
+	return cfg, true, nil
 }
 
 // sweepConfig builds the standard sweeps' configuration from the

@@ -21,6 +21,13 @@ import (
 // which config fields it sets: "Type.Field", or "Type" for a setting that
 // sets a whole config (a spec). Its default must be the fields' default.
 var settingFields = map[string][]string{
+	"budget-account":     {"reconcile.BudgetConfig.Account"},
+	"budget-global":      {"reconcile.BudgetConfig.Limits"},
+	"budget-create":      {"reconcile.BudgetConfig.Limits"},
+	"budget-retrieve":    {"reconcile.BudgetConfig.Limits"},
+	"budget-search":      {"reconcile.BudgetConfig.Limits"},
+	"budget-list":        {"reconcile.BudgetConfig.Limits"},
+	"budget-refund":      {"reconcile.BudgetConfig.Limits"},
 	"worker-id":          {"reconcile.Config.WorkerID"},
 	"lease-duration":     {"reconcile.Config.LeaseDuration"},
 	"provider-timeout":   {"reconcile.Config.ProviderTimeout"},
@@ -64,6 +71,7 @@ var settingFields = map[string][]string{
 // settingsOfNoConfig are the settings no component's config has a default
 // for, and why.
 var settingsOfNoConfig = map[string]string{
+	"budget":       "whether provider calls wait for the shared rate budget at all",
 	"database-url": "the store's address is required by both stores; the default SQLite file is the command's choice",
 	// rhttp.Config.Addr has the same default, "127.0.0.1:8080", but
 	// reconcile/http does not export it yet; `fakeprovider` listens on
@@ -136,6 +144,10 @@ func TestFlagDefaultsAreTheConfigs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("fake-faults: %v", err)
 	}
+	bc, _, err := s.budgetConfig(false)
+	if err != nil {
+		t.Fatalf("budgetConfig of the defaults: %v", err)
+	}
 	// What the commands build from the default settings (only the fields
 	// settings set), and what each component does with a zero field.
 	got := map[string]any{
@@ -146,6 +158,7 @@ func TestFlagDefaultsAreTheConfigs(t *testing.T) {
 		"fakeprovider.Config":       fake,
 		"fakeprovider.ServerConfig": server,
 		"sqlite.Config":             sqlite.Config{Synchronous: s.str("sqlite-synchronous")},
+		"reconcile.BudgetConfig":    bc,
 	}
 	want := map[string]any{
 		"reconcile.Config":     reconcile.DefaultConfig(),
@@ -157,6 +170,9 @@ func TestFlagDefaultsAreTheConfigs(t *testing.T) {
 		"fakeprovider.Config":       fakeprovider.Config{},
 		"fakeprovider.ServerConfig": fakeprovider.ServerConfig{},
 		"sqlite.Config":             sqlite.Config{Synchronous: sqlite.DefaultSynchronous},
+		// The limits' empty defaults leave them zero, to the key's mode's
+		// defaults (reconcile.DefaultBudgetLimits).
+		"reconcile.BudgetConfig": reconcile.BudgetConfig{Account: reconcile.DefaultBudgetConfig().Account},
 	}
 
 	listed := map[string]bool{}
@@ -240,6 +256,13 @@ func TestDefaultServiceConfig(t *testing.T) {
 	}
 	defer cleanup()
 	got, want := svc.Config(), reconcile.DefaultConfig()
+	// The budget is built over the store, the provider account's shared
+	// rate budget (--budget is on by default).
+	if _, ok := got.Budget.(*reconcile.SharedBudget); !ok {
+		t.Errorf("service budget %T, want the shared budget", got.Budget)
+	}
+	got.Budget = nil
+	want.Budget = nil
 	// The clock, the logger and the observer are the command's to set;
 	// the worker id is the host's and pid's either way.
 	got.Now, got.Logger, got.Observer = nil, nil, nil

@@ -129,6 +129,10 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"Recoveries", withStore(testRecoveries)},
 		// outbox.go
 		{"Outbox", testOutbox},
+		// budget.go
+		{"BudgetBuckets", testBudgetBuckets},
+		{"SharedBudget", testSharedBudget},
+		{"ClaimsNewFirst", withStore(testClaimsNewFirst)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -72,7 +73,10 @@ var statusOutcomes = map[stripego.PaymentIntentStatus]provider.Outcome{
 //	                                                 requires_payment_method, not pending
 //	409 idempotency_key_in_use                     Pending, Reason ReasonKeyInUse, nil error
 //	idempotency_error (400)                        error wrapping provider.ErrIdempotencyMismatch
-//	429 (rate_limit, lock_timeout)                 error wrapping provider.ErrRetryLater
+//	429 rate_limit (and any 429 but lock_timeout)   error wrapping provider.ErrRateLimited (and so
+//	                                                 ErrRetryLater), with its Retry-After and
+//	                                                 Stripe-Should-Retry as a provider.Throttle
+//	429 lock_timeout                               error wrapping provider.ErrRetryLater
 //	404 resource_missing on OpStatus,              NotFound, Reason ReasonNotFound, nil error
 //	  OpRefundGet
 //	other 4xx but 409, 424 (400, 401, 403, 404…)   error wrapping ErrRejected → Rejected
@@ -137,8 +141,12 @@ func translateError(op provider.Op, where string, err error) (provider.Result, e
 		return res, nil
 	case se.Type == stripego.ErrorTypeIdempotency:
 		ae.kind = provider.ErrIdempotencyMismatch
-	case status == http.StatusTooManyRequests:
+	case status == http.StatusTooManyRequests && se.Code == stripego.ErrorCodeLockTimeout:
+		// Another request holds the object: not the rate limit.
 		ae.kind = provider.ErrRetryLater
+	case status == http.StatusTooManyRequests:
+		ae.kind = provider.ErrRateLimited
+		ae.throttle = throttleOf(se)
 	case (op == provider.OpStatus || op == provider.OpRefundGet) && status == http.StatusNotFound && se.Code == stripego.ErrorCodeResourceMissing:
 		return provider.Result{Outcome: provider.NotFound, Reason: ReasonNotFound}, nil
 	case op == provider.OpRefundCreate && refundRefusals[string(se.Code)]:
@@ -241,6 +249,29 @@ type apiError struct {
 	// kind is the sentinel the error wraps, or nil when the outcome is
 	// unknown.
 	kind error
+	// throttle is what a 429 rate_limit's headers said.
+	throttle provider.Throttle
+}
+
+// Throttle returns what the 429's Retry-After and Stripe-Should-Retry
+// headers said (zero for any other error).
+func (e *apiError) Throttle() provider.Throttle { return e.throttle }
+
+// throttleOf reads Retry-After (delay-seconds; an HTTP date is not used by
+// Stripe and is ignored) and Stripe-Should-Retry from se's response.
+func throttleOf(se *stripego.Error) provider.Throttle {
+	var t provider.Throttle
+	if se.LastResponse == nil {
+		return t
+	}
+	h := se.LastResponse.Header
+	if v := h.Get("Retry-After"); v != "" {
+		if secs, err := strconv.ParseFloat(v, 64); err == nil && secs > 0 && secs < 3600 {
+			t.RetryAfter = time.Duration(secs * float64(time.Second))
+		}
+	}
+	t.ShouldRetry = h.Get("Stripe-Should-Retry")
+	return t
 }
 
 func (e *apiError) Error() string {

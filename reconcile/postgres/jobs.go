@@ -55,13 +55,14 @@ const expiredCand = `expired AS (
 )`
 
 // dueCand selects up to $2 open, unleased jobs that are due, of both
-// kinds, in the order of the partial index jobs_due_idx (run_at, id): the
-// scan stops after $2 rows however many jobs share one run_at, with no
-// sort of the open jobs.
+// kinds, never-leased jobs (the first create of a new purchase) first, in
+// the order of the partial index jobs_due_idx ((lease_token <> 0),
+// run_at, id): the scan stops after $2 rows however many jobs share one
+// run_at, with no sort of the open jobs.
 const dueCand = `due AS (
     SELECT id, purchase_id, refund_id FROM jobs
     WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ` + nowSQL + `
-    ORDER BY run_at, id
+    ORDER BY (lease_token <> 0), run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )`

@@ -54,11 +54,16 @@ type Metrics struct {
 	outboxOldest    prometheus.Gauge
 	outboxDelivered *prometheus.CounterVec
 	outboxLatency   prometheus.Histogram
+	budgetRate      *prometheus.GaugeVec
+	budgetThrottled *prometheus.CounterVec
+	budgetWait      *prometheus.HistogramVec
 }
 
 var (
-	_ reconcile.Observer      = (*Metrics)(nil)
-	_ reconcile.RelayObserver = (*Metrics)(nil)
+	_ reconcile.Observer       = (*Metrics)(nil)
+	_ reconcile.RelayObserver  = (*Metrics)(nil)
+	_ reconcile.Observer       = (*Metrics)(nil)
+	_ reconcile.BudgetObserver = (*Metrics)(nil)
 )
 
 // New returns Metrics registered on a fresh registry, with Go runtime and
@@ -150,6 +155,18 @@ func New() *Metrics {
 			Name: "payrecon_outbox_delivery_seconds", Help: "Time from an event's commit to its delivery's 2xx.",
 			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2.5, 5, 10, 60, 600, 3600},
 		}),
+		budgetRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_provider_budget",
+			Help: "The provider rate budget's current rate, in calls per second, by class (create, retrieve, search, list, refund, global): the configured limit less the headroom, lowered by 429s.",
+		}, []string{"class"}),
+		budgetThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_provider_throttled_total",
+			Help: "Provider calls answered 429 (rate limited), by budget class. Each lowers that class's rate.",
+		}, []string{"class"}),
+		budgetWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "payrecon_provider_wait_seconds", Help: "How long provider calls waited for the rate budget, by class.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"class"}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -158,9 +175,14 @@ func New() *Metrics {
 		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
 		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK, m.opsLogins,
 		m.outboxPending, m.outboxDead, m.outboxOldest, m.outboxDelivered, m.outboxLatency,
+		m.budgetRate, m.budgetThrottled, m.budgetWait,
 	)
 	for _, o := range reconcile.DeliveryOutcomes {
 		m.outboxDelivered.WithLabelValues(string(o))
+	}
+	// The throttling alert takes increase() of every class from the start.
+	for _, c := range reconcile.BudgetClasses {
+		m.budgetThrottled.WithLabelValues(string(c))
 	}
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s))
@@ -204,6 +226,21 @@ var webhookTypes = []string{
 var webhookOutcomes = []reconcile.EventOutcome{
 	reconcile.EventApplied, reconcile.EventDuplicate, reconcile.EventStale, reconcile.EventConflict,
 	reconcile.EventContradiction, reconcile.EventConfirming, reconcile.EventUnmatched,
+}
+
+// BudgetRate implements reconcile.BudgetObserver.
+func (m *Metrics) BudgetRate(class reconcile.BudgetClass, rate float64) {
+	m.budgetRate.WithLabelValues(string(class)).Set(rate)
+}
+
+// BudgetThrottled implements reconcile.BudgetObserver.
+func (m *Metrics) BudgetThrottled(class reconcile.BudgetClass) {
+	m.budgetThrottled.WithLabelValues(string(class)).Inc()
+}
+
+// BudgetWait implements reconcile.BudgetObserver.
+func (m *Metrics) BudgetWait(class reconcile.BudgetClass, waited time.Duration) {
+	m.budgetWait.WithLabelValues(string(class)).Observe(waited.Seconds())
 }
 
 // Handler serves the metrics in the Prometheus exposition format.

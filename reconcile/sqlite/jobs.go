@@ -25,13 +25,14 @@ LIMIT ?2`
 
 // claimCand selects what ClaimJobs leases at ?1: jobs whose lease
 // expired, then open, unleased jobs due at ?1, of both kinds, in the
-// order of the partial index jobs_due_idx (run_at, id), which the scan
-// reads off the front however many jobs share one run_at.
+// order of the partial index jobs_due_idx ((lease_token <> 0), run_at,
+// id), never-leased jobs (the first create of a new purchase) first,
+// which the scan reads off the front however many jobs share one run_at.
 const claimCand = `SELECT * FROM (` + expiredCand + `)
 UNION ALL
 SELECT * FROM (SELECT id, 0 AS taken FROM jobs
     WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ?1
-    ORDER BY run_at, id
+    ORDER BY (lease_token <> 0), run_at, id
     LIMIT ?2)
 LIMIT ?2`
 
