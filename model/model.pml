@@ -16,6 +16,8 @@
  * and the claim settles (every run ends terminal or escalated), checked
  * under weak fairness. The README's section "The protocol in spin"
  * explains what is modelled and what is left out; model_test.go runs spin.
+ *
+ * Lines marked MUTANT:name are replaced by the mutation tests.
  */
 #include "transitions.pml"
 
@@ -143,7 +145,7 @@ byte opsleft = OPS;
  * pair: a worker's claim is current until the next claim, and a worker's
  * older claims died with their runs.
  */
-#define FENCED(me) (owner == (me) && lease_left > 0)
+#define FENCED(me) (owner == (me) && lease_left > 0)  /* MUTANT:nofence */
 
 /* keyReplayable: the provider still certainly keeps the key. */
 #define REPLAYABLE (pkey == KEY && fa_age < RET - MARGIN)
@@ -193,7 +195,7 @@ inline judge(ps, o, py, nc, src, late) {
 			if
 			:: ps == CREATED ->
 				v = V_ESC; vr = E_CHARGE        /* contradiction */
-			:: ps != CREATED && !TERMINAL(ps) ->
+			:: ps != CREATED && !TERMINAL(ps) ->   /* MUTANT:overwrite */
 				v = V_APPLY
 			:: TERMINAL(ps) && (o == O_PEND || SETTLES(o) == ps) ->
 				v = V_RECORD                    /* a final state is never overwritten */
@@ -281,7 +283,7 @@ inline provider_create(k) {
 	   fi
 	fi;
 	assert(k == KEY);                           /* never a new key */
-	assert(fa_age < RET - MARGIN + LEASE - 1)   /* never a create after the retention minus the margin */
+	assert(fa_age < RET - MARGIN + LEASE - 1)   /* never a create after the retention minus the margin */ /* MUTANT:replay */
 }
 
 inline provider_status(p) {
@@ -309,7 +311,7 @@ inline provider_search() {
 }
 
 /* Runs beyond the budget that never reached the point of escalating. */
-#define EXHAUSTED (!TERMINAL(pstate) && esc == E_NONE && checks > MAXATT)
+#define EXHAUSTED (!TERMINAL(pstate) && esc == E_NONE && checks > MAXATT)   /* MUTANT:nolimit */
 
 /*
  * A crash point, at the start of every action of a run but the first: the
@@ -414,8 +416,8 @@ first:
 				/* reconcileIntent: by status, else a replay of the same key while kept, else a search */
 				if
 				:: payid != PAY_NONE -> op = OP_STATUS
-				:: payid == PAY_NONE && REPLAYABLE && esc != E_CHARGE -> op = OP_CREATE
-				:: else -> op = OP_SEARCH
+				:: payid == PAY_NONE && REPLAYABLE && esc != E_CHARGE -> op = OP_CREATE   /* MUTANT:replay */
+				:: else -> op = OP_SEARCH                  /* MUTANT:newkey */
 				fi;
 				move(UNCERTAIN, RECONCILING);
 				before = RECONCILING
@@ -427,7 +429,7 @@ call:
 		atomic {
 			CRASHPOINT;
 			if
-			:: owner == me && lease_left > 0 ->
+			:: owner == me && lease_left > 0 ->   /* MUTANT:nofence */
 				if
 				:: op == OP_CREATE -> provider_create(pkey)
 				:: op == OP_STATUS -> provider_status(payid)
@@ -498,7 +500,7 @@ call:
 					:: else
 					fi;
 					if
-					:: to == UNCERTAIN && vr == E_NONE && checks >= MAXATT -> vr = E_SOFT
+					:: to == UNCERTAIN && vr == E_NONE && checks >= MAXATT -> vr = E_SOFT   /* MUTANT:nolimit */
 					:: else
 					fi;
 					mark(vr);

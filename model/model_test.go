@@ -2,10 +2,12 @@ package model_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -82,9 +84,111 @@ func tools(t *testing.T) (spin, cc string) {
 	return "", ""
 }
 
+// mutant is a copy of the model with one guard removed: every line of
+// model.pml that carries the marker MUTANT:name is replaced, in order, by
+// the mutant's lines.
+type mutant struct {
+	name, what string
+	lines      []string
+	// liveness: the mutant breaks the liveness property, not an assertion.
+	liveness bool
+	// deep: the counterexample lies deep in the search, where looking for
+	// a shorter one costs more than the whole check: the first is kept.
+	deep bool
+	// want: the properties (the comments on the assertions) of which spin
+	// must find one violated.
+	want []string
+}
+
+var mutants = []mutant{
+	{
+		name:  "newkey",
+		what:  "once the key can no longer be replayed, reconcile by a create under a new key instead of a search",
+		lines: []string{"\t\t\t\t:: else -> op = OP_CREATE; pkey = KEY + 1"},
+		want:  []string{"never a new key"},
+	},
+	{
+		name: "nofence",
+		what: "drop the lease check (owner, token, expiry) from every write and from the provider call",
+		lines: []string{
+			"#define FENCED(me) (true)",
+			"\t\t\t:: true ->",
+		},
+		deep: true,
+		want: []string{"never a create after the retention minus the margin"},
+	},
+	{
+		name: "replay",
+		what: "replay the stored create whatever the key's age (keyReplayable dropped), and stop checking the create's age: the charge count must still catch it",
+		lines: []string{
+			"\tskip",
+			"\t\t\t\t:: payid == PAY_NONE && esc != E_CHARGE -> op = OP_CREATE",
+		},
+		want: []string{"at most one charge per purchase"},
+	},
+	{
+		name:  "overwrite",
+		what:  "the judge applies an answer to a final state as to an open one",
+		lines: []string{"\t\t\t:: ps != CREATED ->"},
+		want:  []string{"no move out of succeeded", "only the table's moves"},
+	},
+	{
+		name: "nolimit",
+		what: "no attempt budget: an uncertain purchase is never escalated however long its answers stay unknown",
+		lines: []string{
+			"#define EXHAUSTED (false)",
+			"\t\t\t\t\t:: false -> skip",
+		},
+		liveness: true,
+	},
+}
+
+// apply returns the model's text with m's lines in place of its markers.
+func (m mutant) apply(t *testing.T, text string) string {
+	t.Helper()
+	marker := "MUTANT:" + m.name + " "
+	lines := strings.Split(text, "\n")
+	n := 0
+	for i, l := range lines {
+		if !strings.Contains(l+" ", marker) {
+			continue
+		}
+		if n == len(m.lines) {
+			t.Fatalf("mutant %s: more than %d lines marked %s", m.name, len(m.lines), marker)
+		}
+		lines[i] = m.lines[n]
+		n++
+	}
+	if n != len(m.lines) {
+		t.Fatalf("mutant %s: %d lines marked %s, want %d", m.name, n, strings.TrimSpace(marker), len(m.lines))
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestMutantMarkers fails when a marker in the model belongs to no mutant.
+func TestMutantMarkers(t *testing.T) {
+	src, err := os.ReadFile("model.pml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	known := map[string]bool{"name": true} // the header's explanation
+	for _, m := range mutants {
+		known[m.name] = true
+		m.apply(t, string(src))
+	}
+	for _, name := range regexp.MustCompile(`MUTANT:(\w+)`).FindAllStringSubmatch(string(src), -1) {
+		if !known[name[1]] {
+			t.Errorf("model.pml marks lines MUTANT:%s, but no mutant has that name", name[1])
+		}
+	}
+}
+
 // check is one verification run.
 type check struct {
 	liveness bool
+	// shorter makes pan look for a shorter counterexample than the
+	// first it finds (-I), to keep the trail readable.
+	shorter bool
 }
 
 // result is what pan reported.
@@ -141,6 +245,9 @@ func verify(t *testing.T, spin, cc, text string, c check) (string, result) {
 	case c.liveness:
 		cflags = append(cflags, "-DNFAIR=3")
 		args = append(args, "-a", "-f")
+	case c.shorter:
+		cflags = append(cflags, "-DSAFETY", "-DNOCLAIM", "-DREACH")
+		args = append(args, "-I")
 	default:
 		cflags = append(cflags, "-DSAFETY", "-DNOCLAIM")
 		cflags[0] = "-O2"
@@ -218,4 +325,69 @@ func TestLiveness(t *testing.T) {
 	}
 	t.Logf("liveness (<> terminal or escalated, weak fairness), exhaustive: %.0f states stored (%.0f visited), %.0f transitions, depth %.0f; pan took %s of CPU (%s wall)",
 		r.states, r.visited, r.transitions, r.depth, r.cpu.Round(10*time.Millisecond), r.wall.Round(10*time.Millisecond))
+}
+
+// reViolation is a failed assertion in spin's replay of a trail.
+var reViolation = regexp.MustCompile(`spin: model\.pml:(\d+), Error: assertion violated`)
+
+// property returns the comment on line n (1-based) of text: the name of
+// the property its assertion checks.
+func property(text string, n int) string {
+	lines := strings.Split(text, "\n")
+	if n < 1 || n > len(lines) {
+		return ""
+	}
+	_, c, ok := strings.Cut(lines[n-1], "/*")
+	if !ok {
+		return strings.TrimSpace(lines[n-1])
+	}
+	c, _, _ = strings.Cut(c, "*/")
+	return strings.TrimSpace(c)
+}
+
+// TestMutants proves the model can fail: each mutant removes one guard of
+// the protocol, and spin must find a counterexample that breaks the
+// property the guard protects. The trail is logged.
+func TestMutants(t *testing.T) {
+	spin, cc := tools(t)
+	orig := modelText(t)
+	for _, m := range mutants {
+		t.Run(m.name, func(t *testing.T) {
+			text := m.apply(t, orig)
+			dir, r := verify(t, spin, cc, text, check{liveness: m.liveness, shorter: !m.liveness && !m.deep})
+			if r.errors == 0 {
+				t.Fatalf("mutant %s (%s): spin found no counterexample\n%s", m.name, m.what, r.out)
+			}
+			cmd := exec.CommandContext(t.Context(), spin, "-t", "-p", "model.pml")
+			cmd.Dir = dir
+			trail, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("spin -t -p: %v\n%s", err, trail)
+			}
+			var found string
+			if m.liveness {
+				if !strings.Contains(r.out, "acceptance cycle") || !bytes.Contains(trail, []byte("START OF CYCLE")) {
+					t.Fatalf("mutant %s: want an acceptance cycle\n%s", m.name, r.out)
+				}
+				found = "a run that never ends terminal or escalated (an acceptance cycle of the claim settles)"
+			} else {
+				var props []string
+				for _, v := range reViolation.FindAllSubmatch(trail, -1) {
+					n, _ := strconv.Atoi(string(v[1]))
+					props = append(props, property(text, n))
+				}
+				for _, w := range m.want {
+					if found == "" && slices.Contains(props, w) {
+						found = w
+					}
+				}
+				if found == "" {
+					t.Fatalf("mutant %s: violated %q, want one of %q\n%s", m.name, props, m.want, trail)
+				}
+				found = fmt.Sprintf("%q violated (all violated in the trail: %q)", found, props)
+			}
+			t.Logf("mutant %s: %s\nspin found %s in %.0f states (pan took %s of CPU); the trail (spin -t -p):\n%s",
+				m.name, m.what, found, r.states, r.cpu.Round(10*time.Millisecond), trail)
+		})
+	}
 }

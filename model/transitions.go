@@ -2,7 +2,8 @@
 // purchase (model.pml), which spin checks exhaustively, and the Go side
 // that keeps it honest: the purchase machine's moves are generated from
 // package statemachine into transitions.pml, and the tests run spin on the
-// model. See the README's section "The protocol in spin".
+// model and on mutants of it that must fail. See the README's section
+// "The protocol in spin".
 package model
 
 //go:generate go run ./gen
