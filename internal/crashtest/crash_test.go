@@ -64,6 +64,9 @@ var scenarios = []scenario{
 	{point: crashpoint.RefundAnswerRead, in: inServe, faults: "refund_lost_reply=0.3", drive: driveRefunds},
 	{point: crashpoint.RefundApplyCommitted, in: inWorker, faults: "refund_processing=0.3,settle_after=300ms", drive: driveRefunds},
 	{point: crashpoint.RefundInserted, in: inServe, drive: driveRefunds},
+	// The first settlement's event is written with it: killed before
+	// their commit, neither exists, and the restarted worker commits both.
+	{point: crashpoint.OutboxPending, in: inWorker, drive: drivePurchases},
 }
 
 // TestEveryPointHasARow fails when a crash point has no scenario, or a
