@@ -114,9 +114,9 @@ type outboxSpy struct {
 	wrote bool
 }
 
-func (t *outboxSpy) AppendOutbox(ctx context.Context, e events.Event) (reconcile.OutboxEvent, error) {
+func (t *outboxSpy) AppendOutbox(ctx context.Context, es ...events.Event) ([]reconcile.OutboxEvent, error) {
 	t.wrote = true
-	return t.Tx.AppendOutbox(ctx, e)
+	return t.Tx.AppendOutbox(ctx, es...)
 }
 
 // TestOutboxCommitsWithItsChange: a transaction that dies after a
@@ -337,8 +337,10 @@ func writeEvents(t *testing.T, st reconcile.Store, at time.Time, n, perPurchase 
 				t.Fatal(err)
 			}
 			if err := st.InTx(t.Context(), func(tx reconcile.Tx) error {
-				e, err := tx.AppendOutbox(t.Context(), ev)
-				out[e.ID] = e
+				stored, err := tx.AppendOutbox(t.Context(), ev)
+				for _, e := range stored {
+					out[e.ID] = e
+				}
 				return err
 			}); err != nil {
 				t.Fatal(err)

@@ -100,10 +100,18 @@ func purchasePayload(p Purchase) purchaseData {
 	}
 }
 
+// event returns an event of purchaseID (and refundID) of type typ with
+// data, committed at at.
+func event(typ events.Type, purchaseID, refundID string, at time.Time, data any) (events.Event, error) {
+	ev := events.Event{ID: events.NewID(), Type: typ, PurchaseID: purchaseID, RefundID: refundID, CreatedAt: at}
+	if err := ev.SetData(data); err != nil {
+		return events.Event{}, fmt.Errorf("reconcile: %s event of %s: %w", typ, purchaseID, err)
+	}
+	return ev, nil
+}
+
 // append writes one event of purchaseID (and refundID) of type typ with
-// data, committed at at (the store's now when zero), and reaches the
-// crash point OutboxPending: the change and its event are written, the
-// transaction not committed.
+// data, committed at at (the store's now when zero).
 func (t outboxTx) append(ctx context.Context, typ events.Type, purchaseID, refundID string, at time.Time, data any) error {
 	if at.IsZero() {
 		var err error
@@ -111,36 +119,54 @@ func (t outboxTx) append(ctx context.Context, typ events.Type, purchaseID, refun
 			return err
 		}
 	}
-	ev := events.Event{ID: events.NewID(), Type: typ, PurchaseID: purchaseID, RefundID: refundID, CreatedAt: at}
-	if err := ev.SetData(data); err != nil {
-		return fmt.Errorf("reconcile: %s event of %s: %w", typ, purchaseID, err)
+	ev, err := event(typ, purchaseID, refundID, at, data)
+	if err != nil {
+		return err
 	}
-	if _, err := t.AppendOutbox(ctx, ev); err != nil {
+	return t.write(ctx, ev)
+}
+
+// write appends es in one call and reaches the crash point
+// OutboxPending: the changes and their events are written, the
+// transaction not committed.
+func (t outboxTx) write(ctx context.Context, es ...events.Event) error {
+	if len(es) == 0 {
+		return nil
+	}
+	if _, err := t.AppendOutbox(ctx, es...); err != nil {
 		return err
 	}
 	crashpoint.Hit(crashpoint.OutboxPending)
 	return nil
 }
 
-// purchaseEvents writes the events of a purchase's move from before to
+// purchaseEvents returns the events of a purchase's move from before to
 // after; wasEscalated says whether before was on the operator list.
-func (t outboxTx) purchaseEvents(ctx context.Context, before, after Purchase, wasEscalated bool) error {
+func purchaseEvents(before, after Purchase, wasEscalated bool) ([]events.Event, error) {
+	var out []events.Event
+	add := func(typ events.Type) error {
+		ev, err := event(typ, after.ID, "", after.UpdatedAt, purchasePayload(after))
+		out = append(out, ev)
+		return err
+	}
 	if after.State != before.State {
 		switch after.State {
 		case statemachine.Succeeded:
-			if err := t.append(ctx, events.PurchaseSucceeded, after.ID, "", after.UpdatedAt, purchasePayload(after)); err != nil {
-				return err
+			if err := add(events.PurchaseSucceeded); err != nil {
+				return nil, err
 			}
 		case statemachine.Declined:
-			if err := t.append(ctx, events.PurchaseDeclined, after.ID, "", after.UpdatedAt, purchasePayload(after)); err != nil {
-				return err
+			if err := add(events.PurchaseDeclined); err != nil {
+				return nil, err
 			}
 		}
 	}
 	if !after.EscalatedAt.IsZero() && !wasEscalated {
-		return t.append(ctx, events.PurchaseEscalated, after.ID, "", after.UpdatedAt, purchasePayload(after))
+		if err := add(events.PurchaseEscalated); err != nil {
+			return nil, err
+		}
 	}
-	return nil
+	return out, nil
 }
 
 // UpdatePurchase implements Tx and writes the move's events. Whether p
@@ -157,25 +183,35 @@ func (t outboxTx) UpdatePurchase(ctx context.Context, p Purchase, from statemach
 	if err := t.Tx.UpdatePurchase(ctx, p, from); err != nil {
 		return err
 	}
-	return t.purchaseEvents(ctx, Purchase{ID: p.ID, State: from}, p, wasEscalated)
+	es, err := purchaseEvents(Purchase{ID: p.ID, State: from}, p, wasEscalated)
+	if err != nil {
+		return err
+	}
+	return t.write(ctx, es...)
 }
 
 // ApplyMoves implements Tx and writes the events of the applied moves,
-// in the same transaction: each move carries the purchase as it was, so
-// nothing is read.
+// in the same transaction and in one AppendOutbox: each move carries the
+// purchase as it was, so nothing is read.
 func (t outboxTx) ApplyMoves(ctx context.Context, moves []Move) ([]bool, error) {
 	applied, err := t.Tx.ApplyMoves(ctx, moves)
 	if err != nil {
 		return applied, err
 	}
+	var es []events.Event
 	for i, ok := range applied {
 		if !ok {
 			continue
 		}
 		mv := moves[i]
-		if err := t.purchaseEvents(ctx, mv.From, mv.To, !mv.From.EscalatedAt.IsZero()); err != nil {
+		more, err := purchaseEvents(mv.From, mv.To, !mv.From.EscalatedAt.IsZero())
+		if err != nil {
 			return nil, err
 		}
+		es = append(es, more...)
+	}
+	if err := t.write(ctx, es...); err != nil {
+		return nil, err
 	}
 	return applied, nil
 }

@@ -385,17 +385,20 @@ type Tx interface {
 	// RecordSystemIdentifier records id as the cluster's identifier at
 	// at, replacing what was recorded.
 	RecordSystemIdentifier(ctx context.Context, id string, at time.Time) error
-	// AppendOutbox writes e to the outbox, and a pending delivery of it to
-	// every subscription that wants its type, in this transaction. e must
-	// have its ID, Type, PurchaseID, CreatedAt and Data (with its Digest,
+	// AppendOutbox writes es to the outbox, and a pending delivery of
+	// each to every subscription that wants its type, in this
+	// transaction, all or none. Each event must have its ID, Type,
+	// PurchaseID, CreatedAt and Data (with its Digest,
 	// events.Event.SetData) set; its Sequence and SchemaVersion are the
 	// store's: the next sequence number of its purchase (1 for the first;
+	// events of one purchase in one call are numbered in their order;
 	// numbers are taken in a row the transaction holds until it ends, so
 	// they follow the commit order and a rollback leaves no gap) and
-	// events.SchemaVersion. Returns the stored event, whose Payload is
-	// events.Marshal of it. Returns ErrDuplicate if its id exists and
-	// ErrInvalid if it is not a valid event.
-	AppendOutbox(ctx context.Context, e events.Event) (OutboxEvent, error)
+	// events.SchemaVersion. Returns the stored events, in es's order, each
+	// with its Payload events.Marshal of it. Returns ErrDuplicate if an id
+	// exists and ErrInvalid if an event is not valid; either way nothing
+	// is written and the transaction stays usable.
+	AppendOutbox(ctx context.Context, es ...events.Event) ([]OutboxEvent, error)
 	// ListOutbox returns a purchase's events, in sequence order.
 	ListOutbox(ctx context.Context, purchaseID string) ([]OutboxEvent, error)
 

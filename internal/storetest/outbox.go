@@ -32,8 +32,10 @@ func appendEvent(t *testing.T, s reconcile.Store, e events.Event) reconcile.Outb
 	t.Helper()
 	var out reconcile.OutboxEvent
 	inTx(t, s, func(tx reconcile.Tx) error {
-		var err error
-		out, err = tx.AppendOutbox(t.Context(), e)
+		stored, err := tx.AppendOutbox(t.Context(), e)
+		if err == nil {
+			out = stored[0]
+		}
 		return err
 	})
 	return out
@@ -113,6 +115,34 @@ func testOutbox(t *testing.T, newStore func(*testing.T) *testStore) {
 		equal(t, "ListOutbox(pur_a)", listOutbox(t, s, "pur_a"), want)
 	})
 
+	parallel(t, "AppendSeveral", func(t *testing.T) {
+		s := newStore(t)
+		appendEvent(t, s, newEvent(t, "pur_b", events.PurchaseEscalated, base))
+		in := []events.Event{
+			newEvent(t, "pur_b", events.PurchaseSucceeded, base),
+			newEvent(t, "pur_a", events.PurchaseEscalated, base),
+			newEvent(t, "pur_b", events.PurchaseResolved, base),
+			newEvent(t, "pur_a", events.PurchaseSucceeded, base),
+		}
+		var got []reconcile.OutboxEvent
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			got, err = tx.AppendOutbox(t.Context(), in...)
+			return err
+		})
+		for i, e := range got {
+			if e.ID != in[i].ID {
+				t.Fatalf("AppendOutbox returned %s at %d, want %s: the order of its arguments", e.ID, i, in[i].ID)
+			}
+		}
+		// One call numbers each purchase's events in their order, after
+		// the ones it had.
+		equal(t, "sequences returned", sequences(got), []int64{2, 1, 3, 2})
+		equal(t, "pur_a's sequences", sequences(listOutbox(t, s, "pur_a")), []int64{1, 2})
+		equal(t, "pur_b's sequences", sequences(listOutbox(t, s, "pur_b")), []int64{1, 2, 3})
+		equal(t, "pur_b's events", listOutbox(t, s, "pur_b")[1:], []reconcile.OutboxEvent{got[0], got[2]})
+	})
+
 	parallel(t, "NoGapAfterRollbackOrRefusal", func(t *testing.T) {
 		s := newStore(t)
 		first := appendEvent(t, s, newEvent(t, "pur_1", events.PurchaseSucceeded, base))
@@ -132,10 +162,16 @@ func testOutbox(t *testing.T, newStore func(*testing.T) *testStore) {
 			dup.ID = first.ID
 			_, err := tx.AppendOutbox(t.Context(), dup)
 			wantErr(t, "append of an existing id", err, reconcile.ErrDuplicate)
+			// Nor does a call of several whose last is refused: none of
+			// them is written.
+			_, err = tx.AppendOutbox(t.Context(), newEvent(t, "pur_1", events.PurchaseResolved, base),
+				newEvent(t, "pur_2", events.PurchaseResolved, base), dup)
+			wantErr(t, "append of several, one with an existing id", err, reconcile.ErrDuplicate)
 			_, err = tx.AppendOutbox(t.Context(), newEvent(t, "pur_1", events.PurchaseResolved, base))
 			return err
 		})
 		equal(t, "sequences", sequences(listOutbox(t, s, "pur_1")), []int64{1, 2})
+		equal(t, "pur_2's sequences", sequences(listOutbox(t, s, "pur_2")), []int64(nil))
 		// An invalid event is refused.
 		bad := newEvent(t, "pur_1", events.PurchaseResolved, base)
 		bad.Digest = "x"

@@ -3,7 +3,11 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/payrecon/payrecon/events"
 	"github.com/payrecon/payrecon/internal/sqlstore"
@@ -14,46 +18,98 @@ import (
 
 const outboxColumns = `event_id, purchase_id, refund_id, event_type, schema_version, sequence, payload, digest, created_at`
 
-// AppendOutbox implements reconcile.Tx under a savepoint of its own, so
-// that a refused event leaves neither its sequence number taken nor a
-// delivery written. The upsert of outbox_sequences takes the purchase's
-// next number and keeps its row locked until the transaction ends: a
-// concurrent change of the same purchase waits, so numbers follow the
-// commit order, and a rollback gives the number back.
-func (t *txn) AppendOutbox(ctx context.Context, e events.Event) (reconcile.OutboxEvent, error) {
-	what := fmt.Sprintf("append %s event %s of %s", e.Type, e.ID, e.PurchaseID)
-	if err := dialect.CheckOutboxEvent(what, e); err != nil {
-		return reconcile.OutboxEvent{}, err
+// AppendOutbox implements reconcile.Tx in two statements whatever the
+// number of events, under a savepoint of its own, so that a refused event
+// leaves neither a sequence number taken nor a delivery written. The
+// first statement takes the numbers of every purchase at once: its upsert
+// of outbox_sequences adds the purchase's count of events and keeps the
+// row locked until the transaction ends, so that a concurrent change of
+// the same purchase waits, numbers follow the commit order, and a
+// rollback gives them back. It takes the rows in purchase id order, so
+// that two transactions appending for the same purchases cannot deadlock
+// each other here. The second statement writes the events and their
+// deliveries.
+func (t *txn) AppendOutbox(ctx context.Context, es ...events.Event) ([]reconcile.OutboxEvent, error) {
+	if len(es) == 0 {
+		return nil, nil
 	}
-	var out reconcile.OutboxEvent
+	what := fmt.Sprintf("append %s event %s of %s", es[0].Type, es[0].ID, es[0].PurchaseID)
+	if len(es) > 1 {
+		what = fmt.Sprintf("append %d events", len(es))
+	}
+	counts := map[string]int64{}
+	for _, e := range es {
+		if err := dialect.CheckOutboxEvent(fmt.Sprintf("append %s event %s of %s", e.Type, e.ID, e.PurchaseID), e); err != nil {
+			return nil, err
+		}
+		counts[e.PurchaseID]++
+	}
+	ids := slices.Sorted(maps.Keys(counts))
+	ns := make([]int64, len(ids))
+	for i, id := range ids {
+		ns[i] = counts[id]
+	}
+	var out []reconcile.OutboxEvent
 	err := t.Savepoint(ctx, func(reconcile.Tx) error {
-		var seq int64
-		if err := t.tx.QueryRow(ctx, `INSERT INTO outbox_sequences AS s (purchase_id, last_sequence) VALUES ($1, 1)
-ON CONFLICT (purchase_id) DO UPDATE SET last_sequence = s.last_sequence + 1
-RETURNING last_sequence`, e.PurchaseID).Scan(&seq); err != nil {
-			return wrap(err, "%s: take its sequence number", what)
-		}
-		ev, err := dialect.OutboxEvent(what, e, seq)
+		out = make([]reconcile.OutboxEvent, 0, len(es))
+		rows, err := t.tx.Query(ctx, `INSERT INTO outbox_sequences AS s (purchase_id, last_sequence)
+SELECT id, n FROM unnest($1::text[], $2::bigint[]) AS u(id, n) ORDER BY id
+ON CONFLICT (purchase_id) DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence
+RETURNING purchase_id, last_sequence`, ids, ns)
 		if err != nil {
-			return err
+			return wrap(err, "%s: take their sequence numbers", what)
 		}
-		if _, err := t.tx.Exec(ctx, `INSERT INTO outbox (`+outboxColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
-			ev.ID, ev.PurchaseID, ev.RefundID, string(ev.Type), ev.SchemaVersion, ev.Sequence, ev.Payload, ev.Digest, ev.CreatedAt); err != nil {
+		// next is each purchase's first number of this batch.
+		next := make(map[string]int64, len(ids))
+		var id string
+		var last int64
+		if _, err := pgx.ForEachRow(rows, []any{&id, &last}, func() error {
+			next[id] = last - counts[id] + 1
+			return nil
+		}); err != nil {
+			return wrap(err, "%s: take their sequence numbers", what)
+		}
+		var c struct {
+			id, purchase, refund, typ, digest []string
+			version, seq                      []int64
+			payload                           [][]byte
+			created                           []time.Time
+		}
+		for _, e := range es {
+			seq, ok := next[e.PurchaseID]
+			if !ok {
+				return fmt.Errorf("postgres: %s: no sequence number taken for %s", what, e.PurchaseID)
+			}
+			next[e.PurchaseID]++
+			ev, err := dialect.OutboxEvent(what, e, seq)
+			if err != nil {
+				return err
+			}
+			out = append(out, ev)
+			c.id, c.purchase, c.refund = append(c.id, ev.ID), append(c.purchase, ev.PurchaseID), append(c.refund, ev.RefundID)
+			c.typ, c.version, c.seq = append(c.typ, string(ev.Type)), append(c.version, int64(ev.SchemaVersion)), append(c.seq, ev.Sequence)
+			c.payload, c.digest, c.created = append(c.payload, ev.Payload), append(c.digest, ev.Digest), append(c.created, ev.CreatedAt)
+		}
+		// The deliveries read the events from the insert's RETURNING: the
+		// foreign key to outbox is checked at the statement's end, when
+		// the events are there.
+		if _, err := t.tx.Exec(ctx, `WITH ev AS (
+    INSERT INTO outbox (`+outboxColumns+`)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::bytea[], $8::text[], $9::timestamptz[])
+    RETURNING event_id, purchase_id, sequence, event_type, created_at
+)
+INSERT INTO outbox_deliveries
+    (subscription, event_id, purchase_id, sequence, next_attempt_at, window_from, created_at)
+SELECT s.name, ev.event_id, ev.purchase_id, ev.sequence, ev.created_at, ev.created_at, ev.created_at
+FROM ev JOIN outbox_subscriptions s
+    ON s.event_types = '' OR position(',' || ev.event_type || ',' IN ',' || s.event_types || ',') > 0`,
+			c.id, c.purchase, c.refund, c.typ, c.version, c.seq, c.payload, c.digest, c.created); err != nil {
 			return wrap(err, "%s", what)
 		}
-		if _, err := t.tx.Exec(ctx, `INSERT INTO outbox_deliveries
-    (subscription, event_id, purchase_id, sequence, next_attempt_at, window_from, created_at)
-SELECT name, $1, $2, $3, $4, $4, $4 FROM outbox_subscriptions
-WHERE event_types = '' OR position(',' || $5 || ',' IN ',' || event_types || ',') > 0`,
-			ev.ID, ev.PurchaseID, ev.Sequence, ev.CreatedAt, string(ev.Type)); err != nil {
-			return wrap(err, "%s: its deliveries", what)
-		}
-		out = ev
 		return nil
 	})
 	if err != nil {
-		return reconcile.OutboxEvent{}, err
+		return nil, err
 	}
 	return out, nil
 }

@@ -19,43 +19,58 @@ const outboxColumns = `event_id, purchase_id, refund_id, event_type, schema_vers
 
 // AppendOutbox implements reconcile.Tx under a savepoint of its own, so
 // that a refused event leaves neither its sequence number taken nor a
-// delivery written.
-func (t *txn) AppendOutbox(ctx context.Context, e events.Event) (reconcile.OutboxEvent, error) {
-	what := fmt.Sprintf("append %s event %s of %s", e.Type, e.ID, e.PurchaseID)
-	if err := dialect.CheckOutboxEvent(what, e); err != nil {
-		return reconcile.OutboxEvent{}, err
+// delivery written, and with it none of the other events of the call.
+// Statements run in process here, so it writes the events one by one.
+func (t *txn) AppendOutbox(ctx context.Context, es ...events.Event) ([]reconcile.OutboxEvent, error) {
+	for _, e := range es {
+		if err := dialect.CheckOutboxEvent(fmt.Sprintf("append %s event %s of %s", e.Type, e.ID, e.PurchaseID), e); err != nil {
+			return nil, err
+		}
 	}
-	var out reconcile.OutboxEvent
+	var out []reconcile.OutboxEvent
 	err := t.Savepoint(ctx, func(reconcile.Tx) error {
-		var seq int64
-		if err := t.tx.QueryRowContext(ctx, `INSERT INTO outbox_sequences (purchase_id, last_sequence) VALUES (?1, 1)
-ON CONFLICT (purchase_id) DO UPDATE SET last_sequence = outbox_sequences.last_sequence + 1
-RETURNING last_sequence`, e.PurchaseID).Scan(&seq); err != nil {
-			return wrap(err, "%s: take its sequence number", what)
+		out = make([]reconcile.OutboxEvent, 0, len(es))
+		for _, e := range es {
+			ev, err := t.appendOutbox(ctx, e)
+			if err != nil {
+				return err
+			}
+			out = append(out, ev)
 		}
-		ev, err := dialect.OutboxEvent(what, e, seq)
-		if err != nil {
-			return err
-		}
-		if _, err := t.exec(ctx, `INSERT INTO outbox (`+outboxColumns+`)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`,
-			ev.ID, ev.PurchaseID, ev.RefundID, string(ev.Type), ev.SchemaVersion, ev.Sequence, ev.Payload, ev.Digest, micros(ev.CreatedAt)); err != nil {
-			return wrap(err, "%s", what)
-		}
-		if _, err := t.exec(ctx, `INSERT INTO outbox_deliveries
-    (subscription, event_id, purchase_id, sequence, next_attempt_at, window_from, created_at)
-SELECT name, ?1, ?2, ?3, ?4, ?4, ?4 FROM outbox_subscriptions
-WHERE event_types = '' OR instr(',' || event_types || ',', ',' || ?5 || ',') > 0`,
-			ev.ID, ev.PurchaseID, ev.Sequence, micros(ev.CreatedAt), string(ev.Type)); err != nil {
-			return wrap(err, "%s: its deliveries", what)
-		}
-		out = ev
 		return nil
 	})
 	if err != nil {
-		return reconcile.OutboxEvent{}, err
+		return nil, err
 	}
 	return out, nil
+}
+
+// appendOutbox writes one event of AppendOutbox.
+func (t *txn) appendOutbox(ctx context.Context, e events.Event) (reconcile.OutboxEvent, error) {
+	what := fmt.Sprintf("append %s event %s of %s", e.Type, e.ID, e.PurchaseID)
+	var seq int64
+	if err := t.tx.QueryRowContext(ctx, `INSERT INTO outbox_sequences (purchase_id, last_sequence) VALUES (?1, 1)
+ON CONFLICT (purchase_id) DO UPDATE SET last_sequence = outbox_sequences.last_sequence + 1
+RETURNING last_sequence`, e.PurchaseID).Scan(&seq); err != nil {
+		return reconcile.OutboxEvent{}, wrap(err, "%s: take its sequence number", what)
+	}
+	ev, err := dialect.OutboxEvent(what, e, seq)
+	if err != nil {
+		return reconcile.OutboxEvent{}, err
+	}
+	if _, err := t.exec(ctx, `INSERT INTO outbox (`+outboxColumns+`)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`,
+		ev.ID, ev.PurchaseID, ev.RefundID, string(ev.Type), ev.SchemaVersion, ev.Sequence, ev.Payload, ev.Digest, micros(ev.CreatedAt)); err != nil {
+		return reconcile.OutboxEvent{}, wrap(err, "%s", what)
+	}
+	if _, err := t.exec(ctx, `INSERT INTO outbox_deliveries
+    (subscription, event_id, purchase_id, sequence, next_attempt_at, window_from, created_at)
+SELECT name, ?1, ?2, ?3, ?4, ?4, ?4 FROM outbox_subscriptions
+WHERE event_types = '' OR instr(',' || event_types || ',', ',' || ?5 || ',') > 0`,
+		ev.ID, ev.PurchaseID, ev.Sequence, micros(ev.CreatedAt), string(ev.Type)); err != nil {
+		return reconcile.OutboxEvent{}, wrap(err, "%s: its deliveries", what)
+	}
+	return ev, nil
 }
 
 // ListOutbox implements reconcile.Tx.
