@@ -311,10 +311,14 @@ func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment,
 // submitted within w whose payment the provider did not list there and
 // does not know when asked by id.
 func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, seen map[string]bool) ([]Finding, error) {
+	listed := make([]string, 0, len(seen))
+	for id := range seen {
+		listed = append(listed, id)
+	}
 	var settled []Purchase
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
-		settled, err = tx.ListSubmittedBetween(ctx, w.From, w.Until, statemachine.Succeeded)
+		settled, err = tx.ListSubmittedBetween(ctx, w.From, w.Until, statemachine.Succeeded, listed)
 		return err
 	})
 	if err != nil {

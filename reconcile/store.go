@@ -257,10 +257,13 @@ type Tx interface {
 	ListOverdueUncertain(ctx context.Context, uncertainBefore time.Time, limit int) ([]Purchase, error)
 
 	// ListSubmittedBetween returns the purchases in state whose first
-	// attempt (FirstAttemptAt) falls in [from, until), oldest first. The
-	// audit uses it to find succeeded purchases whose payment the provider
-	// does not list.
-	ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State) ([]Purchase, error)
+	// attempt (FirstAttemptAt) falls in [from, until) and whose provider
+	// payment id is not one of listed (a purchase with none is returned),
+	// oldest first. The audit uses it to find succeeded purchases whose
+	// payment the provider does not list: it passes the ones the provider
+	// listed, so that the store returns only the few it did not, not
+	// every purchase of the window.
+	ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State, listed []string) ([]Purchase, error)
 
 	// FindPurchaseByReference returns the customer's purchase with that
 	// reference, or ErrNotFound.

@@ -626,12 +626,12 @@ func testListOverdueUncertain(t *testing.T, s *testStore) {
 }
 
 func testListSubmittedBetween(t *testing.T, s *testStore) {
-	list := func(from, until time.Time, state statemachine.State) []reconcile.Purchase {
+	list := func(from, until time.Time, state statemachine.State, listed ...string) []reconcile.Purchase {
 		t.Helper()
 		var out []reconcile.Purchase
 		inTx(t, s, func(tx reconcile.Tx) error {
 			var err error
-			out, err = tx.ListSubmittedBetween(t.Context(), from, until, state)
+			out, err = tx.ListSubmittedBetween(t.Context(), from, until, state, listed)
 			return err
 		})
 		return out
@@ -659,4 +659,17 @@ func testListSubmittedBetween(t *testing.T, s *testStore) {
 
 	equal(t, "succeeded, first submitted in [1h, 2h), oldest first", list(from, until, statemachine.Succeeded), []reconcile.Purchase{atFrom, mid, late})
 	equal(t, "declined in [1h, 2h)", len(list(from, until, statemachine.Declined)), 1)
+
+	// The payments the provider listed are left out; a purchase without a
+	// payment id never is.
+	paid := func(p reconcile.Purchase, payment string) reconcile.Purchase {
+		t.Helper()
+		p.ProviderPaymentID = payment
+		return update(t, s, p, p.State)
+	}
+	mid, late = paid(mid, "pi_mid"), paid(late, "pi_late")
+	equal(t, "succeeded in [1h, 2h), pi_mid and another listed", list(from, until, statemachine.Succeeded, "pi_other", "pi_mid"),
+		[]reconcile.Purchase{atFrom, late})
+	equal(t, "succeeded in [1h, 2h), both payments listed", list(from, until, statemachine.Succeeded, "pi_late", "pi_mid"),
+		[]reconcile.Purchase{atFrom})
 }

@@ -198,15 +198,16 @@ LIMIT ?2`
 // whose FirstAttemptAt is at or after from and strictly before until,
 // oldest FirstAttemptAt first (then by id), read from the index
 // purchases_first_attempt_idx (migration 00004).
-func (t *txn) ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State) ([]reconcile.Purchase, error) {
+func (t *txn) ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State, listed []string) ([]reconcile.Purchase, error) {
 	what := fmt.Sprintf("list %s purchases submitted in [%s, %s)", state, sqlstore.Stamp(from), sqlstore.Stamp(until))
-	return queryAll(ctx, t, scanPurchase, what, listSubmittedBetweenSQL, string(state), from.UnixMicro(), until.UnixMicro())
+	return queryAll(ctx, t, scanPurchase, what, listSubmittedBetweenSQL, string(state), from.UnixMicro(), until.UnixMicro(), jsonList(listed))
 }
 
 // listSubmittedBetweenSQL is ListSubmittedBetween's query (?1 the state,
-// [?2, ?3) the window).
+// [?2, ?3) the window, ?4 the payment ids to leave out as a JSON array).
 const listSubmittedBetweenSQL = `SELECT ` + purchaseColumns + ` FROM purchases
 WHERE state = ?1 AND first_attempt_at >= ?2 AND first_attempt_at < ?3
+  AND (provider_payment_id IS NULL OR provider_payment_id NOT IN (SELECT value FROM json_each(?4)))
 ORDER BY first_attempt_at, id`
 
 // scanPurchase reads one row of purchaseColumns.

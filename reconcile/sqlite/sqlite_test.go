@@ -599,7 +599,7 @@ func TestPeriodicQueriesUseTheirIndexes(t *testing.T) {
 		{"ListOverdueUncertain", sqlite.ListOverdueUncertainSQL, []any{base.UnixMicro(), 500}, "purchases_overdue_idx", true},
 		{"ListEscalated", sqlite.ListEscalatedSQL, nil, "purchases_escalated_at_idx", false},
 		{"ListFindings(open)", openFindings, findingsArgs, "audit_findings_open_idx", true},
-		{"ListSubmittedBetween", sqlite.ListSubmittedBetweenSQL, []any{"succeeded", 0, base.UnixMicro()}, "purchases_first_attempt_idx", false},
+		{"ListSubmittedBetween", sqlite.ListSubmittedBetweenSQL, []any{"succeeded", 0, base.UnixMicro(), `["pi_1"]`}, "purchases_first_attempt_idx", false},
 		{"GetAuditRun", sqlite.GetAuditRunSQL, []any{"scheduled"}, "PRIMARY KEY", true},
 		// The rescue sweep's candidates, as the claim of expired leases
 		// selects them: the few leased open jobs, not every open job.
