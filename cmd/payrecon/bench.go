@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -57,6 +59,9 @@ type benchOptions struct {
 	rate    float64
 	yes     bool
 	asJSON  bool
+	// cpuProfile names the file the timed phase's CPU profile is
+	// written to; "" for none.
+	cpuProfile string
 }
 
 // bench is one run of a bench subcommand.
@@ -103,6 +108,7 @@ func newBench(e *env, sub, unit string, args []string, overHTTP bool) (*bench, e
 		}
 		fs.BoolVar(&o.yes, "yes", false, "run on a database that already holds purchases, all of them final (a previous bench's, say); the bench adds its own")
 		fs.BoolVar(&o.asJSON, "json", false, "write the report as JSON on stdout")
+		fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the timed phase to this file, for go tool pprof (the bench's process: worker, server, clients and fake together)")
 	})
 	if err != nil {
 		return nil, err
@@ -159,6 +165,30 @@ func newBench(e *env, sub, unit string, args []string, overHTTP bool) (*bench, e
 		b.e.tracer = b.rt
 	}
 	return b, nil
+}
+
+// startProfile starts the CPU profile of the timed phase when
+// --cpuprofile asks for one, and returns the function that stops it and
+// closes its file.
+func (b *bench) startProfile() (stop func() error, err error) {
+	if b.opts.cpuProfile == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(b.opts.cpuProfile)
+	if err != nil {
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("--cpuprofile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			return fmt.Errorf("--cpuprofile: %w", err)
+		}
+		return nil
+	}, nil
 }
 
 // begin opens the database for the bench: it notes who else is
@@ -508,7 +538,13 @@ func runBenchBurnDown(ctx context.Context, e *env, args []string) error {
 	}
 	r.Concurrency, r.BatchSize = svc.Config().Concurrency, svc.Config().BatchSize
 	rss := startRSS()
+	stopProfile, err := b.startProfile()
+	if err != nil {
+		ws.Close()
+		return err
+	}
 	took, err = b.work(ctx, svc, obs, obs.final.Load, n, "burn-down")
+	err = errors.Join(err, stopProfile())
 	r.RSS = rss.finish()
 	ws.Close()
 	if err != nil {

@@ -85,6 +85,10 @@ func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
 	url := app.base + "/webhooks/stripe"
 	var done atomic.Int64
 	p := startProgress(b.e.stderr, "webhooks", "events", n, done.Load)
+	stopProfile, err := b.startProfile()
+	if err != nil {
+		return err
+	}
 	d := drive(ctx, n, b.opts.clients, b.opts.rate, &done, func(ctx context.Context, i int) (string, error) {
 		ev := events[i]
 		// Signed at the moment it is sent, as Stripe and the fake sign.
@@ -104,6 +108,9 @@ func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
 		return answer.Outcome, nil
 	})
 	p.end()
+	if err := stopProfile(); err != nil {
+		return err
+	}
 	client.CloseIdleConnections()
 	if err := app.stop(); err != nil {
 		return err
@@ -225,6 +232,10 @@ func runBenchAPI(ctx context.Context, e *env, args []string) error {
 	ids := make([]string, n)
 	var done atomic.Int64
 	p := startProgress(b.e.stderr, "api", "requests", n, done.Load)
+	stopProfile, err := b.startProfile()
+	if err != nil {
+		return err
+	}
 	d := drive(ctx, n, b.opts.clients, b.opts.rate, &done, func(ctx context.Context, i int) (string, error) {
 		np := benchPurchase(i)
 		body, err := json.Marshal(map[string]any{"customer": np.Customer, "amount": np.Amount, "currency": np.Currency, "description": np.Description})
@@ -252,6 +263,9 @@ func runBenchAPI(ctx context.Context, e *env, args []string) error {
 		return "201 created", nil
 	})
 	p.end()
+	if err := stopProfile(); err != nil {
+		return err
+	}
 	client.CloseIdleConnections()
 	if err := app.stop(); err != nil {
 		return err
