@@ -409,7 +409,7 @@ func explainPeriodic(b *testing.B, conn *pgx.Conn, now, from time.Time) {
 		case "ListOverdueUncertain":
 			cases[i].args = []string{stamp(now.Add(-24 * time.Hour)), "500"}
 		case "ListSubmittedBetween":
-			cases[i].args = []string{"'succeeded'", stamp(from), stamp(from.Add(15 * time.Minute))}
+			cases[i].args = []string{"'succeeded'", stamp(from), stamp(from.Add(15 * time.Minute)), "ARRAY['pi_1']"}
 		case "ClaimExpiredJobs candidates":
 			cases[i].args = []string{stamp(now.Add(time.Minute)), "16"}
 		}
@@ -419,6 +419,10 @@ func explainPeriodic(b *testing.B, conn *pgx.Conn, now, from time.Time) {
 	cases = append(cases, planCase{name: "ClaimExpiredJobs candidates (run_at order)", sql: `SELECT purchase_id FROM jobs
 WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= $1
 ORDER BY run_at, purchase_id LIMIT $2 FOR UPDATE SKIP LOCKED`, args: []string{stamp(now.Add(time.Minute)), "16"}})
+	// The worker's claim itself: it leases, so it runs in the transaction
+	// rolled back below.
+	cases = append(cases, planCase{name: "ClaimJobs", sql: postgres.ClaimDueSQL,
+		args: []string{stamp(now), "64", "'bench-explain'", "'1 hour'::interval"}})
 	tx, err := conn.Begin(ctx)
 	if err != nil {
 		b.Fatal(err)
