@@ -21,7 +21,8 @@ import (
 // each transaction.
 
 // countingStore is a gatedStore whose transactions count their Tx calls
-// and keep the store's set insert.
+// and keep the store's set insert (and, as gatedStore's, can be made to
+// fail after their function succeeded).
 type countingStore struct {
 	*gatedStore
 	mu    sync.Mutex
@@ -32,8 +33,8 @@ func (c *countingStore) InTx(ctx context.Context, fn func(reconcile.Tx) error) e
 	g := c.gatedStore
 	g.mu.Lock()
 	g.txs++
-	gate, waiting := g.gate, g.waiting
-	g.gate = nil
+	gate, waiting, fail := g.gate, g.waiting, g.failNext
+	g.gate, g.failNext = nil, nil
 	g.mu.Unlock()
 	if gate != nil {
 		close(waiting)
@@ -45,7 +46,10 @@ func (c *countingStore) InTx(ctx context.Context, fn func(reconcile.Tx) error) e
 	c.mu.Unlock()
 	return g.Store.InTx(ctx, func(tx reconcile.Tx) error {
 		clear(calls) // InTx may run fn again: count the last run
-		return fn(countingTx{Tx: tx, c: c, calls: calls})
+		if err := fn(countingTx{Tx: tx, c: c, calls: calls}); err != nil {
+			return err
+		}
+		return fail
 	})
 }
 
@@ -291,4 +295,24 @@ func equalCalls(t *testing.T, what string, got, want map[string]int) {
 			t.Fatalf("%s: Tx calls %v, want %v", what, got, want)
 		}
 	}
+}
+
+// When the group's transaction fails as a whole (here its commit), each
+// create runs again alone, and is created once and answered as a first
+// attempt.
+func TestGroupCreateFailedGroupRunsAlone(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		g, _ := setupSetGroup(t, newStore)
+		reqs := []createReq{{"k1", "h1", "cus-a", "order-1"}, {"k2", "h2", "cus-b", ""}, {"k3", "h3", "cus-c", ""}}
+		calls, got := createAll(g, reqs)
+		txs := g.gs.count()
+		g.inOneGroup(func() { g.gs.failNextTx(errors.New("injected: the group's commit failed")) }, calls...)
+		g.wantTxs(txs+2+len(reqs), "the blocker, the failed group, each request alone")
+		for i, r := range reqs {
+			wantCreatedNow(t, g, r.key, r, got[i])
+		}
+		if n := countStates(t, g.store)[statemachine.Created]; n != len(reqs) {
+			t.Fatalf("%d purchases, want %d", n, len(reqs))
+		}
+	})
 }
