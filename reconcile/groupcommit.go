@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -17,9 +18,12 @@ import (
 // queued (up to GroupCommitMax), runs every function in one
 // transaction, each under a savepoint of its own (Tx.Savepoint), commits,
 // and only then answers each request. Up to GroupCommitLeaders groups are
-// in flight at once. There is no timer: a request that finds a leader
-// free is taken at once, alone if it is alone, and groups form from the
-// requests that arrive while the groups in flight run.
+// in flight at once. Requests of one kind may instead be run together
+// (setRunner): the purchase API's creates are inserted in one statement
+// for the whole group (groupcreate.go). There is no timer: a request
+// that finds a leader free is taken at once, alone if it is alone, and
+// groups form from the requests that arrive while the groups in flight
+// run.
 //
 // Failures stay with the member that caused them:
 //
@@ -67,9 +71,28 @@ type groupCommitter struct {
 
 // member is one request of a group.
 type member struct {
-	ctx  context.Context // the request's: whether it still waits
-	fn   func(context.Context, Tx) error
+	ctx context.Context // the request's: whether it still waits
+	fn  func(context.Context, Tx) error
+	// set, when not nil, runs this member together with the group's
+	// other members that name it (see setRunner), and arg is what it
+	// needs of this one; fn remains the member's path alone.
+	set  setRunner
+	arg  any
 	done chan answer // buffered: the leader never waits for the request
+}
+
+// setRunner runs together, in a group's transaction, the members of the
+// group that name it, so that a group of like requests costs a handful of
+// set-based statements instead of a few per request.
+type setRunner interface {
+	// runSet runs members (in queue order, each still waited for) in tx
+	// and returns their answers, one per member, with the meaning
+	// runMember gives them: a failure of a known kind stays its member's,
+	// and an internal one makes it run again alone. Each member's writes
+	// must commit with the group, or not at all, exactly as its fn's
+	// would. An error means tx is unusable, and every member of the group
+	// runs again alone.
+	runSet(ctx context.Context, tx Tx, members []*member) ([]answer, error)
 }
 
 // answer is what a leader tells a member, after its group ended.
@@ -97,7 +120,20 @@ func newGroupCommitter(store Store, maxGroup, leaders int, log *slog.Logger) *gr
 // group's outcome (at most the group's transaction), and returns it:
 // what fn wrote may have committed.
 func (c *groupCommitter) do(ctx context.Context, fn func(context.Context, Tx) error) error {
-	m := &member{ctx: ctx, fn: fn, done: make(chan answer, 1)}
+	return c.run(&member{ctx: ctx, fn: fn, done: make(chan answer, 1)})
+}
+
+// doSet is do for a member that set runs with its like neighbours (see
+// setRunner), arg being what set needs of it. fn is its path alone: when
+// its group's transaction fails, and wherever set chooses to run it so.
+// It returns as do does, once the member's transaction has committed.
+func (c *groupCommitter) doSet(ctx context.Context, fn func(context.Context, Tx) error, set setRunner, arg any) error {
+	return c.run(&member{ctx: ctx, fn: fn, set: set, arg: arg, done: make(chan answer, 1)})
+}
+
+// run queues m and waits for its answer (see do).
+func (c *groupCommitter) run(m *member) error {
+	ctx, fn := m.ctx, m.fn
 	c.submit(m)
 	var a answer
 	select {
@@ -178,10 +214,28 @@ func (c *groupCommitter) commit(group []*member) {
 	answers := make([]answer, len(group))
 	err := c.store.InTx(ctx, func(tx Tx) error {
 		clear(answers) // InTx may run this again
+		// The members a setRunner takes, by runner, in order of first
+		// appearance so that a group runs the same way every time.
+		type setOf struct {
+			runner  setRunner
+			at      []int
+			members []*member
+		}
+		var sets []*setOf
 		for i, m := range group {
 			if m.ctx.Err() != nil {
 				// Its request left before its turn: nothing of it runs.
 				answers[i] = answer{err: context.Cause(m.ctx)}
+				continue
+			}
+			if m.set != nil {
+				j := slices.IndexFunc(sets, func(s *setOf) bool { return s.runner == m.set })
+				if j < 0 {
+					j = len(sets)
+					sets = append(sets, &setOf{runner: m.set})
+				}
+				sets[j].at = append(sets[j].at, i)
+				sets[j].members = append(sets[j].members, m)
 				continue
 			}
 			a, err := runMember(ctx, tx, m)
@@ -189,6 +243,15 @@ func (c *groupCommitter) commit(group []*member) {
 				return fmt.Errorf("%w: member %d of %d: %w", errBroken, i+1, len(group), err)
 			}
 			answers[i] = a
+		}
+		for _, s := range sets {
+			as, err := s.runner.runSet(ctx, tx, s.members)
+			if err != nil {
+				return fmt.Errorf("%w: %d members together: %w", errBroken, len(s.members), err)
+			}
+			for j, i := range s.at {
+				answers[i] = as[j]
+			}
 		}
 		return nil
 	})

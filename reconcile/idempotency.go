@@ -48,13 +48,17 @@ type RenderFunc func(Purchase) (statusCode int, body []byte, err error)
 // In one transaction it inserts the key with requestHash (the unique key
 // decides; nothing is read first), creates the purchase and its job, and
 // saves the response render gives: all of it commits, or none. Concurrent
-// calls share that transaction (group commit), each under a savepoint of
-// its own, and return after its commit. A later call with the same
+// calls share that transaction (group commit), and are created together in
+// a set-based insert (groupcreate.go), save those that insert cannot
+// settle, which run each under a savepoint of its own; every call returns
+// after its transaction's commit. A later call with the same
 // client, key and hash gets the saved response with Replayed set, and
 // creates nothing. A concurrent call with the same key waits for the
 // first transaction and then replays its answer; in the same group, it
-// reads the first one's key and response and replays them. render may
-// be called more than once, and must have no side effects.
+// runs after the first one, reads its key and response and replays them.
+// render gets the purchase before it is stored (its id, fields, and
+// times, the transaction's now, are final); it may be called more than
+// once, and must have no side effects.
 //
 // Returns an error wrapping ErrKeyMismatch if the key was used with
 // another hash (the caller gets the saved response too, to name the
@@ -66,7 +70,8 @@ func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHa
 	if err != nil {
 		return SavedResponse{}, fmt.Errorf("reconcile: create purchase: %w", err)
 	}
-	out, err := s.once(ctx, client, key, requestHash, func(ctx context.Context, tx Tx) (SavedResponse, error) {
+	var out SavedResponse
+	fn := onceTx(&out, client, key, requestHash, func(ctx context.Context, tx Tx) (SavedResponse, error) {
 		p, err := s.createPurchaseTx(ctx, tx, np, client)
 		if errors.Is(err, ErrDuplicate) && np.Reference != "" {
 			existing, ferr := tx.FindPurchaseByReference(ctx, np.Customer, np.Reference)
@@ -88,6 +93,14 @@ func (s *Service) CreatePurchaseOnce(ctx context.Context, client, key, requestHa
 		}
 		return SavedResponse{StatusCode: status, Body: body, PurchaseID: p.ID}, nil
 	})
+	if s.group == nil {
+		err = s.store.InTx(ctx, func(tx Tx) error { return fn(ctx, tx) })
+	} else {
+		// With its neighbours in one statement (groupcreate.go), or fn.
+		err = s.group.doSet(ctx, fn, purchaseSet{s}, &purchaseCreate{
+			client: client, key: key, hash: requestHash, np: np, render: render, out: &out,
+		})
+	}
 	if err != nil {
 		return out, fmt.Errorf("reconcile: create purchase with key %q: %w", key, err)
 	}
@@ -141,8 +154,16 @@ func (s *Service) CreateRefundOnce(ctx context.Context, client, key, requestHash
 // create returns the response to save; its error rolls everything back.
 func (s *Service) once(ctx context.Context, client, key, requestHash string, create func(context.Context, Tx) (SavedResponse, error)) (SavedResponse, error) {
 	var out SavedResponse
-	err := s.inGroup(ctx, func(ctx context.Context, tx Tx) error {
-		out = SavedResponse{}
+	err := s.inGroup(ctx, onceTx(&out, client, key, requestHash, create))
+	return out, err
+}
+
+// onceTx returns once's transaction function, which sets *out: the
+// one-row path of a request, which may run more than once (it resets
+// *out first).
+func onceTx(out *SavedResponse, client, key, requestHash string, create func(context.Context, Tx) (SavedResponse, error)) func(context.Context, Tx) error {
+	return func(ctx context.Context, tx Tx) error {
+		*out = SavedResponse{}
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -158,7 +179,7 @@ func (s *Service) once(ctx context.Context, client, key, requestHash string, cre
 			if err != nil {
 				return err
 			}
-			out = SavedResponse{StatusCode: prev.StatusCode, Body: prev.Response, PurchaseID: prev.PurchaseID, Replayed: true}
+			*out = SavedResponse{StatusCode: prev.StatusCode, Body: prev.Response, PurchaseID: prev.PurchaseID, Replayed: true}
 			switch {
 			case prev.RequestHash != requestHash:
 				return ErrKeyMismatch
@@ -171,10 +192,9 @@ func (s *Service) once(ctx context.Context, client, key, requestHash string, cre
 		if err != nil {
 			return err
 		}
-		out = created
+		*out = created
 		return tx.SaveIdempotencyResponse(ctx, client, key, out.StatusCode, out.Body, out.PurchaseID)
-	})
-	return out, err
+	}
 }
 
 // SweepIdempotencyKeys deletes keys created before now-retention, in

@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -301,4 +302,16 @@ func (t outboxTx) CloseFinding(ctx context.Context, id int64, operator, note str
 		return nil
 	}
 	return t.append(ctx, events.FindingClosed, f.PurchaseID, "", now, findingPayload(f))
+}
+
+// InsertKeyedPurchases implements KeyedPurchaseInserter when the Tx under
+// t does: a new purchase has no event, so there is nothing to add. When
+// it does not, it returns an error wrapping errors.ErrUnsupported having
+// sent nothing, and the caller writes row by row.
+func (t outboxTx) InsertKeyedPurchases(ctx context.Context, items []KeyedPurchase) ([]bool, error) {
+	ins, ok := t.Tx.(KeyedPurchaseInserter)
+	if !ok {
+		return nil, fmt.Errorf("reconcile: insert keyed purchases: %w", errors.ErrUnsupported)
+	}
+	return ins.InsertKeyedPurchases(ctx, items)
 }

@@ -169,20 +169,7 @@ func (s *Service) createPurchaseTx(ctx context.Context, tx Tx, np NewPurchase, c
 	if err != nil {
 		return Purchase{}, fmt.Errorf("reconcile: create purchase: %w", err)
 	}
-	p := Purchase{
-		ID:            NewID("pur_"),
-		Customer:      np.Customer,
-		Reference:     np.Reference,
-		Amount:        np.Amount,
-		Currency:      np.Currency,
-		Description:   np.Description,
-		PaymentMethod: np.PaymentMethod,
-		Client:        client,
-		State:         statemachine.Created,
-		Version:       1,
-		CreatedAt:     now,
-		UpdatedAt:     now,
-	}
+	p := s.newPurchase(np, client, now)
 	if err := tx.InsertPurchase(ctx, p); err != nil {
 		return Purchase{}, fmt.Errorf("reconcile: create purchase: %w", err)
 	}

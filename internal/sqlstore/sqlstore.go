@@ -464,3 +464,33 @@ func AppliedOf(moves []reconcile.Move, moved []string) []bool {
 	}
 	return applied
 }
+
+// CheckKeyedPurchases refuses what InsertKeyedPurchases cannot store, so
+// that both stores refuse it alike before writing anything: two items
+// with one (Client, Key), an empty key, a key that does not name its
+// item's purchase, a zero time, and a purchase that
+// is not new (a provider field, an escalation or a settlement set): the
+// set-based insert writes a new purchase's columns only.
+func (d Dialect) CheckKeyedPurchases(what string, items []reconcile.KeyedPurchase) error {
+	type pair struct{ client, key string }
+	seen := make(map[pair]bool, len(items))
+	for _, it := range items {
+		k, p := it.Key, it.Purchase
+		switch {
+		case k.Key == "":
+			return d.Invalid(what, "an empty idempotency key")
+		case seen[pair{k.Client, k.Key}]:
+			return d.Invalid(what, fmt.Sprintf("idempotency key %q of %q twice", k.Key, k.Client))
+		case k.PurchaseID != p.ID:
+			return d.Invalid(what, fmt.Sprintf("idempotency key %q names purchase %q, not its own %q", k.Key, k.PurchaseID, p.ID))
+		case k.CreatedAt.IsZero() || p.CreatedAt.IsZero() || p.UpdatedAt.IsZero():
+			return d.Invalid(what, "purchase "+p.ID+": a zero time")
+		case p.ProviderKey != "" || p.ProviderRequest != nil || p.ParamsHash != "" || p.ProviderPaymentID != "" ||
+			!p.FirstAttemptAt.IsZero() || !p.UncertainSince.IsZero() || !p.EscalatedAt.IsZero() ||
+			p.EscalationReason != "" || !p.SettledAt.IsZero() || p.Doubt != "":
+			return d.Invalid(what, "purchase "+p.ID+" is not new: it has provider, escalation or settlement fields")
+		}
+		seen[pair{k.Client, k.Key}] = true
+	}
+	return nil
+}

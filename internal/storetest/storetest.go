@@ -108,9 +108,10 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"ClaimJob", withStore(testClaimJob)},
 		// moves.go
 		{"ApplyMoves", testApplyMoves},
-		// inbox.go, idempotency_keys.go, operator_actions.go, sweep_locks.go
+		// inbox.go, idempotency_keys.go, keyed_purchases.go, operator_actions.go, sweep_locks.go
 		{"Inbox", testInbox},
 		{"IdempotencyKeys", testIdempotencyKeys},
+		{"KeyedPurchases", testKeyedPurchases},
 		{"OperatorActions", withStore(testOperatorActions)},
 		{"SweepLocks", testSweepLocks},
 		// findings.go

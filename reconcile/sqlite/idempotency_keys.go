@@ -73,3 +73,41 @@ func scanIdempotencyKey(row sqlstore.Row) (reconcile.IdempotencyKey, error) {
 	k.CreatedAt = fromMicros(created)
 	return k, nil
 }
+
+var _ reconcile.KeyedPurchaseInserter = (*txn)(nil)
+
+// InsertKeyedPurchases implements reconcile.KeyedPurchaseInserter with
+// the one-row writes, item by item, under one savepoint: SQLite's
+// statements run in the process, so one per row costs no round trip, and
+// the savepoint makes a refusal write nothing, as PostgreSQL's one
+// statement does.
+func (t *txn) InsertKeyedPurchases(ctx context.Context, items []reconcile.KeyedPurchase) ([]bool, error) {
+	what := fmt.Sprintf("insert %d keyed purchases", len(items))
+	if err := dialect.CheckKeyedPurchases(what, items); err != nil {
+		return nil, err
+	}
+	inserted := make([]bool, len(items))
+	err := t.Savepoint(ctx, func(reconcile.Tx) error {
+		for i, it := range items {
+			ok, err := t.InsertIdempotencyKey(ctx, it.Key)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				continue // its purchase is not created: the key's owner did
+			}
+			if err := t.InsertPurchase(ctx, it.Purchase); err != nil {
+				return err
+			}
+			if err := t.InsertJob(ctx, reconcile.Job{PurchaseID: it.Purchase.ID, RunAt: it.Purchase.CreatedAt}); err != nil {
+				return err
+			}
+			inserted[i] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inserted, nil
+}
