@@ -96,6 +96,17 @@ type InboxEvent struct {
 	Refunded string
 }
 
+// InboxUpdate is what became of one inbox event (Tx.UpdateInboxEvents):
+// its matched purchase (empty if none yet), its outcome and when it was
+// processed.
+type InboxUpdate struct {
+	Provider    string
+	EventID     string
+	PurchaseID  string
+	Outcome     EventOutcome
+	ProcessedAt time.Time
+}
+
 // maxWriteRaces bounds how often a writer re-reads and tries again after
 // losing a conditional write to another writer.
 const maxWriteRaces = 5
