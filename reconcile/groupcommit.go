@@ -47,17 +47,44 @@ import (
 // So a function may run more than once, and must have no side effects
 // outside its Tx (as for Store.InTx); it reads its results out of
 // variables it sets, reset at its start.
+//
+// Batched members: a request may also give an item for the committer's
+// batch function (webhooks: an *eventRun). The leader hands the items of
+// a group's live batched members to that function at once, in queue
+// order, to run set-based in the group's transaction; it answers each of
+// them as it would a function's outcome (the same failure rules), and
+// fn stays the member's way to run alone.
 
 // groupCommitter queues requests and runs them in group transactions.
 // Safe for concurrent use.
 type groupCommitter struct {
-	store   Store
+	store Store
+	log   *slog.Logger
+	// batch runs a group's batched members (see batchFunc); nil when no
+	// request is batched.
+	batch batchFunc
+	leaderQueue[*member]
+}
+
+// batchFunc runs the batched members of a group in tx, which it may use
+// only under savepoints of its own, and returns an answer per member, in
+// order, or an error when tx became unusable. A member's answer follows
+// the rules of a function's outcome: an error of a known kind is its
+// answer, any other makes it run alone (its fn) after the group, a panic
+// goes on in its request; what it wrote stays in the group only when its
+// answer has no error.
+type batchFunc func(ctx context.Context, tx Tx, members []*member) ([]answer, error)
+
+// leaderQueue is group commit's queue and leaders: requests queue, and up
+// to leaders goroutines each take up to max of them at a time and run
+// them with run, until the queue is empty. Safe for concurrent use.
+type leaderQueue[M comparable] struct {
 	max     int // GroupCommitMax
 	leaders int // GroupCommitLeaders
-	log     *slog.Logger
+	run     func(group []M)
 
 	mu     sync.Mutex
-	queue  []*member
+	queue  []M
 	active int // leaders running
 
 	// queued, when set (tests), is called with the queue's length after
@@ -67,8 +94,11 @@ type groupCommitter struct {
 
 // member is one request of a group.
 type member struct {
-	ctx  context.Context // the request's: whether it still waits
-	fn   func(context.Context, Tx) error
+	ctx context.Context // the request's: whether it still waits
+	fn  func(context.Context, Tx) error
+	// item, when not nil, is the member's share of the committer's batch
+	// function, which runs it instead of fn when the group runs.
+	item any
 	done chan answer // buffered: the leader never waits for the request
 }
 
@@ -82,8 +112,10 @@ type answer struct {
 	panicked any
 }
 
-func newGroupCommitter(store Store, maxGroup, leaders int, log *slog.Logger) *groupCommitter {
-	return &groupCommitter{store: store, max: maxGroup, leaders: leaders, log: log}
+func newGroupCommitter(store Store, maxGroup, leaders int, log *slog.Logger, batch batchFunc) *groupCommitter {
+	c := &groupCommitter{store: store, log: log, batch: batch}
+	c.max, c.leaders, c.run = maxGroup, leaders, c.commit
+	return c
 }
 
 // do runs fn in a group transaction and returns nil once that
@@ -97,7 +129,17 @@ func newGroupCommitter(store Store, maxGroup, leaders int, log *slog.Logger) *gr
 // group's outcome (at most the group's transaction), and returns it:
 // what fn wrote may have committed.
 func (c *groupCommitter) do(ctx context.Context, fn func(context.Context, Tx) error) error {
-	m := &member{ctx: ctx, fn: fn, done: make(chan answer, 1)}
+	return c.doItem(ctx, nil, fn)
+}
+
+// doItem is do for a member batched with item (see batchFunc): the group
+// runs item with its neighbours' items, and fn only when the member runs
+// alone. With a nil item, or no batch function, it is do.
+func (c *groupCommitter) doItem(ctx context.Context, item any, fn func(context.Context, Tx) error) error {
+	if c.batch == nil {
+		item = nil
+	}
+	m := &member{ctx: ctx, fn: fn, item: item, done: make(chan answer, 1)}
 	c.submit(m)
 	var a answer
 	select {
@@ -117,31 +159,31 @@ func (c *groupCommitter) do(ctx context.Context, fn func(context.Context, Tx) er
 	return a.err
 }
 
-// submit queues m and starts a leader if fewer than c.leaders run.
-func (c *groupCommitter) submit(m *member) {
-	c.mu.Lock()
-	c.queue = append(c.queue, m)
-	if c.queued != nil {
-		c.queued(len(c.queue))
+// submit queues m and starts a leader if fewer than q.leaders run.
+func (q *leaderQueue[M]) submit(m M) {
+	q.mu.Lock()
+	q.queue = append(q.queue, m)
+	if q.queued != nil {
+		q.queued(len(q.queue))
 	}
-	start := c.active < c.leaders
+	start := q.active < q.leaders
 	if start {
-		c.active++
+		q.active++
 	}
-	c.mu.Unlock()
+	q.mu.Unlock()
 	if start {
-		go c.lead()
+		go q.lead()
 	}
 }
 
 // withdraw takes m out of the queue and reports whether it was still
 // there (no leader took it).
-func (c *groupCommitter) withdraw(m *member) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, q := range c.queue {
-		if q == m {
-			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+func (q *leaderQueue[M]) withdraw(m M) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, w := range q.queue {
+		if w == m {
+			q.queue = append(q.queue[:i], q.queue[i+1:]...)
 			return true
 		}
 	}
@@ -149,22 +191,22 @@ func (c *groupCommitter) withdraw(m *member) bool {
 }
 
 // lead runs groups until the queue is empty.
-func (c *groupCommitter) lead() {
+func (q *leaderQueue[M]) lead() {
 	for {
-		c.mu.Lock()
-		n := min(len(c.queue), c.max)
+		q.mu.Lock()
+		n := min(len(q.queue), q.max)
 		if n == 0 {
-			c.active--
-			c.mu.Unlock()
+			q.active--
+			q.mu.Unlock()
 			return
 		}
-		group := make([]*member, n)
-		copy(group, c.queue)
+		group := make([]M, n)
+		copy(group, q.queue)
 		// A fresh slice when the queue empties, so that the array does not
 		// keep answered members alive.
-		c.queue = append(c.queue[:0:0], c.queue[n:]...)
-		c.mu.Unlock()
-		c.commit(group)
+		q.queue = append(q.queue[:0:0], q.queue[n:]...)
+		q.mu.Unlock()
+		q.run(group)
 	}
 }
 
@@ -178,10 +220,15 @@ func (c *groupCommitter) commit(group []*member) {
 	answers := make([]answer, len(group))
 	err := c.store.InTx(ctx, func(tx Tx) error {
 		clear(answers) // InTx may run this again
+		var batched []int
 		for i, m := range group {
 			if m.ctx.Err() != nil {
 				// Its request left before its turn: nothing of it runs.
 				answers[i] = answer{err: context.Cause(m.ctx)}
+				continue
+			}
+			if m.item != nil {
+				batched = append(batched, i)
 				continue
 			}
 			a, err := runMember(ctx, tx, m)
@@ -189,6 +236,20 @@ func (c *groupCommitter) commit(group []*member) {
 				return fmt.Errorf("%w: member %d of %d: %w", errBroken, i+1, len(group), err)
 			}
 			answers[i] = a
+		}
+		if len(batched) == 0 {
+			return nil
+		}
+		members := make([]*member, len(batched))
+		for j, i := range batched {
+			members[j] = group[i]
+		}
+		as, err := c.batch(ctx, tx, members)
+		if err != nil {
+			return fmt.Errorf("%w: %d batched members: %w", errBroken, len(members), err)
+		}
+		for j, i := range batched {
+			answers[i] = as[j]
 		}
 		return nil
 	})

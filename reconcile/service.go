@@ -49,7 +49,7 @@ func New(store Store, p provider.Provider, cfg Config) (*Service, error) {
 	store = outboxStore{Store: store}
 	s := &Service{store: store, provider: p, cfg: cfg}
 	if !cfg.GroupCommitOff {
-		s.group = newGroupCommitter(store, cfg.GroupCommitMax, cfg.GroupCommitLeaders, cfg.Logger)
+		s.group = newGroupCommitter(store, cfg.GroupCommitMax, cfg.GroupCommitLeaders, cfg.Logger, s.applyEventBatch)
 	}
 	return s, nil
 }
@@ -63,6 +63,16 @@ func (s *Service) inGroup(ctx context.Context, fn func(context.Context, Tx) erro
 		return s.store.InTx(ctx, func(tx Tx) error { return fn(ctx, tx) })
 	}
 	return s.group.do(ctx, fn)
+}
+
+// inGroupBatched is inGroup for a request the group may run with its
+// neighbours' in one batch (see batchFunc): item for the batch, fn to run
+// it alone (with Config.GroupCommitOff, or when the batch leaves it out).
+func (s *Service) inGroupBatched(ctx context.Context, item any, fn func(context.Context, Tx) error) error {
+	if s.group == nil {
+		return s.store.InTx(ctx, func(tx Tx) error { return fn(ctx, tx) })
+	}
+	return s.group.doItem(ctx, item, fn)
 }
 
 // Config returns the service's configuration with defaults applied.

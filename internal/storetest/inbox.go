@@ -106,7 +106,10 @@ func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 			return err
 		})
 		wantErr(t, "InsertInboxEvents with an event without its time", err, reconcile.ErrInvalid)
-		if err := txErr(t, s, func(tx reconcile.Tx) error { _, err := tx.GetInboxEvent(t.Context(), "stripe", "evt_third"); return err }); !errors.Is(err, reconcile.ErrNotFound) {
+		if err := txErr(t, s, func(tx reconcile.Tx) error {
+			_, err := tx.GetInboxEvent(t.Context(), "stripe", "evt_third")
+			return err
+		}); !errors.Is(err, reconcile.ErrNotFound) {
 			t.Fatalf("a refused batch stored its other member: %v", err)
 		}
 

@@ -249,7 +249,10 @@ func testApplyMoves(t *testing.T, newStore func(*testing.T) *testStore) {
 
 		complete := leaseless(getPurchase(t, s, "pur_stale"))
 		complete.Job, complete.RunAt = reconcile.JobComplete, now
-		err := txErr(t, s, func(tx reconcile.Tx) error { _, err := tx.ApplyMoves(t.Context(), []reconcile.Move{complete}); return err })
+		err := txErr(t, s, func(tx reconcile.Tx) error {
+			_, err := tx.ApplyMoves(t.Context(), []reconcile.Move{complete})
+			return err
+		})
 		wantErr(t, "ApplyMoves completing a job without its lease", err, reconcile.ErrInvalid)
 	})
 
