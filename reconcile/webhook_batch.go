@@ -69,7 +69,15 @@ func (s *Service) applyEventBatch(ctx context.Context, tx Tx, members []*member)
 		}
 		var culprit int
 		var failed *memberFailure
-		err := tx.Savepoint(ctx, func(tx Tx) error {
+		err := tx.Savepoint(ctx, func(tx Tx) (err error) {
+			defer func() {
+				// A panic outside any event's own part fails the set: the
+				// events then run one by one, each panic its own.
+				if p := recover(); p != nil {
+					culprit, failed = -1, &memberFailure{err: fmt.Errorf("reconcile: webhook batch panicked: %v", p)}
+					err = failed
+				}
+			}()
 			c, err := s.applyEventSet(ctx, tx, runs)
 			if err == nil {
 				return nil
@@ -91,8 +99,7 @@ func (s *Service) applyEventBatch(ctx context.Context, tx Tx, members []*member)
 			continue
 		}
 		// The set's own statements failed (a refused insert or batch of
-		// moves): each event
-		// runs by itself, under a savepoint of its own.
+		// moves): each event runs by itself, under a savepoint of its own.
 		s.cfg.Logger.Debug("webhook batch refused; its events run one by one", "events", len(live), "err", failed.err)
 		for _, i := range live {
 			a, err := runMember(ctx, tx, members[i])
