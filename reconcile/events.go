@@ -96,6 +96,17 @@ type InboxEvent struct {
 	Refunded string
 }
 
+// InboxUpdate is what became of one inbox event (Tx.UpdateInboxEvents):
+// its matched purchase (empty if none yet), its outcome and when it was
+// processed.
+type InboxUpdate struct {
+	Provider    string
+	EventID     string
+	PurchaseID  string
+	Outcome     EventOutcome
+	ProcessedAt time.Time
+}
+
 // maxWriteRaces bounds how often a writer re-reads and tries again after
 // losing a conditional write to another writer.
 const maxWriteRaces = 5
@@ -103,10 +114,13 @@ const maxWriteRaces = 5
 // ApplyEvent records a verified provider event in the inbox and applies it
 // to its purchase, both in one transaction: the caller may acknowledge the
 // event only after ApplyEvent returns nil. Concurrent events share that
-// transaction (group commit), each under a savepoint of its own, so that
-// one that fails rolls back alone; ApplyEvent returns after the commit.
-// Two deliveries of one event in one group are told apart by the inbox's
-// unique key as in two transactions: the second is a duplicate.
+// transaction (group commit) and are applied together, set-based
+// (webhook_batch.go); one that fails is taken out of the group, which
+// runs again without it, so that it fails alone. ApplyEvent returns after
+// the commit. Two deliveries of one event in one group are told apart by
+// the inbox's unique key as in two transactions: the second is a
+// duplicate. With Config.GroupCommitOff each event has a transaction of
+// its own.
 //
 // A repeat of a stored event (same id, same payload) is a duplicate and
 // changes nothing; the same id with another payload returns
@@ -114,48 +128,66 @@ const maxWriteRaces = 5
 // nothing. An event for an unknown purchase is stored as unmatched and
 // applied by ApplyUnmatched once the purchase exists.
 func (s *Service) ApplyEvent(ctx context.Context, ev Event) (EventOutcome, error) {
-	var outcome EventOutcome
-	var moves []move
-	err := s.retryRacesInGroup(ctx, func(ctx context.Context, tx Tx) error {
-		outcome, moves = "", nil // fn may run again
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		inserted, err := tx.InsertInboxEvent(ctx, InboxEvent{
-			Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PayloadHash: ev.PayloadHash,
-			Payload: ev.Payload, ObjectID: ev.PaymentID, Result: ev.Outcome, PurchaseID: ev.PurchaseID,
-			Amount: ev.Amount, Currency: ev.Currency, Created: ev.Created,
-			Outcome: EventUnmatched, ReceivedAt: now,
-			Refund: ev.Refund, RefundID: ev.RefundID, Refunded: ev.Refunded,
-		})
-		if err != nil {
-			return err
-		}
-		if !inserted {
-			prev, err := tx.GetInboxEvent(ctx, ev.Provider, ev.ID)
-			if err != nil {
-				return err
-			}
-			if prev.PayloadHash != ev.PayloadHash {
-				outcome = EventConflict
-				return nil
-			}
-			outcome = EventDuplicate
-			return nil
-		}
-		outcome, moves, err = s.applyEventTx(ctx, tx, ev, now)
-		return err
+	run := &eventRun{ev: ev}
+	err := s.retryRacesInGroup(ctx, run, func(ctx context.Context, tx Tx) error {
+		return s.applyEventAlone(ctx, tx, run)
 	})
 	if err != nil {
 		return "", fmt.Errorf("reconcile: event %s/%s: %w", ev.Provider, ev.ID, err)
 	}
-	s.observeMoves(moves)
-	s.logOutcome(ev, outcome)
-	if outcome == EventConflict {
-		return outcome, fmt.Errorf("reconcile: event %s/%s: %w", ev.Provider, ev.ID, ErrEventConflict)
+	s.observeMoves(run.moves)
+	s.logOutcome(ev, run.outcome)
+	if run.outcome == EventConflict {
+		return run.outcome, fmt.Errorf("reconcile: event %s/%s: %w", ev.Provider, ev.ID, ErrEventConflict)
 	}
-	return outcome, nil
+	return run.outcome, nil
+}
+
+// applyEventAlone records run's event in the inbox and applies it, by
+// itself, in tx, and sets run's outcome and moves (reset first: it may
+// run more than once).
+func (s *Service) applyEventAlone(ctx context.Context, tx Tx, run *eventRun) error {
+	run.outcome, run.moves = "", nil
+	ev := run.ev
+	now, err := tx.Now(ctx)
+	if err != nil {
+		return err
+	}
+	inserted, err := tx.InsertInboxEvent(ctx, inboxRow(ev, now))
+	if err != nil {
+		return err
+	}
+	if !inserted {
+		run.outcome, err = repeatOutcome(ctx, tx, ev)
+		return err
+	}
+	run.outcome, run.moves, err = s.applyEventTx(ctx, tx, ev, now)
+	return err
+}
+
+// inboxRow is ev's inbox row as first stored, received at now: unmatched
+// until applyEventTx records its outcome.
+func inboxRow(ev Event, now time.Time) InboxEvent {
+	return InboxEvent{
+		Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PayloadHash: ev.PayloadHash,
+		Payload: ev.Payload, ObjectID: ev.PaymentID, Result: ev.Outcome, PurchaseID: ev.PurchaseID,
+		Amount: ev.Amount, Currency: ev.Currency, Created: ev.Created,
+		Outcome: EventUnmatched, ReceivedAt: now,
+		Refund: ev.Refund, RefundID: ev.RefundID, Refunded: ev.Refunded,
+	}
+}
+
+// repeatOutcome is the outcome of ev when the inbox already holds its id:
+// a duplicate when the stored payload is the same, a conflict otherwise.
+func repeatOutcome(ctx context.Context, tx Tx, ev Event) (EventOutcome, error) {
+	prev, err := tx.GetInboxEvent(ctx, ev.Provider, ev.ID)
+	if err != nil {
+		return "", err
+	}
+	if prev.PayloadHash != ev.PayloadHash {
+		return EventConflict, nil
+	}
+	return EventDuplicate, nil
 }
 
 // ApplyUnmatched retries up to limit stored events that matched no
@@ -233,12 +265,13 @@ func (s *Service) retryRaces(ctx context.Context, fn func(Tx) error) error {
 	return err
 }
 
-// retryRacesInGroup is retryRaces for a function run by inGroup: again,
-// in a new group, when it lost a conditional write.
-func (s *Service) retryRacesInGroup(ctx context.Context, fn func(context.Context, Tx) error) error {
+// retryRacesInGroup is retryRaces for a webhook run by inGroupSet with
+// its neighbours (eventSet): again, in a new group, when it lost a
+// conditional write.
+func (s *Service) retryRacesInGroup(ctx context.Context, run *eventRun, fn func(context.Context, Tx) error) error {
 	var err error
 	for range maxWriteRaces {
-		err = s.inGroup(ctx, fn)
+		err = s.inGroupSet(ctx, eventSet{s}, run, fn)
 		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
 			return err
 		}

@@ -51,17 +51,26 @@ import (
 // So a function may run more than once, and must have no side effects
 // outside its Tx (as for Store.InTx); it reads its results out of
 // variables it sets, reset at its start.
-
+//
 // groupCommitter queues requests and runs them in group transactions.
 // Safe for concurrent use.
 type groupCommitter struct {
-	store   Store
+	store Store
+	log   *slog.Logger
+	leaderQueue[*member]
+}
+
+
+// leaderQueue is group commit's queue and leaders: requests queue, and up
+// to leaders goroutines each take up to max of them at a time and run
+// them with run, until the queue is empty. Safe for concurrent use.
+type leaderQueue[M comparable] struct {
 	max     int // GroupCommitMax
 	leaders int // GroupCommitLeaders
-	log     *slog.Logger
+	run     func(group []M)
 
 	mu     sync.Mutex
-	queue  []*member
+	queue  []M
 	active int // leaders running
 
 	// queued, when set (tests), is called with the queue's length after
@@ -106,7 +115,9 @@ type answer struct {
 }
 
 func newGroupCommitter(store Store, maxGroup, leaders int, log *slog.Logger) *groupCommitter {
-	return &groupCommitter{store: store, max: maxGroup, leaders: leaders, log: log}
+	c := &groupCommitter{store: store, log: log}
+	c.max, c.leaders, c.run = maxGroup, leaders, c.commit
+	return c
 }
 
 // do runs fn in a group transaction and returns nil once that
@@ -120,7 +131,7 @@ func newGroupCommitter(store Store, maxGroup, leaders int, log *slog.Logger) *gr
 // group's outcome (at most the group's transaction), and returns it:
 // what fn wrote may have committed.
 func (c *groupCommitter) do(ctx context.Context, fn func(context.Context, Tx) error) error {
-	return c.run(&member{ctx: ctx, fn: fn, done: make(chan answer, 1)})
+	return c.await(&member{ctx: ctx, fn: fn, done: make(chan answer, 1)})
 }
 
 // doSet is do for a member that set runs with its like neighbours (see
@@ -128,11 +139,11 @@ func (c *groupCommitter) do(ctx context.Context, fn func(context.Context, Tx) er
 // its group's transaction fails, and wherever set chooses to run it so.
 // It returns as do does, once the member's transaction has committed.
 func (c *groupCommitter) doSet(ctx context.Context, fn func(context.Context, Tx) error, set setRunner, arg any) error {
-	return c.run(&member{ctx: ctx, fn: fn, set: set, arg: arg, done: make(chan answer, 1)})
+	return c.await(&member{ctx: ctx, fn: fn, set: set, arg: arg, done: make(chan answer, 1)})
 }
 
-// run queues m and waits for its answer (see do).
-func (c *groupCommitter) run(m *member) error {
+// await queues m and waits for its answer (see do).
+func (c *groupCommitter) await(m *member) error {
 	ctx, fn := m.ctx, m.fn
 	c.submit(m)
 	var a answer
@@ -153,31 +164,31 @@ func (c *groupCommitter) run(m *member) error {
 	return a.err
 }
 
-// submit queues m and starts a leader if fewer than c.leaders run.
-func (c *groupCommitter) submit(m *member) {
-	c.mu.Lock()
-	c.queue = append(c.queue, m)
-	if c.queued != nil {
-		c.queued(len(c.queue))
+// submit queues m and starts a leader if fewer than q.leaders run.
+func (q *leaderQueue[M]) submit(m M) {
+	q.mu.Lock()
+	q.queue = append(q.queue, m)
+	if q.queued != nil {
+		q.queued(len(q.queue))
 	}
-	start := c.active < c.leaders
+	start := q.active < q.leaders
 	if start {
-		c.active++
+		q.active++
 	}
-	c.mu.Unlock()
+	q.mu.Unlock()
 	if start {
-		go c.lead()
+		go q.lead()
 	}
 }
 
 // withdraw takes m out of the queue and reports whether it was still
 // there (no leader took it).
-func (c *groupCommitter) withdraw(m *member) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for i, q := range c.queue {
-		if q == m {
-			c.queue = append(c.queue[:i], c.queue[i+1:]...)
+func (q *leaderQueue[M]) withdraw(m M) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i, w := range q.queue {
+		if w == m {
+			q.queue = append(q.queue[:i], q.queue[i+1:]...)
 			return true
 		}
 	}
@@ -185,22 +196,22 @@ func (c *groupCommitter) withdraw(m *member) bool {
 }
 
 // lead runs groups until the queue is empty.
-func (c *groupCommitter) lead() {
+func (q *leaderQueue[M]) lead() {
 	for {
-		c.mu.Lock()
-		n := min(len(c.queue), c.max)
+		q.mu.Lock()
+		n := min(len(q.queue), q.max)
 		if n == 0 {
-			c.active--
-			c.mu.Unlock()
+			q.active--
+			q.mu.Unlock()
 			return
 		}
-		group := make([]*member, n)
-		copy(group, c.queue)
+		group := make([]M, n)
+		copy(group, q.queue)
 		// A fresh slice when the queue empties, so that the array does not
 		// keep answered members alive.
-		c.queue = append(c.queue[:0:0], c.queue[n:]...)
-		c.mu.Unlock()
-		c.commit(group)
+		q.queue = append(q.queue[:0:0], q.queue[n:]...)
+		q.mu.Unlock()
+		q.run(group)
 	}
 }
 

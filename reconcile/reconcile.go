@@ -278,6 +278,10 @@ const (
 // attempt that record it and what becomes of its job, if and only if
 // Lease is still the job's current, unexpired lease and the purchase is
 // still at From's state and version.
+//
+// A move without a lease (Lease.Owner empty, Token 0: a webhook's, which
+// holds none) is fenced by the purchase's state and version alone, as
+// UpdatePurchase is, and must leave the job alone (Job JobKeep).
 type Move struct {
 	Lease Lease
 	// From is the purchase as the writer read it; To is what it writes
@@ -292,6 +296,9 @@ type Move struct {
 	Job   JobAction
 	RunAt time.Time
 }
+
+// Leaseless reports whether mv is a move without a lease (see Move).
+func (mv Move) Leaseless() bool { return mv.Lease.Owner == "" && mv.Lease.Token == 0 }
 
 // Lease is a worker's claim on one job. Every write made under it is fenced
 // by Token.

@@ -65,6 +65,17 @@ func (s *Service) inGroup(ctx context.Context, fn func(context.Context, Tx) erro
 	return s.group.do(ctx, fn)
 }
 
+// inGroupSet is inGroup for a request the group runs with its like
+// neighbours' in one set (see setRunner), arg being what set needs of it;
+// fn runs it alone (with Config.GroupCommitOff, or when the set leaves
+// it out).
+func (s *Service) inGroupSet(ctx context.Context, set setRunner, arg any, fn func(context.Context, Tx) error) error {
+	if s.group == nil {
+		return s.store.InTx(ctx, func(tx Tx) error { return fn(ctx, tx) })
+	}
+	return s.group.doSet(ctx, fn, set, arg)
+}
+
 // Config returns the service's configuration with defaults applied.
 func (s *Service) Config() Config { return s.cfg }
 

@@ -113,7 +113,12 @@ type Tx interface {
 	// applies only if its lease is still the job's current one, unexpired
 	// by the store's clock, and its purchase is still at From's state and
 	// version; a move that does not match writes nothing, and the others
-	// are unaffected. Moves must name distinct purchases. The database
+	// are unaffected. A move without a lease (Move.Leaseless: a
+	// webhook's) is fenced by its purchase's state and version alone,
+	// takes no lock on the job and must leave it alone (JobKeep; a job
+	// action is refused with ErrInvalid): a worker holding the job's
+	// lease meanwhile finds the purchase moved on, as after any
+	// UpdatePurchase. Moves must name distinct purchases. The database
 	// guards still hold: if any move is refused (ErrForbiddenTransition,
 	// ErrDuplicate for a payment id another purchase holds, ...), the
 	// call writes nothing and returns that error, and the transaction
@@ -275,12 +280,22 @@ type Tx interface {
 	// of the same key waits for the other transaction and then reports
 	// false (or true, if that one rolled back).
 	InsertInboxEvent(ctx context.Context, e InboxEvent) (inserted bool, err error)
+	// InsertInboxEvents is InsertInboxEvent for a batch, in one
+	// statement where the store can: inserted[i] reports whether events[i]
+	// was stored. A later member with the key of an earlier one is not
+	// stored (as if inserted after it: a duplicate). On an error nothing
+	// of the batch is stored and the transaction stays usable.
+	InsertInboxEvents(ctx context.Context, events []InboxEvent) (inserted []bool, err error)
 	// GetInboxEvent returns the stored event, or ErrNotFound.
 	GetInboxEvent(ctx context.Context, provider, eventID string) (InboxEvent, error)
 	// UpdateInboxEvent records what became of an event: its matched
 	// purchase (empty if none yet), its outcome and when it was processed.
 	// Returns ErrNotFound if there is no such event.
 	UpdateInboxEvent(ctx context.Context, provider, eventID, purchaseID string, outcome EventOutcome, processedAt time.Time) error
+	// UpdateInboxEvents is UpdateInboxEvent for a batch of distinct
+	// events, in one statement where the store can. Returns ErrNotFound,
+	// and writes nothing, if one of them does not exist.
+	UpdateInboxEvents(ctx context.Context, updates []InboxUpdate) error
 	// ListInboxEvents returns the events matched to a purchase, oldest
 	// received first.
 	ListInboxEvents(ctx context.Context, purchaseID string) ([]InboxEvent, error)

@@ -420,19 +420,27 @@ func NonEmpty(ss []string) []string {
 // CheckMoves returns why moves is not a batch Tx.ApplyMoves can write,
 // or nil: each move names one purchase (From and To the same), no
 // purchase twice, is fenced by the lease of that purchase's own job (not
-// a refund's), records a transition exactly when the state changes and
-// recording that change, records neither a transition nor an attempt of
-// a refund, and has a time for a job it completes or reschedules.
+// a refund's) or by none (Move.Leaseless) and then leaves the job alone,
+// records a transition exactly when the state changes and recording that
+// change, records neither a transition nor an attempt of a refund, and
+// has a time for a job it completes or reschedules.
 func CheckMoves(moves []reconcile.Move) error {
 	seen := make(map[string]bool, len(moves))
 	for _, mv := range moves {
 		id := mv.From.ID
+		leaseless := mv.Leaseless()
 		switch {
 		case id == "" || mv.To.ID != id:
 			return fmt.Errorf("a move from purchase %q writes purchase %q", id, mv.To.ID)
 		case seen[id]:
 			return fmt.Errorf("purchase %s is moved twice in one batch", id)
-		case mv.Lease.PurchaseID != id || mv.Lease.Kind == reconcile.JobRefund:
+		case leaseless && mv.Job != reconcile.JobKeep:
+			// Without a lease the job may be another worker's: only its
+			// lease holder may complete or reschedule it.
+			return fmt.Errorf("purchase %s: a move without a lease must leave the job alone", id)
+		case leaseless && (mv.Lease.PurchaseID != "" && mv.Lease.PurchaseID != id || mv.Lease.Kind == reconcile.JobRefund):
+			return fmt.Errorf("the move of purchase %s names job %q without its lease", id, mv.Lease.JobID())
+		case !leaseless && (mv.Lease.PurchaseID != id || mv.Lease.Kind == reconcile.JobRefund):
 			return fmt.Errorf("the move of purchase %s is fenced by the lease of job %q", id, mv.Lease.JobID())
 		case (mv.From.State != mv.To.State) != (mv.Transition != nil):
 			return fmt.Errorf("purchase %s: %s -> %s needs a transition exactly when the state changes", id, mv.From.State, mv.To.State)

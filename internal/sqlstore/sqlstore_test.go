@@ -117,7 +117,16 @@ func TestCheckMoves(t *testing.T) {
 	if err := sqlstore.CheckMoves([]reconcile.Move{ok}); err != nil {
 		t.Fatalf("CheckMoves of a purchase's move: %v", err)
 	}
+	leaseless := ok
+	leaseless.Lease = reconcile.Lease{}
+	if err := sqlstore.CheckMoves([]reconcile.Move{leaseless}); err != nil {
+		t.Fatalf("CheckMoves of a move without a lease that keeps the job: %v", err)
+	}
 	for name, mutate := range map[string]func(*reconcile.Move){
+		"without a lease, completing the job": func(mv *reconcile.Move) {
+			mv.Lease = reconcile.Lease{}
+			mv.Job, mv.RunAt = reconcile.JobComplete, time.Unix(1, 0)
+		},
 		"under a refund job's lease": func(mv *reconcile.Move) {
 			mv.Lease.Kind, mv.Lease.RefundID = reconcile.JobRefund, "ref_1"
 		},

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -79,6 +80,62 @@ func eventIDs(es []reconcile.InboxEvent) []string {
 }
 
 func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
+	// A batch insert stores each new key once: a key stored before, and
+	// a later repeat of a key within the batch, are not stored. A batch
+	// update records every member's outcome, or nothing when one is
+	// missing.
+	parallel(t, "Batches", func(t *testing.T) {
+		s := newStore(t)
+		insertEvent(t, s, inboxEvent("evt_old", base))
+		again := inboxEvent("evt_new", base)
+		again.PayloadHash = "another"
+		batch := []reconcile.InboxEvent{inboxEvent("evt_new", base), inboxEvent("evt_old", base), again, inboxEvent("evt_other", base)}
+		var inserted []bool
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			inserted, err = tx.InsertInboxEvents(t.Context(), batch)
+			return err
+		})
+		equal(t, "inserted", inserted, []bool{true, false, false, true})
+		equalEvents(t, "evt_new", []reconcile.InboxEvent{getEvent(t, s, "stripe", "evt_new")}, batch[:1])
+
+		bad := inboxEvent("evt_bad", base)
+		bad.ReceivedAt = time.Time{}
+		err := txErr(t, s, func(tx reconcile.Tx) error {
+			_, err := tx.InsertInboxEvents(t.Context(), []reconcile.InboxEvent{inboxEvent("evt_third", base), bad})
+			return err
+		})
+		wantErr(t, "InsertInboxEvents with an event without its time", err, reconcile.ErrInvalid)
+		if err := txErr(t, s, func(tx reconcile.Tx) error {
+			_, err := tx.GetInboxEvent(t.Context(), "stripe", "evt_third")
+			return err
+		}); !errors.Is(err, reconcile.ErrNotFound) {
+			t.Fatalf("a refused batch stored its other member: %v", err)
+		}
+
+		done := at(time.Second)
+		updates := []reconcile.InboxUpdate{
+			{Provider: "stripe", EventID: "evt_new", PurchaseID: "pur_1", Outcome: reconcile.EventApplied, ProcessedAt: done},
+			{Provider: "stripe", EventID: "evt_other", Outcome: reconcile.EventIgnored, ProcessedAt: done},
+		}
+		inTx(t, s, func(tx reconcile.Tx) error { return tx.UpdateInboxEvents(t.Context(), updates) })
+		for _, u := range updates {
+			e := getEvent(t, s, "stripe", u.EventID)
+			if e.PurchaseID != u.PurchaseID || e.Outcome != u.Outcome || !e.ProcessedAt.Equal(done) {
+				t.Fatalf("%s after its update: %+v", u.EventID, e)
+			}
+		}
+		missing := []reconcile.InboxUpdate{
+			{Provider: "stripe", EventID: "evt_old", Outcome: reconcile.EventStale, ProcessedAt: done},
+			{Provider: "stripe", EventID: "evt_missing", Outcome: reconcile.EventStale, ProcessedAt: done},
+		}
+		err = txErr(t, s, func(tx reconcile.Tx) error { return tx.UpdateInboxEvents(t.Context(), missing) })
+		wantErr(t, "UpdateInboxEvents naming a missing event", err, reconcile.ErrNotFound)
+		if e := getEvent(t, s, "stripe", "evt_old"); e.Outcome != reconcile.EventUnmatched {
+			t.Fatalf("a refused batch updated its other member: %+v", e)
+		}
+	})
+
 	parallel(t, "RoundTrip", func(t *testing.T) {
 		s := newStore(t)
 		zone := time.FixedZone("UTC-3", -3*3600)

@@ -200,6 +200,62 @@ func testApplyMoves(t *testing.T, newStore func(*testing.T) *testStore) {
 		}
 	})
 
+	// A move without a lease (a webhook's) is fenced by its purchase's
+	// state and version alone: it applies whoever holds the job, leaves
+	// the job and its lease as they are, and one read at a stale version
+	// writes nothing while its neighbours apply. It may not touch the job.
+	parallel(t, "LeaselessMoves", func(t *testing.T) {
+		s := newStore(t)
+		for _, id := range []string{"pur_free", "pur_leased", "pur_stale"} {
+			purchaseWithJob(t, s, id, base)
+		}
+		var leased reconcile.Lease
+		for _, l := range claim(t, s, "w1", 10, base, leaseFor) {
+			if l.PurchaseID == "pur_leased" {
+				leased = l
+			}
+		}
+		now := at(time.Second)
+		s.clock.Set(now)
+		leaseless := func(p reconcile.Purchase) reconcile.Move {
+			mv := move(reconcile.Lease{}, p, statemachine.Submitted, now)
+			mv.Transition.Cause, mv.Transition.Actor = reconcile.CauseWebhook, "webhook"
+			return mv
+		}
+		stale := getPurchase(t, s, "pur_stale")
+		stale.Version = 0
+		moves := []reconcile.Move{
+			leaseless(getPurchase(t, s, "pur_free")),
+			leaseless(stale),
+			leaseless(getPurchase(t, s, "pur_leased")),
+		}
+		equal(t, "applied", applyMoves(t, s, moves), []bool{true, false, true})
+		for _, id := range []string{"pur_free", "pur_leased"} {
+			p := getPurchase(t, s, id)
+			if p.State != statemachine.Submitted || p.Version != 2 || !p.UpdatedAt.Equal(now) {
+				t.Fatalf("%s after a move without a lease: %+v", id, p)
+			}
+			trs := transitionsOf(t, s, id)
+			if len(trs) != 1 || trs[0].Actor != "webhook" || trs[0].Cause != reconcile.CauseWebhook || trs[0].LeaseToken != 0 {
+				t.Fatalf("%s: transitions %+v, want the webhook's one", id, trs)
+			}
+		}
+		if p := getPurchase(t, s, "pur_stale"); p.State != statemachine.Created || p.Version != 1 || len(transitionsOf(t, s, "pur_stale")) != 0 {
+			t.Fatalf("pur_stale: a move at a stale version wrote: %+v", p)
+		}
+		if j := getJob(t, s, "pur_leased"); j.LeaseOwner != "w1" || j.LeaseToken != leased.Token || !j.DoneAt.IsZero() {
+			t.Fatalf("pur_leased's job after a move without a lease: %+v, want w1's lease untouched", j)
+		}
+
+		complete := leaseless(getPurchase(t, s, "pur_stale"))
+		complete.Job, complete.RunAt = reconcile.JobComplete, now
+		err := txErr(t, s, func(tx reconcile.Tx) error {
+			_, err := tx.ApplyMoves(t.Context(), []reconcile.Move{complete})
+			return err
+		})
+		wantErr(t, "ApplyMoves completing a job without its lease", err, reconcile.ErrInvalid)
+	})
+
 	parallel(t, "FindPurchases", func(t *testing.T) {
 		s := newStore(t)
 		for _, id := range []string{"pur_1", "pur_2", "pur_3"} {

@@ -2,8 +2,11 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/payrecon/payrecon/internal/sqlstore"
 	"github.com/payrecon/payrecon/provider"
@@ -41,6 +44,112 @@ ON CONFLICT (provider, event_id) DO NOTHING`,
 	}
 	return n == 1, nil
 }
+
+// insertInboxEventsSQL inserts a batch given as parallel arrays, one
+// element per event, and returns the keys it stored. Its members have
+// distinct keys (InsertInboxEvents drops repeats first), so that which
+// of two repeats is stored never depends on the order the rows are
+// inserted in.
+const insertInboxEventsSQL = `INSERT INTO webhook_inbox (` + inboxColumns + `)
+SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
+    $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::text[], $14::timestamptz[],
+    $15::boolean[], $16::text[], $17::text[])
+ON CONFLICT (provider, event_id) DO NOTHING
+RETURNING provider, event_id`
+
+// InsertInboxEvents implements reconcile.Tx in one statement, under a
+// savepoint so that a refused batch leaves the transaction usable.
+func (t *txn) InsertInboxEvents(ctx context.Context, events []reconcile.InboxEvent) ([]bool, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	type key struct{ provider, eventID string }
+	var (
+		providers, ids, types, hashes, objects, results, outcomes, currencies, refundIDs, refunded []string
+		payloads                                                                                   [][]byte
+		purchases                                                                                  []*string
+		received, processed, created                                                               []*time.Time
+		amounts                                                                                    []int64
+		refunds                                                                                    []bool
+	)
+	first := make(map[key]int, len(events)) // the index of each key's first member
+	for i, e := range events {
+		k := key{e.Provider, e.EventID}
+		if _, seen := first[k]; seen {
+			continue
+		}
+		first[k] = i
+		providers, ids, types, hashes = append(providers, e.Provider), append(ids, e.EventID), append(types, e.Type), append(hashes, e.PayloadHash)
+		payloads, objects, results = append(payloads, sqlstore.NotNullBytes(e.Payload)), append(objects, e.ObjectID), append(results, string(e.Result))
+		purchases, outcomes = append(purchases, strPtr(e.PurchaseID)), append(outcomes, string(e.Outcome))
+		received, processed = append(received, timePtr(e.ReceivedAt)), append(processed, timePtr(e.ProcessedAt))
+		amounts, currencies, created = append(amounts, e.Amount), append(currencies, e.Currency), append(created, timePtr(e.Created))
+		refunds, refundIDs, refunded = append(refunds, e.Refund), append(refundIDs, e.RefundID), append(refunded, e.Refunded)
+	}
+	what := fmt.Sprintf("insert %d inbox events", len(events))
+	inserted := make([]bool, len(events))
+	err := t.queryUnderSavepoint(ctx, func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k key
+			if err := rows.Scan(&k.provider, &k.eventID); err != nil {
+				return err
+			}
+			inserted[first[k]] = true
+		}
+		return rows.Err()
+	}, insertInboxEventsSQL, providers, ids, types, hashes, payloads, objects, results,
+		purchases, outcomes, received, processed, amounts, currencies, created, refunds, refundIDs, refunded)
+	if err != nil {
+		return nil, wrap(err, "%s", what)
+	}
+	return inserted, nil
+}
+
+// UpdateInboxEvents implements reconcile.Tx in one statement, under a
+// savepoint so that a batch naming a missing event writes nothing.
+func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUpdate) error {
+	if len(updates) == 0 {
+		return nil
+	}
+	var (
+		providers, ids, outcomes []string
+		purchases                []*string
+		processed                []*time.Time
+	)
+	for _, u := range updates {
+		providers, ids, outcomes = append(providers, u.Provider), append(ids, u.EventID), append(outcomes, string(u.Outcome))
+		purchases, processed = append(purchases, strPtr(u.PurchaseID)), append(processed, timePtr(u.ProcessedAt))
+	}
+	what := fmt.Sprintf("update %d inbox events", len(updates))
+	n := 0
+	err := t.queryUnderSavepoint(ctx, func(rows pgx.Rows) error {
+		for rows.Next() {
+			n++
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if n != len(updates) {
+			// Rolls the savepoint back: nothing of the batch is written.
+			return errMissingInboxEvent
+		}
+		return nil
+	}, `UPDATE webhook_inbox AS w SET purchase_id = u.purchase_id, outcome = u.outcome, processed_at = u.processed_at
+FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS u(provider, event_id, purchase_id, outcome, processed_at)
+WHERE w.provider = u.provider AND w.event_id = u.event_id
+RETURNING w.event_id`, providers, ids, purchases, outcomes, processed)
+	if errors.Is(err, errMissingInboxEvent) {
+		return dialect.NotFound(fmt.Sprintf("%s (%d of them)", what, len(updates)-n))
+	}
+	if err != nil {
+		return wrap(err, "%s", what)
+	}
+	return nil
+}
+
+// errMissingInboxEvent is UpdateInboxEvents' own refusal, which rolls its
+// savepoint back.
+var errMissingInboxEvent = errors.New("missing inbox event")
 
 // GetInboxEvent implements reconcile.Tx.
 func (t *txn) GetInboxEvent(ctx context.Context, provider, eventID string) (reconcile.InboxEvent, error) {

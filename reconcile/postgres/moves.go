@@ -35,7 +35,9 @@ func (t *txn) FindPurchases(ctx context.Context, ids, paymentIDs []string) ([]re
 // transitions and attempts and completes or reschedules the jobs. It
 // returns the ids of the purchases it moved. The purchases' guard
 // trigger and the audit's constraints check every row as they do for
-// single writes. Only purchases move here: a move's job is its
+// single writes. A move without a lease (empty owner, token 0) locks no job
+// and is fenced by the purchase's state and version alone (its job action
+// is keep: CheckMoves). Only purchases move here: a move's job is its
 // purchase's own (kind 'purchase', whose id is the purchase id), and its
 // audit rows are the purchase's (refund_id NULL).
 var applyMovesSQL = `
@@ -60,7 +62,7 @@ WITH m AS (
 ), leased AS (
     SELECT j.id
     FROM jobs AS j JOIN m ON j.id = m.id
-    WHERE j.kind = 'purchase' AND j.lease_owner = m.owner AND j.lease_token = m.token
+    WHERE m.owner <> '' AND j.kind = 'purchase' AND j.lease_owner = m.owner AND j.lease_token = m.token
       AND j.lease_expires_at > ` + nowSQL + `
     FOR UPDATE OF j
 ), upd AS (
@@ -78,8 +80,9 @@ WITH m AS (
         settled_at = m.settled_at,
         doubt = m.doubt,
         updated_at = m.updated_at
-    FROM m JOIN leased ON leased.id = m.id
+    FROM m LEFT JOIN leased ON leased.id = m.id
     WHERE p.id = m.id AND p.state = m.from_state AND p.version = m.version
+      AND (leased.id IS NOT NULL OR (m.owner = '' AND m.token = 0))
     RETURNING p.id, m.from_state, m.state,
         m.t_cause, m.t_evidence, m.t_actor, m.t_token, m.t_at,
         m.a_op, m.a_key, m.a_outcome, m.a_payment_id, m.a_status, m.a_latency_ns,

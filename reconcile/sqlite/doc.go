@@ -127,9 +127,9 @@
 //   - refunds.go: InsertRefund, GetRefund, ListRefunds, FindRefunds,
 //     UpdateRefund, ListEscalatedRefunds, ListOverdueUncertainRefunds,
 //     CountRefundsByState, OldestUncertainRefundSince, scanRefund.
-//   - inbox.go: InsertInboxEvent, GetInboxEvent, UpdateInboxEvent,
-//     ListInboxEvents, ListUnmatchedEvents, DeleteInboxEventsBefore,
-//     scanInboxEvent.
+//   - inbox.go: InsertInboxEvent, InsertInboxEvents, GetInboxEvent,
+//     UpdateInboxEvent, UpdateInboxEvents, ListInboxEvents,
+//     ListUnmatchedEvents, DeleteInboxEventsBefore, scanInboxEvent.
 //   - idempotency_keys.go: InsertIdempotencyKey, GetIdempotencyKey,
 //     SaveIdempotencyResponse, DeleteIdempotencyKeysBefore,
 //     scanIdempotencyKey.

@@ -40,6 +40,47 @@ ON CONFLICT (provider, event_id) DO NOTHING`,
 	return n == 1, nil
 }
 
+// InsertInboxEvents implements reconcile.Tx, one insert per event under
+// one savepoint: SQLite has no round trips to save, and the savepoint
+// undoes the batch when one fails.
+func (t *txn) InsertInboxEvents(ctx context.Context, events []reconcile.InboxEvent) ([]bool, error) {
+	if len(events) == 0 {
+		return nil, nil
+	}
+	var inserted []bool
+	err := t.Savepoint(ctx, func(tx reconcile.Tx) error {
+		inserted = make([]bool, len(events))
+		for i, e := range events {
+			ok, err := tx.InsertInboxEvent(ctx, e)
+			if err != nil {
+				return err
+			}
+			inserted[i] = ok
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return inserted, nil
+}
+
+// UpdateInboxEvents implements reconcile.Tx, one update per event under
+// one savepoint, so that a missing event undoes the batch.
+func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUpdate) error {
+	if len(updates) == 0 {
+		return nil
+	}
+	return t.Savepoint(ctx, func(tx reconcile.Tx) error {
+		for _, u := range updates {
+			if err := tx.UpdateInboxEvent(ctx, u.Provider, u.EventID, u.PurchaseID, u.Outcome, u.ProcessedAt); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // GetInboxEvent implements reconcile.Tx.
 func (t *txn) GetInboxEvent(ctx context.Context, provider, eventID string) (reconcile.InboxEvent, error) {
 	return queryOne(ctx, t, scanInboxEvent, fmt.Sprintf("get inbox event %s/%s", provider, eventID),

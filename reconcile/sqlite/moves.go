@@ -73,10 +73,13 @@ func (t *txn) ApplyMoves(ctx context.Context, moves []reconcile.Move) (applied [
 
 // applyMove writes one move of a batch and reports whether it matched.
 func (t *txn) applyMove(ctx context.Context, mv reconcile.Move) (bool, error) {
-	if err := t.CheckLease(ctx, mv.Lease); errors.Is(err, reconcile.ErrLeaseLost) {
-		return false, nil
-	} else if err != nil {
-		return false, err
+	// A move without a lease is fenced by the purchase's version alone.
+	if !mv.Leaseless() {
+		if err := t.CheckLease(ctx, mv.Lease); errors.Is(err, reconcile.ErrLeaseLost) {
+			return false, nil
+		} else if err != nil {
+			return false, err
+		}
 	}
 	to := mv.To
 	to.Version = mv.From.Version // the version the move is conditional on
