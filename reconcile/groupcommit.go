@@ -60,7 +60,6 @@ type groupCommitter struct {
 	leaderQueue[*member]
 }
 
-
 // leaderQueue is group commit's queue and leaders: requests queue, and up
 // to leaders goroutines each take up to max of them at a time and run
 // them with run, until the queue is empty. Safe for concurrent use.
