@@ -30,13 +30,11 @@ func (s *Service) Work(ctx context.Context) error {
 	defer cancelWork()
 
 	var wg sync.WaitGroup
-	// slots holds one token for each claimed job not yet done: the loop
-	// takes a job's slot when it claims the job, so that the next claim
-	// can be made while this one's intents are written.
 	slots := make(chan struct{}, s.cfg.Concurrency)
 	wake := make(chan struct{}, 1)
-	// spawn runs one claimed job's work, in the slot its claim took.
+	// spawn runs one claimed job's work in a free slot.
 	spawn := func(f func()) {
+		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -66,20 +64,8 @@ func (s *Service) Work(ctx context.Context) error {
 				log.Error("claim jobs", "err", err)
 			}
 		}
-		// Every lease takes one slot, of the free ones: this never waits.
-		for range leases {
-			slots <- struct{}{}
-		}
-		if len(leases) > 0 {
-			// The batch's intents are written while the loop claims
-			// again: with Concurrency above BatchSize, two claims'
-			// writes overlap.
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				s.runBatch(workCtx, leases, ap, spawn)
-			}()
-		}
+		// Every lease takes one slot: there are free of them.
+		s.runBatch(workCtx, leases, ap, spawn)
 		if len(leases) == free && free > 0 {
 			continue // more may be due: claim again at once
 		}
