@@ -59,12 +59,16 @@ WITH m AS (
         a_op, a_key, a_outcome, a_payment_id, a_status, a_latency_ns,
         a_error, a_actor, a_token, a_applied, a_note, a_at,
         job, job_at)
-), leased AS (
+), locked AS (
     SELECT j.id
     FROM jobs AS j JOIN m ON j.id = m.id
     WHERE m.owner <> '' AND j.kind = 'purchase' AND j.lease_owner = m.owner AND j.lease_token = m.token
       AND j.lease_expires_at > ` + nowSQL + `
     FOR UPDATE OF j
+), leased AS (
+    SELECT id FROM locked
+    UNION ALL
+    SELECT id FROM m WHERE m.owner = '' AND m.token = 0
 ), upd AS (
     UPDATE purchases AS p SET
         state = m.state,
@@ -80,9 +84,8 @@ WITH m AS (
         settled_at = m.settled_at,
         doubt = m.doubt,
         updated_at = m.updated_at
-    FROM m LEFT JOIN leased ON leased.id = m.id
+    FROM m JOIN leased ON leased.id = m.id
     WHERE p.id = m.id AND p.state = m.from_state AND p.version = m.version
-      AND (leased.id IS NOT NULL OR (m.owner = '' AND m.token = 0))
     RETURNING p.id, m.from_state, m.state,
         m.t_cause, m.t_evidence, m.t_actor, m.t_token, m.t_at,
         m.a_op, m.a_key, m.a_outcome, m.a_payment_id, m.a_status, m.a_latency_ns,
