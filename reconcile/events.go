@@ -388,14 +388,7 @@ func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Eve
 	}
 	var moves []move
 	step := func(to statemachine.State) error {
-		cur := next
-		cur.State = to
-		if to.Terminal() {
-			cur.SettledAt = settledAt
-			if !cur.EscalationReason.Sticky() {
-				cur.EscalatedAt, cur.EscalationReason = time.Time{}, ""
-			}
-		}
+		cur := webhookStep(next, to, settledAt)
 		if err := s.update(ctx, tx, "webhook", 0, next, cur, CauseWebhook, evidence); err != nil {
 			return err
 		}
@@ -413,4 +406,18 @@ func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Eve
 		return "", nil, err
 	}
 	return EventApplied, moves, nil
+}
+
+// webhookStep returns p moved to state to by a webhook: a final state is
+// settled at settledAt and takes the purchase off the operator list
+// unless its escalation is sticky.
+func webhookStep(p Purchase, to statemachine.State, settledAt time.Time) Purchase {
+	p.State = to
+	if to.Terminal() {
+		p.SettledAt = settledAt
+		if !p.EscalationReason.Sticky() {
+			p.EscalatedAt, p.EscalationReason = time.Time{}, ""
+		}
+	}
+	return p
 }

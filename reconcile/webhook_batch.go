@@ -362,14 +362,7 @@ func planSettle(ev Event, p Purchase, owner string, now time.Time) *settlePlan {
 			// The per-event path reports it.
 			return nil
 		}
-		cur := next
-		cur.State = to
-		if to.Terminal() {
-			cur.SettledAt = settledAt
-			if !cur.EscalationReason.Sticky() {
-				cur.EscalatedAt, cur.EscalationReason = time.Time{}, ""
-			}
-		}
+		cur := webhookStep(next, to, settledAt)
 		plan.moves = append(plan.moves, Move{
 			From: next, To: cur,
 			Transition: &TransitionRecord{
