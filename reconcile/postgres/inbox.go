@@ -1,9 +1,13 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,7 +57,8 @@ ON CONFLICT (provider, event_id) DO NOTHING`,
 const insertInboxEventsSQL = `INSERT INTO webhook_inbox (` + inboxColumns + `)
 SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
     $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::text[], $14::timestamptz[],
-    $15::boolean[], $16::text[], $17::text[])
+    $15::boolean[], $16::text[], $17::text[]) AS e
+ORDER BY 1, 2
 ON CONFLICT (provider, event_id) DO NOTHING
 RETURNING provider, event_id`
 
@@ -74,11 +79,18 @@ func (t *txn) InsertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 	)
 	first := make(map[key]int, len(events)) // the index of each key's first member
 	for i, e := range events {
-		k := key{e.Provider, e.EventID}
-		if _, seen := first[k]; seen {
-			continue
+		if _, seen := first[key{e.Provider, e.EventID}]; !seen {
+			first[key{e.Provider, e.EventID}] = i
 		}
-		first[k] = i
+	}
+	// The rows go in key order, so that two transactions inserting the
+	// same events in other orders take their locks in one order and
+	// cannot deadlock each other.
+	order := slices.SortedFunc(maps.Values(first), func(a, b int) int {
+		return cmp.Or(strings.Compare(events[a].Provider, events[b].Provider), strings.Compare(events[a].EventID, events[b].EventID))
+	})
+	for _, i := range order {
+		e := events[i]
 		providers, ids, types, hashes = append(providers, e.Provider), append(ids, e.EventID), append(types, e.Type), append(hashes, e.PayloadHash)
 		payloads, objects, results = append(payloads, sqlstore.NotNullBytes(e.Payload)), append(objects, e.ObjectID), append(results, string(e.Result))
 		purchases, outcomes = append(purchases, strPtr(e.PurchaseID)), append(outcomes, string(e.Outcome))
