@@ -57,8 +57,19 @@ func (ps purchaseSet) runSet(ctx context.Context, tx Tx, members []*member) ([]a
 		alone[i] = true
 	}
 	if ins, ok := tx.(KeyedPurchaseInserter); ok {
-		// The members it creates are answered: their zero answer.
-		if err := ps.insert(ctx, tx, ins, members, alone); err != nil {
+		// The members it creates are answered: their zero answer. A panic
+		// here fails the group's transaction, which rolls back, and every
+		// request runs alone: the process and the neighbours' answers
+		// survive it.
+		err := func() (err error) {
+			defer func() {
+				if p := recover(); p != nil {
+					err = fmt.Errorf("reconcile: group create panicked: %v", p)
+				}
+			}()
+			return ps.insert(ctx, tx, ins, members, alone)
+		}()
+		if err != nil {
 			return nil, err
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -27,6 +28,8 @@ type countingStore struct {
 	*gatedStore
 	mu    sync.Mutex
 	calls []map[string]int // per transaction, in the order they began
+	// panicSet, when set, makes the next set insert panic after it wrote.
+	panicSet atomic.Bool
 }
 
 func (c *countingStore) InTx(ctx context.Context, fn func(reconcile.Tx) error) error {
@@ -86,7 +89,11 @@ func (t countingTx) Now(ctx context.Context) (time.Time, error) {
 
 func (t countingTx) InsertKeyedPurchases(ctx context.Context, items []reconcile.KeyedPurchase) ([]bool, error) {
 	t.count("InsertKeyedPurchases")
-	return t.Tx.(reconcile.KeyedPurchaseInserter).InsertKeyedPurchases(ctx, items)
+	inserted, err := t.Tx.(reconcile.KeyedPurchaseInserter).InsertKeyedPurchases(ctx, items)
+	if t.c.panicSet.CompareAndSwap(true, false) {
+		panic("injected: a bug after the set insert")
+	}
+	return inserted, err
 }
 
 func (t countingTx) InsertIdempotencyKey(ctx context.Context, k reconcile.IdempotencyKey) (bool, error) {
@@ -307,6 +314,27 @@ func TestGroupCreateFailedGroupRunsAlone(t *testing.T) {
 		calls, got := createAll(g, reqs)
 		txs := g.gs.count()
 		g.inOneGroup(func() { g.gs.failNextTx(errors.New("injected: the group's commit failed")) }, calls...)
+		g.wantTxs(txs+2+len(reqs), "the blocker, the failed group, each request alone")
+		for i, r := range reqs {
+			wantCreatedNow(t, g, r.key, r, got[i])
+		}
+		if n := countStates(t, g.store)[statemachine.Created]; n != len(reqs) {
+			t.Fatalf("%d purchases, want %d", n, len(reqs))
+		}
+	})
+}
+
+// A panic in a group's set insert, after the insert wrote, fails the
+// group's transaction: nothing of it commits, every request runs alone
+// and is created once, and the process goes on.
+func TestGroupCreatePanicRunsEachAlone(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		g, cs := setupSetGroup(t, newStore)
+		reqs := []createReq{{"k1", "h1", "cus-a", "order-1"}, {"k2", "h2", "cus-b", ""}}
+		calls, got := createAll(g, reqs)
+		cs.panicSet.Store(true)
+		txs := g.gs.count()
+		g.inOneGroup(nil, calls...)
 		g.wantTxs(txs+2+len(reqs), "the blocker, the failed group, each request alone")
 		for i, r := range reqs {
 			wantCreatedNow(t, g, r.key, r, got[i])
