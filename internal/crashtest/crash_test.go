@@ -66,7 +66,10 @@ var scenarios = []scenario{
 	{point: crashpoint.RefundInserted, in: inServe, drive: driveRefunds},
 	// The first settlement's event is written with it: killed before
 	// their commit, neither exists, and the restarted worker commits both.
-	{point: crashpoint.OutboxPending, in: inWorker, drive: drivePurchases},
+	// No webhooks: serve would settle a purchase first whenever its
+	// webhook beat the worker's answer, and the worker, finding nothing
+	// left to move, would write no event and never reach the point.
+	{point: crashpoint.OutboxPending, in: inWorker, noWebhooks: true, drive: drivePurchases},
 }
 
 // TestEveryPointHasARow fails when a crash point has no scenario, or a
