@@ -40,6 +40,15 @@ func (t *txn) FindPurchases(ctx context.Context, ids, paymentIDs []string) ([]re
 // is keep: CheckMoves). Only purchases move here: a move's job is its
 // purchase's own (kind 'purchase', whose id is the purchase id), and its
 // audit rows are the purchase's (refund_id NULL).
+//
+// The plan must not depend on estimates, which are wrong here: the
+// arrays' length is unknown to a generic plan, and the jobs' statistics
+// predate their leases. So the jobs are locked one move at a time, by
+// their primary key (a LATERAL subquery, which the planner cannot turn
+// into a join), and the moves that hold their lease are passed on whole,
+// so that no step joins the moves to another list of moves. As joins, a
+// row estimate of 1 or 10 for hundreds of rows made the planner rescan
+// every job, or every move, once per move: up to a second a batch.
 var applyMovesSQL = `
 WITH m AS (
     SELECT * FROM unnest(
@@ -59,16 +68,17 @@ WITH m AS (
         a_op, a_key, a_outcome, a_payment_id, a_status, a_latency_ns,
         a_error, a_actor, a_token, a_applied, a_note, a_at,
         job, job_at)
-), locked AS (
-    SELECT j.id
-    FROM jobs AS j JOIN m ON j.id = m.id
-    WHERE m.owner <> '' AND j.kind = 'purchase' AND j.lease_owner = m.owner AND j.lease_token = m.token
-      AND j.lease_expires_at > ` + nowSQL + `
-    FOR UPDATE OF j
 ), leased AS (
-    SELECT id FROM locked
+    SELECT m.*
+    FROM m CROSS JOIN LATERAL (
+        SELECT j.id FROM jobs AS j
+        WHERE j.id = m.id AND m.owner <> '' AND j.kind = 'purchase'
+          AND j.lease_owner = m.owner AND j.lease_token = m.token
+          AND j.lease_expires_at > ` + nowSQL + `
+        FOR UPDATE OF j
+    ) AS j
     UNION ALL
-    SELECT id FROM m WHERE m.owner = '' AND m.token = 0
+    SELECT m.* FROM m WHERE m.owner = '' AND m.token = 0
 ), upd AS (
     UPDATE purchases AS p SET
         state = m.state,
@@ -84,7 +94,7 @@ WITH m AS (
         settled_at = m.settled_at,
         doubt = m.doubt,
         updated_at = m.updated_at
-    FROM m JOIN leased ON leased.id = m.id
+    FROM leased AS m
     WHERE p.id = m.id AND p.state = m.from_state AND p.version = m.version
     RETURNING p.id, m.from_state, m.state,
         m.t_cause, m.t_evidence, m.t_actor, m.t_token, m.t_at,
