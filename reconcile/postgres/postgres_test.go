@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -214,6 +215,68 @@ func TestAuditTablesAreAppendOnly(t *testing.T) {
 		if err := conn.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil || n != 1 {
 			t.Fatalf("%s has %d rows (%v), want 1", table, n, err)
 		}
+	}
+}
+
+// TestAuditRowsReferToPurchases: the statement-level checks that replace
+// the audit rows' foreign keys (migration 00014) refuse a transition or
+// an attempt of a missing purchase, naming the foreign key, in a batch as
+// alone, and refuse deleting a purchase that has audit rows.
+func TestAuditRowsReferToPurchases(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	insertRaw(t, conn, "pur_1")
+	insertRaw(t, conn, "pur_2")
+	for _, tc := range []struct{ stmt, constraint string }{
+		{`INSERT INTO transitions (purchase_id, from_state, to_state, cause, at) VALUES ('pur_missing', 'created', 'submitted', 'submit', now())`, "transitions_purchase_id_fkey"},
+		{`INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
+SELECT id, 'created', 'submitted', 'submit', now() FROM unnest(ARRAY['pur_1', 'pur_missing', 'pur_2']) AS id`, "transitions_purchase_id_fkey"},
+		{`INSERT INTO provider_attempts (purchase_id, op, outcome, applied, at) VALUES ('pur_missing', 'create', 'unknown', true, now())`, "provider_attempts_purchase_id_fkey"},
+		{`INSERT INTO provider_attempts (purchase_id, op, outcome, applied, at)
+SELECT id, 'create', 'unknown', true, now() FROM unnest(ARRAY['pur_1', 'pur_missing']) AS id`, "provider_attempts_purchase_id_fkey"},
+	} {
+		_, err := conn.Exec(t.Context(), tc.stmt)
+		wantSQLState(t, tc.stmt, err, "23503", tc.constraint)
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && (pgErr.ConstraintName != tc.constraint || !strings.Contains(pgErr.Detail, "pur_missing")) {
+			t.Errorf("%s: constraint %q, detail %q; want %s and the missing id", tc.stmt, pgErr.ConstraintName, pgErr.Detail, tc.constraint)
+		}
+	}
+	exec(t, conn, `INSERT INTO transitions (purchase_id, from_state, to_state, cause, at)
+SELECT id, 'created', 'submitted', 'submit', now() FROM unnest(ARRAY['pur_1', 'pur_2', 'pur_1']) AS id`)
+	exec(t, conn, `INSERT INTO provider_attempts (purchase_id, op, outcome, applied, at) VALUES ('pur_2', 'create', 'unknown', true, now())`)
+
+	// pur_1 has transitions only, pur_2 both; pur_3 none, and goes.
+	insertRaw(t, conn, "pur_3")
+	for _, id := range []string{"pur_1", "pur_2"} {
+		stmt := `DELETE FROM purchases WHERE id = '` + id + `'`
+		_, err := conn.Exec(t.Context(), stmt)
+		wantSQLState(t, stmt, err, "23503", "purchases_audit_rows")
+	}
+	exec(t, conn, `DELETE FROM purchases WHERE id = 'pur_3'`)
+}
+
+// TestPurchaseStateCheckMatchesStatemachine: the CHECK that holds a
+// purchase's state (migration 00014) names exactly the machine's states.
+func TestPurchaseStateCheckMatchesStatemachine(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	var def string
+	if err := conn.QueryRow(t.Context(), `SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'purchases_state_check'`).Scan(&def); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, m := range regexp.MustCompile(`'([a-z_]+)'`).FindAllStringSubmatch(def, -1) {
+		got = append(got, m[1])
+	}
+	var want []string
+	for _, st := range statemachine.Purchase.States() {
+		want = append(want, string(st))
+	}
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("purchases_state_check %s names %v, statemachine.Purchase.States() = %v", def, got, want)
 	}
 }
 
