@@ -22,7 +22,7 @@ import (
 // gatedStore is a store whose next transaction, once armed, waits at its
 // start for release. It counts transactions, can fail the next one after
 // its function succeeded (as a failed commit does), and hands out Txs
-// whose UpdateInboxEvent and SaveIdempotencyResponse run fault first.
+// whose UpdateInboxEvent(s) and SaveIdempotencyResponse run fault first.
 type gatedStore struct {
 	reconcile.Store
 	mu       sync.Mutex
@@ -101,6 +101,17 @@ func (t faultTx) UpdateInboxEvent(ctx context.Context, prov, eventID, purchaseID
 		return err
 	}
 	return t.Tx.UpdateInboxEvent(ctx, prov, eventID, purchaseID, outcome, at)
+}
+
+// UpdateInboxEvents refuses the whole batch, writing none of it, when
+// one of its events has a fault, as a store refuses a statement.
+func (t faultTx) UpdateInboxEvents(ctx context.Context, us []reconcile.InboxUpdate) error {
+	for _, u := range us {
+		if err := t.g.faultFor(u.EventID); err != nil {
+			return err
+		}
+	}
+	return t.Tx.UpdateInboxEvents(ctx, us)
 }
 
 func (t faultTx) SaveIdempotencyResponse(ctx context.Context, client, key string, status int, body []byte, purchaseID string) error {

@@ -280,23 +280,39 @@ func (s *Service) applyEventSet(ctx context.Context, tx Tx, runs []*eventRun) (i
 		}
 	}
 
-	// Each event's own part, in queue order: the outcome of a settled
-	// one, the per-event path for the rest.
+	// Each event's own part, in queue order: the per-event path for the
+	// events the moves did not settle; the outcomes of the settled ones,
+	// recorded together after them.
+	var updates []InboxUpdate
+	var updated []int // the run of each update
 	for i, r := range runs {
 		if !inserted[i] {
 			continue
 		}
+		if settled[i] && !slow[i] {
+			r.outcome = EventApplied
+			updates = append(updates, InboxUpdate{Provider: r.ev.Provider, EventID: r.ev.ID, PurchaseID: settledPurchase(plans, i), Outcome: EventApplied, ProcessedAt: now})
+			updated = append(updated, i)
+			continue
+		}
 		err := attribute(func() error {
-			if settled[i] && !slow[i] {
-				r.outcome = EventApplied
-				return tx.UpdateInboxEvent(ctx, r.ev.Provider, r.ev.ID, settledPurchase(plans, i), EventApplied, now)
-			}
 			outcome, moves, err := s.applyEventTx(ctx, tx, r.ev, now)
 			r.outcome, r.moves = outcome, append(r.moves, moves...)
 			return err
 		})
 		if err != nil {
 			return i, err
+		}
+	}
+	if err := attribute(func() error { return tx.UpdateInboxEvents(ctx, updates) }); err != nil {
+		// A refused batch wrote none of its rows: each alone, so that a
+		// failure names its own event and spares the others.
+		for k, u := range updates {
+			if err := attribute(func() error {
+				return tx.UpdateInboxEvent(ctx, u.Provider, u.EventID, u.PurchaseID, u.Outcome, u.ProcessedAt)
+			}); err != nil {
+				return updated[k], err
+			}
 		}
 	}
 	return -1, nil
