@@ -323,7 +323,7 @@ END`, benchEscalated, benchOverdue, benchExpired)
 	// The created purchases and their jobs are written last, together, as
 	// a bulk import writes them: the claim's purchases are then neighbours
 	// in the table, not one page each spread through it.
-	written := `
+	createdLast := `
 ORDER BY kind = 'created', i`
 	nowArgs := []any{n, now}
 	steps := []struct {
@@ -356,7 +356,7 @@ SELECT id, customer, amount, 'usd', 'bench purchase', 'pm_card_visa',
     CASE WHEN kind = 'escalated' THEN 'uncertain_too_long' END,
     CASE WHEN kind IN ('succeeded', 'declined') THEN created_at + interval '2 seconds' END,
     '', created_at, created_at + interval '2 seconds'
-` + gen + written, nowArgs},
+` + gen + createdLast, nowArgs},
 		{"turn the transition guard on", `ALTER TABLE purchases ENABLE TRIGGER purchases_guard_insert`, nil},
 		{"insert the jobs", `INSERT INTO jobs (purchase_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at)
 SELECT id,
@@ -376,7 +376,7 @@ SELECT id,
     END,
     CASE WHEN kind = 'created' THEN 0 ELSE 1 END,
     CASE WHEN kind IN ('succeeded', 'declined') THEN created_at + interval '2 seconds' END
-` + gen + written, nowArgs},
+` + gen + createdLast, nowArgs},
 		{"insert the findings", fmt.Sprintf(`INSERT INTO audit_findings (provider, payment_id, kind, purchase_id, amount, currency, status,
     evidence, found_at, closed_at, closed_by, close_note)
 SELECT 'stripe', 'pi_found_' || j,
