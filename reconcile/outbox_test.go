@@ -421,10 +421,27 @@ func TestRelayDeliversThroughFailuresAndKills(t *testing.T) {
 			kills   atomic.Int64
 			mu      sync.Mutex
 			cancels = map[string]context.CancelFunc{} // the relays' kill switches, by round
+			callOf  = map[*http.Request]int64{}       // each request's own call number
 		)
-		s.before = func(*http.Request) bool { return calls.Add(1)%3 != 0 } // every third call: 503
+		// The relay delivers a batch's purchases concurrently, so each
+		// request's faults follow its own call number, not the counter's
+		// value when it answers (another request's, by then).
+		s.before = func(r *http.Request) bool {
+			n := calls.Add(1)
+			if n%3 == 0 { // every third call: 503
+				return false
+			}
+			mu.Lock()
+			callOf[r] = n
+			mu.Unlock()
+			return true
+		}
 		s.after = func(r *http.Request, status int) bool {
-			switch n := calls.Load(); {
+			mu.Lock()
+			n := callOf[r]
+			delete(callOf, r)
+			mu.Unlock()
+			switch {
 			case n%5 == 0: // the 2xx is lost on its way back
 				return false
 			case n%7 == 0 && r.Header.Get("Delivery-Attempt") == "1": // the relay dies now
