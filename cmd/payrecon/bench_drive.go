@@ -9,19 +9,6 @@ import (
 	"time"
 )
 
-// lockedWriter serialises writes to w: the progress lines and the logs
-// of a bench come from several goroutines.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
-}
-
 // benchProgressEvery is how often a phase prints its progress.
 const benchProgressEvery = time.Second
 

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 
@@ -234,6 +235,11 @@ func usageError(err error) error { return fmt.Errorf("%w: %w", errUsage, err) }
 // command line or setting, 1 when the command failed. Tests call it
 // directly.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// A command's parts (the logger, a demo's timeline, a bench's
+	// progress) write to these from several goroutines, and a caller's
+	// writer need not be safe for that, as a file is.
+	var mu sync.Mutex
+	stdout, stderr = &lockedWriter{mu: &mu, w: stdout}, &lockedWriter{mu: &mu, w: stderr}
 	e := &env{stdout: stdout, stderr: stderr, settings: newSettings()}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, "payrecon: no command given\n\n")
@@ -516,4 +522,18 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	default:
 		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
+}
+
+// lockedWriter serializes the writes of several goroutines to w under mu,
+// which Main shares between its stdout and stderr in case they are one
+// writer. Safe for concurrent use.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
