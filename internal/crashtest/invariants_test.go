@@ -103,9 +103,25 @@ func (r *run) settle() {
 				return false
 			}
 		}
-		if n := r.webhooks().Stats.Pending; n > 0 {
+		wh := r.webhooks()
+		if n := wh.Stats.Pending; n > 0 {
 			why = fmt.Sprintf("%d webhook copies pending", n)
 			return false
+		}
+		// An event the fake has just made may not have a delivery yet, and
+		// then counts as pending nowhere: wait until each has an answer
+		// that ends it, acknowledged or given up (which the invariants report).
+		ended := map[string]bool{}
+		for _, d := range wh.Deliveries {
+			if d.Acked || d.GaveUp {
+				ended[d.EventID] = true
+			}
+		}
+		for _, ev := range wh.Events {
+			if !ended[ev.ID] {
+				why = "webhook " + ev.ID + " has no delivery that ended"
+				return false
+			}
 		}
 		return true
 	})
