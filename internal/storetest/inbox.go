@@ -129,8 +129,21 @@ func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 			{Provider: "stripe", EventID: "evt_old", Outcome: reconcile.EventStale, ProcessedAt: done},
 			{Provider: "stripe", EventID: "evt_missing", Outcome: reconcile.EventStale, ProcessedAt: done},
 		}
-		err = txErr(t, s, func(tx reconcile.Tx) error { return tx.UpdateInboxEvents(t.Context(), missing) })
-		wantErr(t, "UpdateInboxEvents naming a missing event", err, reconcile.ErrNotFound)
+		// The refusal leaves the transaction usable, the refused batch
+		// unwritten, as every refused write does: the caller reads on and
+		// commits.
+		inTx(t, s, func(tx reconcile.Tx) error {
+			err := tx.UpdateInboxEvents(t.Context(), missing)
+			wantErr(t, "UpdateInboxEvents naming a missing event", err, reconcile.ErrNotFound)
+			e, err := tx.GetInboxEvent(t.Context(), "stripe", "evt_old")
+			if err != nil {
+				return fmt.Errorf("read after a refused batch, in its transaction: %w", err)
+			}
+			if e.Outcome != reconcile.EventUnmatched {
+				t.Fatalf("a refused batch updated its other member, seen in its transaction: %+v", e)
+			}
+			return nil
+		})
 		if e := getEvent(t, s, "stripe", "evt_old"); e.Outcome != reconcile.EventUnmatched {
 			t.Fatalf("a refused batch updated its other member: %+v", e)
 		}

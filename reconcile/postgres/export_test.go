@@ -37,3 +37,10 @@ const (
 	ListOverdueUncertainRefundsSQL = listOverdueUncertainRefundsSQL
 	ListEscalatedRefundsSQL        = listEscalatedRefundsSQL
 )
+
+// UpdateInboxEventsSQL is the statement of UpdateInboxEvents, for the test
+// of its plan, and UpdateInboxEventsSetting the planner setting (name,
+// value) it runs under.
+const UpdateInboxEventsSQL = updateInboxEventsSQL
+
+var UpdateInboxEventsSetting = updateInboxEventsSetting

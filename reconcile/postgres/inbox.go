@@ -3,7 +3,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -118,7 +117,10 @@ func (t *txn) InsertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 }
 
 // UpdateInboxEvents implements reconcile.Tx in one statement, under a
-// savepoint so that a batch naming a missing event writes nothing.
+// savepoint. A batch naming a missing event writes nothing: the
+// statement itself updates only when it finds every event, so the
+// refusal needs no rollback (the savepoint is released in the same round
+// trip) and the transaction goes on.
 func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUpdate) error {
 	if len(updates) == 0 {
 		return nil
@@ -133,35 +135,49 @@ func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUp
 		purchases, processed = append(purchases, strPtr(u.PurchaseID)), append(processed, timePtr(u.ProcessedAt))
 	}
 	what := fmt.Sprintf("update %d inbox events", len(updates))
-	n := 0
-	err := t.queryUnderSavepoint(ctx, func(rows pgx.Rows) error {
+	var found int
+	err := t.queryUnderSavepointWith(ctx, updateInboxEventsSetting[0], updateInboxEventsSetting[1], func(rows pgx.Rows) error {
 		for rows.Next() {
-			n++
+			if err := rows.Scan(&found); err != nil {
+				return err
+			}
 		}
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if n != len(updates) {
-			// Rolls the savepoint back: nothing of the batch is written.
-			return errMissingInboxEvent
-		}
-		return nil
-	}, `UPDATE webhook_inbox AS w SET purchase_id = u.purchase_id, outcome = u.outcome, processed_at = u.processed_at
-FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[]) AS u(provider, event_id, purchase_id, outcome, processed_at)
-WHERE w.provider = u.provider AND w.event_id = u.event_id
-RETURNING w.event_id`, providers, ids, purchases, outcomes, processed)
-	if errors.Is(err, errMissingInboxEvent) {
-		return dialect.NotFound(fmt.Sprintf("%s (%d of them)", what, len(updates)-n))
-	}
+		return rows.Err()
+	}, updateInboxEventsSQL, providers, ids, purchases, outcomes, processed, len(updates))
 	if err != nil {
 		return wrap(err, "%s", what)
+	}
+	if found != len(updates) {
+		return dialect.NotFound(fmt.Sprintf("%s (%d of them)", what, len(updates)-found))
 	}
 	return nil
 }
 
-// errMissingInboxEvent is UpdateInboxEvents' own refusal, which rolls its
-// savepoint back.
-var errMissingInboxEvent = errors.New("missing inbox event")
+// updateInboxEventsSetting is the planner setting (name, value)
+// updateInboxEventsSQL runs under.
+var updateInboxEventsSetting = [2]string{"enable_seqscan", "off"}
+
+// updateInboxEventsSQL is UpdateInboxEvents' statement: it returns how
+// many of the $6 updates name an event there is, and updates them only
+// when that is all of them. Each event is found by its primary key; the
+// statement runs with sequential scans off (updateInboxEventsSetting)
+// because the plan a connection caches is made on the inbox as it was
+// then: made on a new database's empty inbox, it scanned the whole inbox
+// for every group ever after (1.7 ms a group, 1,600 pages, at 10,000
+// events).
+const updateInboxEventsSQL = `
+WITH u AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+        AS u(provider, event_id, purchase_id, outcome, processed_at)
+), found AS (
+    SELECT count(*) AS n FROM u
+    WHERE EXISTS (SELECT FROM webhook_inbox AS w WHERE w.provider = u.provider AND w.event_id = u.event_id)
+), upd AS (
+    UPDATE webhook_inbox AS w SET purchase_id = u.purchase_id, outcome = u.outcome, processed_at = u.processed_at
+    FROM u
+    WHERE w.provider = u.provider AND w.event_id = u.event_id AND (SELECT n FROM found) = $6
+)
+SELECT n FROM found`
 
 // GetInboxEvent implements reconcile.Tx.
 func (t *txn) GetInboxEvent(ctx context.Context, provider, eventID string) (reconcile.InboxEvent, error) {

@@ -251,12 +251,31 @@ func (t *txn) ApplyMoves(ctx context.Context, moves []reconcile.Move) ([]bool, e
 // savepoint, in a single round trip when it succeeds, as exec does for
 // writes.
 func (t *txn) queryUnderSavepoint(ctx context.Context, read func(pgx.Rows) error, query string, args ...any) error {
+	return t.queryUnderSavepointWith(ctx, "", "", read, query, args...)
+}
+
+// queryUnderSavepointWith is queryUnderSavepoint with the planner setting
+// name = value in force for the statement alone (SET LOCAL after the
+// savepoint, which a rollback to it undoes; RESET after its release),
+// still in one round trip. The setting is in force whenever the statement
+// is planned, so it holds the plan the connection caches too. No setting
+// when name is empty.
+func (t *txn) queryUnderSavepointWith(ctx context.Context, name, value string, read func(pgx.Rows) error, query string, args ...any) error {
 	b := &pgx.Batch{}
 	b.Queue("SAVEPOINT payrecon_write")
+	if name != "" {
+		b.Queue("SET LOCAL " + name + " = " + value)
+	}
 	b.Queue(query, args...)
 	b.Queue("RELEASE SAVEPOINT payrecon_write")
+	if name != "" {
+		b.Queue("RESET " + name)
+	}
 	br := t.tx.SendBatch(ctx, b)
 	_, err := br.Exec()
+	if err == nil && name != "" {
+		_, err = br.Exec()
+	}
 	if err == nil {
 		var rows pgx.Rows
 		if rows, err = br.Query(); err == nil {
@@ -268,6 +287,9 @@ func (t *txn) queryUnderSavepoint(ctx context.Context, read func(pgx.Rows) error
 		}
 	}
 	if err == nil {
+		_, err = br.Exec()
+	}
+	if err == nil && name != "" {
 		_, err = br.Exec()
 	}
 	if cerr := br.Close(); err == nil {
