@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/payrecon/payrecon/reconcile/postgres"
 )
 
@@ -18,21 +20,11 @@ func TestUpdateInboxEventsPlanFindsEventsByKey(t *testing.T) {
 	exec(t, conn, `SET plan_cache_mode = force_generic_plan`)
 	exec(t, conn, `SET `+postgres.UpdateInboxEventsSetting[0]+` = `+postgres.UpdateInboxEventsSetting[1])
 	exec(t, conn, `PREPARE update_inbox AS `+postgres.UpdateInboxEventsSQL)
-	rows, err := conn.Query(t.Context(), `EXPLAIN EXECUTE update_inbox(
+	rows, _ := conn.Query(t.Context(), `EXPLAIN EXECUTE update_inbox(
     ARRAY['stripe'], ARRAY['evt_1'], ARRAY['pur_1'], ARRAY['applied'], ARRAY[now()], 1)`)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		t.Fatal(err)
-	}
-	var lines []string
-	for rows.Next() {
-		var line string
-		if err := rows.Scan(&line); err != nil {
-			t.Fatal(err)
-		}
-		lines = append(lines, line)
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("EXPLAIN: %v", err)
 	}
 	plan := strings.Join(lines, "\n")
 	if strings.Contains(plan, "Seq Scan on webhook_inbox") || !strings.Contains(plan, "webhook_inbox_pkey") {
