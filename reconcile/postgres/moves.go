@@ -231,11 +231,7 @@ func (t *txn) ApplyMoves(ctx context.Context, moves []reconcile.Move) ([]bool, e
 		}
 	}
 	var moved []string
-	// The statement's plan no longer depends on estimates (above), so the
-	// connection's generic plan serves: planned anew on every call, as
-	// PostgreSQL chose to, it took about 0.44 ms of planning a call, as
-	// much again as its execution in a webhook's group.
-	err := t.queryUnderSavepointWith(ctx, "plan_cache_mode", "force_generic_plan", func(rows pgx.Rows) error {
+	err := t.queryUnderSavepoint(ctx, func(rows pgx.Rows) error {
 		for rows.Next() {
 			var id string
 			if err := rows.Scan(&id); err != nil {
