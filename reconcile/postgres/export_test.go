@@ -39,8 +39,9 @@ const (
 )
 
 // UpdateInboxEventsSQL is the statement of UpdateInboxEvents, for the test
-// of its plan, and UpdateInboxEventsSetting the planner setting (name,
-// value) it runs under.
+// of its plan.
 const UpdateInboxEventsSQL = updateInboxEventsSQL
 
-var UpdateInboxEventsSetting = updateInboxEventsSetting
+// UpdateInboxEventsSetting is the SET command of the planner setting
+// UpdateInboxEventsSQL runs under.
+var UpdateInboxEventsSetting = "SET " + updateInboxEventsSetting.name + " = " + updateInboxEventsSetting.value

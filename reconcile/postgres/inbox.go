@@ -136,7 +136,7 @@ func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUp
 	}
 	what := fmt.Sprintf("update %d inbox events", len(updates))
 	var found int
-	err := t.queryUnderSavepointWith(ctx, updateInboxEventsSetting[0], updateInboxEventsSetting[1], func(rows pgx.Rows) error {
+	err := t.queryUnderSavepointWith(ctx, updateInboxEventsSetting, func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&found); err != nil {
 				return err
@@ -153,9 +153,9 @@ func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUp
 	return nil
 }
 
-// updateInboxEventsSetting is the planner setting (name, value)
-// updateInboxEventsSQL runs under.
-var updateInboxEventsSetting = [2]string{"enable_seqscan", "off"}
+// updateInboxEventsSetting is the planner setting updateInboxEventsSQL
+// runs under.
+var updateInboxEventsSetting = plannerSetting{name: "enable_seqscan", value: "off"}
 
 // updateInboxEventsSQL is UpdateInboxEvents' statement: it returns how
 // many of the $6 updates name an event there is, and updates them only

@@ -251,30 +251,38 @@ func (t *txn) ApplyMoves(ctx context.Context, moves []reconcile.Move) ([]bool, e
 // savepoint, in a single round trip when it succeeds, as exec does for
 // writes.
 func (t *txn) queryUnderSavepoint(ctx context.Context, read func(pgx.Rows) error, query string, args ...any) error {
-	return t.queryUnderSavepointWith(ctx, "", "", read, query, args...)
+	return t.queryUnderSavepointWith(ctx, plannerSetting{}, read, query, args...)
 }
 
+// plannerSetting is a setting of PostgreSQL's planner, name = value; the
+// zero plannerSetting is none.
+type plannerSetting struct{ name, value string }
+
 // queryUnderSavepointWith is queryUnderSavepoint with the planner setting
-// name = value in force for the statement alone (SET LOCAL after the
-// savepoint, which a rollback to it undoes; RESET after its release),
-// still in one round trip. The setting is in force whenever the statement
-// is planned, so it holds the plan the connection caches too. No setting
-// when name is empty.
-func (t *txn) queryUnderSavepointWith(ctx context.Context, name, value string, read func(pgx.Rows) error, query string, args ...any) error {
+// set in force for the statement alone (SET LOCAL after the savepoint,
+// which a rollback to it undoes; RESET after its release), still in one
+// round trip. The setting is in force whenever the statement is planned,
+// so it holds the plan the connection caches too.
+func (t *txn) queryUnderSavepointWith(ctx context.Context, set plannerSetting, read func(pgx.Rows) error, query string, args ...any) error {
+	before, after := []string{"SAVEPOINT payrecon_write"}, []string{"RELEASE SAVEPOINT payrecon_write"}
+	if set.name != "" {
+		before = append(before, "SET LOCAL "+set.name+" = "+set.value)
+		after = append(after, "RESET "+set.name)
+	}
 	b := &pgx.Batch{}
-	b.Queue("SAVEPOINT payrecon_write")
-	if name != "" {
-		b.Queue("SET LOCAL " + name + " = " + value)
+	for _, q := range before {
+		b.Queue(q)
 	}
 	b.Queue(query, args...)
-	b.Queue("RELEASE SAVEPOINT payrecon_write")
-	if name != "" {
-		b.Queue("RESET " + name)
+	for _, q := range after {
+		b.Queue(q)
 	}
 	br := t.tx.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if err == nil && name != "" {
-		_, err = br.Exec()
+	var err error
+	for range before {
+		if err == nil {
+			_, err = br.Exec()
+		}
 	}
 	if err == nil {
 		var rows pgx.Rows
@@ -286,11 +294,10 @@ func (t *txn) queryUnderSavepointWith(ctx context.Context, name, value string, r
 			}
 		}
 	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	if err == nil && name != "" {
-		_, err = br.Exec()
+	for range after {
+		if err == nil {
+			_, err = br.Exec()
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
