@@ -4,8 +4,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/payrecon/payrecon/reconcile/postgres"
 )
 
@@ -18,15 +16,12 @@ func TestUpdateInboxEventsPlanFindsEventsByKey(t *testing.T) {
 	_, url := newStore(t)
 	conn := rawConn(t, url)
 	exec(t, conn, `SET plan_cache_mode = force_generic_plan`)
-	exec(t, conn, `SET `+postgres.UpdateInboxEventsSetting[0]+` = `+postgres.UpdateInboxEventsSetting[1])
-	exec(t, conn, `PREPARE update_inbox AS `+postgres.UpdateInboxEventsSQL)
-	rows, _ := conn.Query(t.Context(), `EXPLAIN EXECUTE update_inbox(
-    ARRAY['stripe'], ARRAY['evt_1'], ARRAY['pur_1'], ARRAY['applied'], ARRAY[now()], 1)`)
-	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	exec(t, conn, postgres.UpdateInboxEventsSetting)
+	plan, err := explain(t.Context(), conn, planCase{name: "UpdateInboxEvents", sql: postgres.UpdateInboxEventsSQL,
+		args: []string{"ARRAY['stripe']", "ARRAY['evt_1']", "ARRAY['pur_1']", "ARRAY['applied']", "ARRAY[now()]", "1"}}, "")
 	if err != nil {
-		t.Fatalf("EXPLAIN: %v", err)
+		t.Fatal(err)
 	}
-	plan := strings.Join(lines, "\n")
 	if strings.Contains(plan, "Seq Scan on webhook_inbox") || !strings.Contains(plan, "webhook_inbox_pkey") {
 		t.Errorf("UpdateInboxEvents does not find its events by key:\n%s", plan)
 	}
