@@ -1,6 +1,12 @@
 package postgres
 
-import "github.com/jackc/pgx/v5/pgxpool"
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payrecon/payrecon/reconcile"
+)
 
 // PoolConfig is the pool's configuration Open builds from cfg.
 func PoolConfig(cfg Config) (*pgxpool.Config, error) { return poolConfig(cfg) }
@@ -42,6 +48,24 @@ const (
 // of its plan.
 const UpdateInboxEventsSQL = updateInboxEventsSQL
 
-// UpdateInboxEventsSetting is the SET command of the planner setting
-// UpdateInboxEventsSQL runs under.
-var UpdateInboxEventsSetting = "SET " + updateInboxEventsSetting.name + " = " + updateInboxEventsSetting.value
+// ByKeyPlan are the SET commands of the planner settings the batched
+// statements that find their rows by key run under (ApplyMovesSQL,
+// UpdateInboxEventsSQL).
+func ByKeyPlan() []string {
+	var sets []string
+	for _, s := range byKeyPlan {
+		sets = append(sets, "SET "+s.name+" = "+s.value)
+	}
+	return sets
+}
+
+// ApplyMovesSQL is the statement of ApplyMoves, for the test of its plan.
+var ApplyMovesSQL = applyMovesSQL
+
+// PreparedPlans returns how many generic and custom plans the connection
+// of tx has run the store's prepared statement sql on
+// (pg_prepared_statements).
+func PreparedPlans(ctx context.Context, tx reconcile.Tx, sql string) (generic, custom int64, err error) {
+	err = tx.(*txn).tx.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, sql).Scan(&generic, &custom)
+	return generic, custom, err
+}

@@ -136,7 +136,7 @@ func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUp
 	}
 	what := fmt.Sprintf("update %d inbox events", len(updates))
 	var found int
-	err := t.queryUnderSavepointWith(ctx, updateInboxEventsSetting, func(rows pgx.Rows) error {
+	err := t.queryUnderSavepointWith(ctx, byKeyPlan, func(rows pgx.Rows) error {
 		for rows.Next() {
 			if err := rows.Scan(&found); err != nil {
 				return err
@@ -153,18 +153,13 @@ func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUp
 	return nil
 }
 
-// updateInboxEventsSetting is the planner setting updateInboxEventsSQL
-// runs under.
-var updateInboxEventsSetting = plannerSetting{name: "enable_seqscan", value: "off"}
-
 // updateInboxEventsSQL is UpdateInboxEvents' statement: it returns how
 // many of the $6 updates name an event there is, and updates them only
-// when that is all of them. Each event is found by its primary key; the
-// statement runs with sequential scans off (updateInboxEventsSetting)
-// because the plan a connection caches is made on the inbox as it was
-// then: made on a new database's empty inbox, it scanned the whole inbox
-// for every group ever after (1.7 ms a group, 1,600 pages, at 10,000
-// events).
+// when that is all of them. Each event is found by its primary key: the
+// statement runs on its generic plan made with sequential scans off
+// (byKeyPlan). A plan made on a new database's empty inbox without that
+// setting scanned the whole inbox for every group (1.7 ms a group, 1,600
+// pages, at 10,000 events).
 const updateInboxEventsSQL = `
 WITH u AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
