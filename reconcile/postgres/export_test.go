@@ -59,8 +59,13 @@ func ByKeyPlan() []string {
 	return sets
 }
 
-// ApplyMovesSQL is the statement of ApplyMoves, for the test of its plan.
-var ApplyMovesSQL = applyMovesSQL
+// The batched statements that run on their generic plans, for the tests
+// of their plans.
+var (
+	ApplyMovesSQL    = applyMovesSQL
+	FindPurchasesSQL = findPurchasesSQL
+	AppendOutboxSQL  = appendOutboxSQL
+)
 
 // PreparedPlans returns how many generic and custom plans the connection
 // of tx has run the store's prepared statement sql on

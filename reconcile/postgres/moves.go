@@ -21,10 +21,14 @@ func (t *txn) FindPurchases(ctx context.Context, ids, paymentIDs []string) ([]re
 	if len(ids) == 0 && len(paymentIDs) == 0 {
 		return nil, nil
 	}
-	return queryAll(ctx, t, scanPurchase, fmt.Sprintf("find %d purchases", len(ids)+len(paymentIDs)),
-		`SELECT `+purchaseColumns+` FROM purchases WHERE id = ANY($1) OR provider_payment_id = ANY($2)`,
-		ids, paymentIDs)
+	return queryAllWith(ctx, t, byKeyPlan, scanPurchase, fmt.Sprintf("find %d purchases", len(ids)+len(paymentIDs)),
+		findPurchasesSQL, ids, paymentIDs)
 }
+
+// findPurchasesSQL is FindPurchases' statement. It runs on its generic
+// plan made with sequential scans off (byKeyPlan), which reads the two
+// unique indexes.
+const findPurchasesSQL = `SELECT ` + purchaseColumns + ` FROM purchases WHERE id = ANY($1) OR provider_payment_id = ANY($2)`
 
 // applyMovesSQL writes a batch of moves, given as parallel arrays ($2 on,
 // one element per move: moveArrays), in one statement: it locks the jobs
@@ -258,33 +262,73 @@ func (t *txn) queryUnderSavepoint(ctx context.Context, read func(pgx.Rows) error
 type plannerSetting struct{ name, value string }
 
 // byKeyPlan are the settings of a batched statement that joins its arrays
-// to tables by their keys (applyMovesSQL, updateInboxEventsSQL). It
-// runs on the generic plan the connection caches, which spares the
-// planning of a custom plan on every call: for the batch of moves, 0.58
-// ms a call, more than half its execution, in a webhook's group. And the
-// plan a connection caches is made with sequential scans off. A generic
-// plan does not know the arrays' length, and it is made on the tables
-// as they are then: made on a new database's empty tables, it hash-joined
-// the moves to a sequential scan of every purchase, and kept doing so.
-// With sequential scans off it finds each row by its key, whatever the
-// tables held when it was made.
+// to tables by their keys (applyMovesSQL, updateInboxEventsSQL,
+// FindPurchases').
+//   - It runs on the generic plan the connection caches, which spares the
+//     planning of a custom plan on every call: for the batch of moves,
+//     0.58 ms a call, more than half its execution, in a webhook's group.
+//   - That plan is made with sequential scans off. A generic plan does not
+//     know the arrays' length, and it is made on the tables as they are
+//     then: made on a new database's empty tables, it hash-joined the
+//     moves to a sequential scan of every purchase, and kept doing so.
+//     With sequential scans off it finds each row by its key, whatever the
+//     tables held when it was made.
+//   - JIT is off. A plan that has no choice but a sequential scan (a
+//     trigger's statement, say) costs 10^10 with sequential scans off,
+//     which is far above jit_above_cost: compiling it took 290 ms.
 var byKeyPlan = []plannerSetting{
 	{name: "plan_cache_mode", value: "force_generic_plan"},
 	{name: "enable_seqscan", value: "off"},
+	{name: "jit", value: "off"},
+}
+
+// genericPlan is the setting of a batched statement whose plan does not
+// depend on the tables' size (an insert from arrays joined to a small
+// table): it runs on the generic plan the connection caches.
+var genericPlan = []plannerSetting{{name: "plan_cache_mode", value: "force_generic_plan"}}
+
+// settingStatements returns the statements that put settings in force
+// (SET LOCAL, which a rollback to a savepoint made before undoes) and
+// those that take them out again (RESET).
+func settingStatements(settings []plannerSetting) (set, reset []string) {
+	for _, s := range settings {
+		set = append(set, "SET LOCAL "+s.name+" = "+s.value)
+		reset = append(reset, "RESET "+s.name)
+	}
+	return set, reset
 }
 
 // queryUnderSavepointWith is queryUnderSavepoint with the planner
-// settings set in force for the statement alone (SET LOCAL after the
-// savepoint, which a rollback to it undoes; RESET after its release),
-// still in one round trip. The settings are in force whenever the
-// statement is planned, so they hold the plan the connection caches too.
-// They are in force for the triggers the statement fires as well.
+// settings in force for the statement alone (set after the savepoint,
+// reset after its release), still in one round trip. The settings are in
+// force whenever the statement is planned, so they hold the plan the
+// connection caches too. They are in force for the triggers the
+// statement fires as well.
 func (t *txn) queryUnderSavepointWith(ctx context.Context, settings []plannerSetting, read func(pgx.Rows) error, query string, args ...any) error {
-	before, after := []string{"SAVEPOINT payrecon_write"}, []string{"RELEASE SAVEPOINT payrecon_write"}
-	for _, s := range settings {
-		before = append(before, "SET LOCAL "+s.name+" = "+s.value)
-		after = append(after, "RESET "+s.name)
+	set, reset := settingStatements(settings)
+	err := t.queryBetween(ctx, append([]string{"SAVEPOINT payrecon_write"}, set...),
+		append([]string{"RELEASE SAVEPOINT payrecon_write"}, reset...), read, query, args...)
+	if err == nil {
+		return nil
 	}
+	if _, rerr := t.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT payrecon_write; RELEASE SAVEPOINT payrecon_write"); rerr != nil {
+		return errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
+	}
+	return err
+}
+
+// queryWith runs query with the planner settings in force for it alone,
+// in one round trip, and reads its rows with read. A failure leaves the
+// transaction aborted, as any failed statement does outside a savepoint.
+func (t *txn) queryWith(ctx context.Context, settings []plannerSetting, read func(pgx.Rows) error, query string, args ...any) error {
+	set, reset := settingStatements(settings)
+	return t.queryBetween(ctx, set, reset, read, query, args...)
+}
+
+// queryBetween runs query, and the statements without arguments before
+// and after it, in one batch, and reads query's rows with read. It stops
+// at the first failure and returns it.
+func (t *txn) queryBetween(ctx context.Context, before, after []string, read func(pgx.Rows) error, query string, args ...any) error {
 	b := &pgx.Batch{}
 	for _, q := range before {
 		b.Queue(q)
@@ -318,12 +362,6 @@ func (t *txn) queryUnderSavepointWith(ctx context.Context, settings []plannerSet
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		return nil
-	}
-	if _, rerr := t.tx.Exec(ctx, "ROLLBACK TO SAVEPOINT payrecon_write; RELEASE SAVEPOINT payrecon_write"); rerr != nil {
-		return errors.Join(err, fmt.Errorf("roll back to savepoint: %w", rerr))
-	}
 	return err
 }
 
@@ -344,4 +382,11 @@ func timePtr(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// drain reads a statement's rows, if any, and ignores them.
+func drain(rows pgx.Rows) error {
+	for rows.Next() {
+	}
+	return rows.Err()
 }

@@ -90,19 +90,7 @@ RETURNING purchase_id, last_sequence`, ids, ns)
 			c.typ, c.version, c.seq = append(c.typ, string(ev.Type)), append(c.version, int64(ev.SchemaVersion)), append(c.seq, ev.Sequence)
 			c.payload, c.digest, c.created = append(c.payload, ev.Payload), append(c.digest, ev.Digest), append(c.created, ev.CreatedAt)
 		}
-		// The deliveries read the events from the insert's RETURNING: the
-		// foreign key to outbox is checked at the statement's end, when
-		// the events are there.
-		if _, err := t.tx.Exec(ctx, `WITH ev AS (
-    INSERT INTO outbox (`+outboxColumns+`)
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::bytea[], $8::text[], $9::timestamptz[])
-    RETURNING event_id, purchase_id, sequence, event_type, created_at
-)
-INSERT INTO outbox_deliveries
-    (subscription, event_id, purchase_id, sequence, next_attempt_at, window_from, created_at)
-SELECT s.name, ev.event_id, ev.purchase_id, ev.sequence, ev.created_at, ev.created_at, ev.created_at
-FROM ev JOIN outbox_subscriptions s
-    ON s.event_types = '' OR position(',' || ev.event_type || ',' IN ',' || s.event_types || ',') > 0`,
+		if err := t.queryWith(ctx, genericPlan, drain, appendOutboxSQL,
 			c.id, c.purchase, c.refund, c.typ, c.version, c.seq, c.payload, c.digest, c.created); err != nil {
 			return wrap(err, "%s", what)
 		}
@@ -113,6 +101,23 @@ FROM ev JOIN outbox_subscriptions s
 	}
 	return out, nil
 }
+
+// appendOutboxSQL is AppendOutbox's second statement. The deliveries
+// read the events from the insert's RETURNING: the foreign key to outbox
+// is checked at the statement's end, when the events are there. It runs
+// on its generic plan (genericPlan): it reads no table by the events, so
+// its plan does not depend on what the tables hold, and planning it anew
+// took 0.17 ms a call, as long as its execution.
+const appendOutboxSQL = `WITH ev AS (
+    INSERT INTO outbox (` + outboxColumns + `)
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::int[], $6::bigint[], $7::bytea[], $8::text[], $9::timestamptz[])
+    RETURNING event_id, purchase_id, sequence, event_type, created_at
+)
+INSERT INTO outbox_deliveries
+    (subscription, event_id, purchase_id, sequence, next_attempt_at, window_from, created_at)
+SELECT s.name, ev.event_id, ev.purchase_id, ev.sequence, ev.created_at, ev.created_at, ev.created_at
+FROM ev JOIN outbox_subscriptions s
+    ON s.event_types = '' OR position(',' || ev.event_type || ',' IN ',' || s.event_types || ',') > 0`
 
 // ListOutbox implements reconcile.Tx.
 func (t *txn) ListOutbox(ctx context.Context, purchaseID string) ([]reconcile.OutboxEvent, error) {

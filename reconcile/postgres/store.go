@@ -501,6 +501,21 @@ func queryAll[T any](ctx context.Context, t *txn, scan func(sqlstore.Row) (T, er
 	return out, nil
 }
 
+// queryAllWith is queryAll with the planner settings in force for query
+// alone (queryWith).
+func queryAllWith[T any](ctx context.Context, t *txn, settings []plannerSetting, scan func(sqlstore.Row) (T, error), what, query string, args ...any) ([]T, error) {
+	var out []T
+	err := t.queryWith(ctx, settings, func(rows pgx.Rows) error {
+		var err error
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
+		return err
+	}, query, args...)
+	if err != nil {
+		return nil, wrap(err, "%s", what)
+	}
+	return out, nil
+}
+
 // Now implements reconcile.Store: the injected clock (Config.Now), else
 // the server's statement_timestamp(), to the microsecond, in UTC.
 func (s *Store) Now(ctx context.Context) (time.Time, error) {
