@@ -1,6 +1,7 @@
 package postgres_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -15,8 +16,8 @@ import (
 )
 
 // byKeyPlanCases are the batched statements that run on their generic
-// plan made with sequential scans off, and the indexes by which each
-// must find its rows.
+// plan made with sequential scans off, the arguments to explain them
+// with, and the indexes by which each must find its rows.
 func byKeyPlanCases() []struct {
 	c       planCase
 	indexes []string
@@ -38,40 +39,17 @@ func byKeyPlanCases() []struct {
 	}
 }
 
-// TestByKeyPlansFindRowsByKey plans each batched statement as a
-// connection caches it on a new database, on empty tables, under the
-// settings the store runs it with (byKeyPlan): it finds each row by its
-// table's primary key and never scans a table, which by the time the
-// plan runs may hold millions of rows. On their generic plans made with
-// sequential scans on, both scan a table here.
-func TestByKeyPlansFindRowsByKey(t *testing.T) {
-	_, url := newStore(t)
-	conn := rawConn(t, url)
-	for _, set := range postgres.ByKeyPlan() {
-		exec(t, conn, set)
-	}
-	for _, tc := range byKeyPlanCases() {
-		plan, err := explain(t.Context(), conn, tc.c, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(plan, "Seq Scan on") {
-			t.Errorf("%s scans a table:\n%s", tc.c.name, plan)
-		}
-		for _, index := range tc.indexes {
-			if !strings.Contains(plan, index) {
-				t.Errorf("%s does not find its rows by %s:\n%s", tc.c.name, index, plan)
-			}
-		}
-	}
-}
-
-// TestBatchedStatementsAreNotPlannedPerCall runs the batched statements
-// that run on their generic plans through the store, more often than
-// PostgreSQL plans a statement anew before it considers the generic
-// plan, and reads the connection's prepared statements: each has run on
-// its generic plan alone, never on a custom plan made for its arguments.
-func TestBatchedStatementsAreNotPlannedPerCall(t *testing.T) {
+// TestBatchedStatementsRunOnTheirGenericPlans runs the batched statements
+// that run on their generic plans through the store, on a new database's
+// nearly empty tables, more often than PostgreSQL plans a statement anew
+// before it considers the generic plan. Then it reads the connection's
+// prepared statements: each has run on its generic plan alone, never on a
+// custom plan made for its arguments. The generic plans of those that
+// find rows by key, as the connection caches them, read each table by
+// its keys and scan none, although they were made on tables that held
+// nothing: tables that may hold millions of rows by the time the plan
+// runs. After each call the settings are the defaults again.
+func TestBatchedStatementsRunOnTheirGenericPlans(t *testing.T) {
 	s, _ := newStore(t)
 	ctx := t.Context()
 	now := time.Now().UTC()
@@ -82,6 +60,7 @@ func TestBatchedStatementsAreNotPlannedPerCall(t *testing.T) {
 		if err := tx.InsertPurchase(ctx, p); err != nil {
 			return err
 		}
+		defaults := settings(ctx, t, tx)
 		for range 7 {
 			if applied, err := tx.ApplyMoves(ctx, []reconcile.Move{{From: none, To: none}}); err != nil || applied[0] {
 				t.Fatalf("ApplyMoves of a purchase there is not = %v, %v; want [false], nil", applied, err)
@@ -100,6 +79,9 @@ func TestBatchedStatementsAreNotPlannedPerCall(t *testing.T) {
 			if _, err := tx.AppendOutbox(ctx, e); err != nil {
 				return err
 			}
+			if got := settings(ctx, t, tx); got != defaults {
+				t.Fatalf("settings after the calls = %s; want the defaults, %s", got, defaults)
+			}
 		}
 		for _, c := range []struct{ name, sql string }{
 			{"ApplyMoves", postgres.ApplyMovesSQL},
@@ -115,9 +97,34 @@ func TestBatchedStatementsAreNotPlannedPerCall(t *testing.T) {
 				t.Errorf("%s: %d custom plans and %d generic ones; want none custom", c.name, custom, generic)
 			}
 		}
+		for _, tc := range byKeyPlanCases() {
+			plan, err := postgres.CachedPlan(ctx, tx, tc.c.sql, tc.c.args)
+			if err != nil {
+				return fmt.Errorf("%s: %w", tc.c.name, err)
+			}
+			if strings.Contains(plan, "Seq Scan on") {
+				t.Errorf("%s scans a table:\n%s", tc.c.name, plan)
+			}
+			for _, index := range tc.indexes {
+				if !strings.Contains(plan, index) {
+					t.Errorf("%s does not find its rows by %s:\n%s", tc.c.name, index, plan)
+				}
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// settings returns the planner settings the store sets for its
+// statements, as in force in tx.
+func settings(ctx context.Context, t *testing.T, tx reconcile.Tx) string {
+	t.Helper()
+	got, err := postgres.QueryString(ctx, tx, `SELECT current_setting('plan_cache_mode') || ' ' || current_setting('enable_seqscan') || ' ' || current_setting('jit')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

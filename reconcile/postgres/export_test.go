@@ -2,6 +2,9 @@ package postgres
 
 import (
 	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -48,17 +51,6 @@ const (
 // of its plan.
 const UpdateInboxEventsSQL = updateInboxEventsSQL
 
-// ByKeyPlan are the SET commands of the planner settings the batched
-// statements that find their rows by key run under (ApplyMovesSQL,
-// UpdateInboxEventsSQL).
-func ByKeyPlan() []string {
-	var sets []string
-	for _, s := range byKeyPlan {
-		sets = append(sets, "SET "+s.name+" = "+s.value)
-	}
-	return sets
-}
-
 // The batched statements that run on their generic plans, for the tests
 // of their plans.
 var (
@@ -67,10 +59,35 @@ var (
 	AppendOutboxSQL  = appendOutboxSQL
 )
 
+// CachedPlan returns the plan that the connection of tx caches for the
+// store's prepared statement sql, as EXPLAIN shows it run with args: the
+// generic plan, made when and as the store made it.
+func CachedPlan(ctx context.Context, tx reconcile.Tx, sql string, args []string) (string, error) {
+	c := tx.(*txn).tx
+	var name string
+	if err := c.QueryRow(ctx, `SELECT name FROM pg_prepared_statements WHERE statement = $1`, sql).Scan(&name); err != nil {
+		return "", err
+	}
+	if _, err := c.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+		return "", err
+	}
+	defer c.Exec(ctx, `SET LOCAL plan_cache_mode TO DEFAULT`) //nolint:errcheck // the plan is what matters
+	rows, _ := c.Query(ctx, `EXPLAIN EXECUTE `+pgx.Identifier{name}.Sanitize()+`(`+strings.Join(args, `, `)+`)`)
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
+}
+
 // PreparedPlans returns how many generic and custom plans the connection
 // of tx has run the store's prepared statement sql on
 // (pg_prepared_statements).
 func PreparedPlans(ctx context.Context, tx reconcile.Tx, sql string) (generic, custom int64, err error) {
 	err = tx.(*txn).tx.QueryRow(ctx, `SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement = $1`, sql).Scan(&generic, &custom)
 	return generic, custom, err
+}
+
+// QueryString runs sql, which returns one text value, in tx.
+func QueryString(ctx context.Context, tx reconcile.Tx, sql string) (string, error) {
+	var v string
+	err := tx.(*txn).tx.QueryRow(ctx, sql).Scan(&v)
+	return v, err
 }

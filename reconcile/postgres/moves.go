@@ -261,9 +261,9 @@ func (t *txn) queryUnderSavepoint(ctx context.Context, read func(pgx.Rows) error
 // plannerSetting is a setting of PostgreSQL's planner, name = value.
 type plannerSetting struct{ name, value string }
 
-// byKeyPlan are the settings of a batched statement that joins its arrays
-// to tables by their keys (applyMovesSQL, updateInboxEventsSQL,
-// FindPurchases').
+// byKeyPlan are the settings of a batched statement that finds rows by
+// the keys its arrays hold (applyMovesSQL, updateInboxEventsSQL,
+// findPurchasesSQL).
 //   - It runs on the generic plan the connection caches, which spares the
 //     planning of a custom plan on every call: for the batch of moves,
 //     0.58 ms a call, more than half its execution, in a webhook's group.
@@ -288,19 +288,23 @@ var byKeyPlan = []plannerSetting{
 var genericPlan = []plannerSetting{{name: "plan_cache_mode", value: "force_generic_plan"}}
 
 // settingStatements returns the statements that put settings in force
-// (SET LOCAL, which a rollback to a savepoint made before undoes) and
-// those that take them out again (RESET).
+// for the transaction (SET LOCAL, which a rollback to a savepoint made
+// before undoes) and those that put their defaults back for the rest of
+// it (SET LOCAL ... TO DEFAULT: the session's value comes back at the
+// transaction's end). The store sets nothing else, so the default is
+// what was in force before.
 func settingStatements(settings []plannerSetting) (set, reset []string) {
 	for _, s := range settings {
 		set = append(set, "SET LOCAL "+s.name+" = "+s.value)
-		reset = append(reset, "RESET "+s.name)
+		reset = append(reset, "SET LOCAL "+s.name+" TO DEFAULT")
 	}
 	return set, reset
 }
 
 // queryUnderSavepointWith is queryUnderSavepoint with the planner
 // settings in force for the statement alone (set after the savepoint,
-// reset after its release), still in one round trip. The settings are in
+// put back after its release, or undone by the rollback to it), still in
+// one round trip. The settings are in
 // force whenever the statement is planned, so they hold the plan the
 // connection caches too. They are in force for the triggers the
 // statement fires as well.
