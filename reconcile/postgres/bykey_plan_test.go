@@ -9,27 +9,25 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/events"
-
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
-// byKeyPlanCases are the batched statements that run on their generic
-// plan made with sequential scans off, the arguments to explain them
-// with, and the indexes by which each must find its rows.
-func byKeyPlanCases() []struct {
+// byKeyPlanCase is a batched statement that runs on its generic plan made
+// with sequential scans off, the arguments to explain it with, and the
+// indexes by which it must find its rows.
+type byKeyPlanCase struct {
 	c       planCase
 	indexes []string
-} {
+}
+
+func byKeyPlanCases() []byKeyPlanCase {
 	applyArgs := []string{"NULL"} // the clock; the arrays' values do not matter to a generic plan
 	for range 36 {
 		applyArgs = append(applyArgs, "NULL")
 	}
-	return []struct {
-		c       planCase
-		indexes []string
-	}{
+	return []byKeyPlanCase{
 		{planCase{name: "ApplyMoves", sql: postgres.ApplyMovesSQL, args: applyArgs}, []string{"jobs_pkey", "purchases_pkey"}},
 		{planCase{name: "UpdateInboxEvents", sql: postgres.UpdateInboxEventsSQL,
 			args: []string{"ARRAY['stripe']", "ARRAY['evt_1']", "ARRAY['pur_1']", "ARRAY['applied']", "ARRAY[now()]", "1"}},
