@@ -490,15 +490,7 @@ func queryOne[T any](ctx context.Context, t *txn, scan func(sqlstore.Row) (T, er
 // queryAll reads every row of query with scan. A failure is the store's
 // error for what.
 func queryAll[T any](ctx context.Context, t *txn, scan func(sqlstore.Row) (T, error), what, query string, args ...any) ([]T, error) {
-	rows, err := t.tx.Query(ctx, query, args...)
-	if err != nil {
-		return nil, wrap(err, "%s", what)
-	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (T, error) { return scan(row) })
-	if err != nil {
-		return nil, wrap(err, "%s", what)
-	}
-	return out, nil
+	return queryAllWith(ctx, t, nil, scan, what, query, args...)
 }
 
 // queryAllWith is queryAll with the planner settings in force for query
