@@ -609,17 +609,33 @@ func TestInTxRetriesSerializationFailures(t *testing.T) {
 	}
 }
 
-// countingTracer counts the statements pgx sends.
-type countingTracer struct{ n atomic.Int64 }
+// countingTracer counts the statements pgx sends, and the round trips:
+// one for each statement sent alone, one for each batch.
+type countingTracer struct{ statements, roundTrips atomic.Int64 }
 
 func (c *countingTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
-	c.n.Add(1)
+	c.statements.Add(1)
+	c.roundTrips.Add(1)
 	return ctx
 }
 
 func (c *countingTracer) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
+func (c *countingTracer) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.roundTrips.Add(1)
+	return ctx
+}
+
+func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {
+	c.statements.Add(1)
+}
+
+func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 // Config.Tracer sees the store's statements: BEGIN, the read, COMMIT.
+// BEGIN costs no round trip of its own: it goes with the first
+// statement, so a transaction of one read is two round trips, and one
+// that sends nothing is none.
 func TestTracerSeesStatements(t *testing.T) {
 	_, url := newStore(t)
 	tr := &countingTracer{}
@@ -628,7 +644,7 @@ func TestTracerSeesStatements(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	before := tr.n.Load()
+	statements, roundTrips := tr.statements.Load(), tr.roundTrips.Load()
 	err = s.InTx(t.Context(), func(tx reconcile.Tx) error {
 		_, err := tx.GetPurchase(t.Context(), "pur_none")
 		if errors.Is(err, reconcile.ErrNotFound) {
@@ -639,8 +655,18 @@ func TestTracerSeesStatements(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := tr.n.Load() - before; got < 3 {
-		t.Fatalf("the tracer saw %d statements of a transaction with one read, want at least 3", got)
+	if got := tr.statements.Load() - statements; got != 3 {
+		t.Errorf("the tracer saw %d statements of a transaction with one read, want 3 (BEGIN, the read, COMMIT)", got)
+	}
+	if got := tr.roundTrips.Load() - roundTrips; got != 2 {
+		t.Errorf("a transaction with one read took %d round trips, want 2", got)
+	}
+	roundTrips = tr.roundTrips.Load()
+	if err := s.InTx(t.Context(), func(reconcile.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.roundTrips.Load() - roundTrips; got != 0 {
+		t.Errorf("a transaction that sent nothing took %d round trips, want 0", got)
 	}
 }
 
@@ -758,4 +784,43 @@ VALUES ('pur_ok', 'ref_1', 'submitted', 'declined', 'operator', now())`)
 	wantSQLState(t, "a refund's transition submitted -> declined", err, "23514", "transitions_move_check")
 	exec(t, conn, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
 VALUES ('pur_ok', 'ref_1', 'submitted', 'failed', 'webhook', now())`)
+}
+
+// A transaction whose statement failed, with fn's nil error nonetheless,
+// is not reported committed: the server turns its COMMIT into a
+// ROLLBACK, and InTx returns pgx.ErrTxCommitRollback. Nothing it wrote
+// stays, and the connection goes back to the pool out of any
+// transaction.
+func TestInTxReportsACommitTurnedIntoRollback(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	err := s.InTx(ctx, func(tx reconcile.Tx) error {
+		if err := tx.InsertPurchase(ctx, reconcile.Purchase{ID: "pur_1", Customer: "cus_1", Amount: 1250, Currency: "eur",
+			State: statemachine.Created, Version: 1, CreatedAt: base, UpdatedAt: base}); err != nil {
+			return err
+		}
+		if _, err := postgres.QueryString(ctx, tx, `SELECT (1/0)::text`); err == nil {
+			t.Error("1/0 did not fail")
+		}
+		return nil // the failure is ignored: the commit must not be
+	})
+	if !errors.Is(err, pgx.ErrTxCommitRollback) {
+		t.Fatalf("InTx = %v, want pgx.ErrTxCommitRollback", err)
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		if _, err := tx.GetPurchase(ctx, "pur_1"); !errors.Is(err, reconcile.ErrNotFound) {
+			t.Errorf("GetPurchase after the rolled-back commit = %v, want ErrNotFound", err)
+		}
+		status, err := postgres.QueryString(ctx, tx, `SELECT count(*)::text FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`)
+		if err != nil {
+			return err
+		}
+		if status != "0" {
+			t.Errorf("%s connections idle in a transaction, want 0", status)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

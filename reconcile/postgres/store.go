@@ -194,18 +194,20 @@ func (s *Store) InTx(ctx context.Context, fn func(reconcile.Tx) error) error {
 }
 
 func (s *Store) inTxOnce(ctx context.Context, fn func(reconcile.Tx) error) error {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
+	pc, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: begin: %w", err)
 	}
-	// Rollback after Commit is a no-op; on a failed or cancelled
-	// connection it closes the connection, which is all there is left to
-	// do. It also covers a panicking fn.
-	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
-	if err := fn(&txn{tx: &conn{Tx: tx}, now: s.now}); err != nil {
+	// BEGIN waits with the pending statements and goes with the first
+	// statement fn sends: a transaction costs no round trip for it.
+	c := &conn{Conn: pc, pending: []string{beginSQL}}
+	// end rolls back what commit did not end and returns the connection:
+	// also when fn fails or panics.
+	defer c.end(context.WithoutCancel(ctx))
+	if err := fn(&txn{tx: c, now: s.now}); err != nil {
 		return err
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if err := c.commit(ctx); err != nil {
 		return wrap(err, "commit")
 	}
 	return nil
@@ -297,14 +299,51 @@ func (t *txn) Savepoint(ctx context.Context, fn func(reconcile.Tx) error) error 
 	return ferr
 }
 
-// conn is a txn's pgx transaction with the savepoint statements that
-// Savepoint defers (pending): every statement sends them first, in its
-// own round trip. Its QueryRow, Query, Exec and SendBatch are pgx.Tx's
-// with that difference; everything else is pgx.Tx's.
+// beginSQL starts every store transaction, at READ COMMITTED.
+const beginSQL = "BEGIN ISOLATION LEVEL READ COMMITTED"
+
+// conn is a txn's connection, in its transaction, with the statements
+// that wait to go in front of the next one (pending): BEGIN until the
+// first statement, then the savepoint statements Savepoint defers. Its
+// QueryRow, Query, Exec and SendBatch are the pooled connection's, with
+// the pending statements sent first in the same round trip.
 type conn struct {
-	pgx.Tx
+	*pgxpool.Conn
 	pending []string // statements without arguments, in order
-	sends   int      // how many times pending statements were sent
+	sends   int      // how many times pending statements were sent; BEGIN went with the first
+	ended   bool     // commit ended the transaction
+}
+
+// commit commits the transaction. A transaction that sent no statement
+// was never begun on the server, and there is nothing to commit. A COMMIT
+// that the server turned into a ROLLBACK (the transaction had failed) is
+// pgx.ErrTxCommitRollback, as pgx's own Commit reports it.
+func (c *conn) commit(ctx context.Context) error {
+	if c.sends == 0 {
+		c.ended = true
+		return nil
+	}
+	c.pending = nil // a RELEASE left at COMMIT is moot
+	tag, err := c.Conn.Exec(ctx, "COMMIT")
+	if err != nil {
+		return err
+	}
+	c.ended = true
+	if tag.String() == "ROLLBACK" {
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// end rolls back a transaction that was begun and not committed, and
+// returns the connection to the pool. The pool closes a connection left
+// in a transaction or broken (a failed rollback, a cancelled
+// statement), so none goes back half-way through a transaction.
+func (c *conn) end(ctx context.Context) {
+	if !c.ended && c.sends > 0 && !c.Conn.Conn().IsClosed() {
+		_, _ = c.Conn.Exec(ctx, "ROLLBACK")
+	}
+	c.Conn.Release()
 }
 
 // take returns the pending statements and forgets them.
@@ -320,7 +359,7 @@ func (c *conn) take() []string {
 // pending statement.
 func (c *conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if len(c.pending) == 0 {
-		return c.Tx.SendBatch(ctx, b)
+		return c.Conn.SendBatch(ctx, b)
 	}
 	pending := c.take()
 	all := &pgx.Batch{}
@@ -328,18 +367,18 @@ func (c *conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		all.Queue(q)
 	}
 	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
-	return &afterPending{BatchResults: c.Tx.SendBatch(ctx, all), n: len(pending)}
+	return &afterPending{BatchResults: c.Conn.SendBatch(ctx, all), n: len(pending)}
 }
 
-// Exec implements pgx.Tx's Exec after the pending statements. A query
+// Exec is the connection's Exec after the pending statements. A query
 // without arguments may hold several statements (the simple protocol):
 // the pending ones go in front of it.
 func (c *conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	switch {
 	case len(c.pending) == 0:
-		return c.Tx.Exec(ctx, sql, args...)
+		return c.Conn.Exec(ctx, sql, args...)
 	case len(args) == 0:
-		return c.Tx.Exec(ctx, strings.Join(append(c.take(), sql), "; "))
+		return c.Conn.Exec(ctx, strings.Join(append(c.take(), sql), "; "))
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -351,10 +390,10 @@ func (c *conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 	return tag, err
 }
 
-// QueryRow implements pgx.Tx's QueryRow after the pending statements.
+// QueryRow is the connection's QueryRow after the pending statements.
 func (c *conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if len(c.pending) == 0 {
-		return c.Tx.QueryRow(ctx, sql, args...)
+		return c.Conn.QueryRow(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -362,10 +401,10 @@ func (c *conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	return batchRow{row: br.QueryRow(), br: br}
 }
 
-// Query implements pgx.Tx's Query after the pending statements.
+// Query is the connection's Query after the pending statements.
 func (c *conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if len(c.pending) == 0 {
-		return c.Tx.Query(ctx, sql, args...)
+		return c.Conn.Query(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
