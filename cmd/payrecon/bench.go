@@ -279,7 +279,7 @@ func (b *bench) counters(ctx context.Context) (pgCounters, error) {
 		return pgCounters{}, nil
 	}
 	c, err := b.pg.read(ctx)
-	c.roundTrips = b.rt.n.Load()
+	c.roundTrips, c.sent, c.sentTxControl = b.rt.n.Load(), b.rt.statements.Load(), b.rt.txControl.Load()
 	return c, err
 }
 
@@ -467,8 +467,8 @@ func (b *bench) finish() error {
 	} else {
 		r.Notes = append(r.Notes, b.pg.notes...)
 		r.Notes = append(r.Notes,
-			"round trips are counted by the store's pgx tracer: one for each statement sent alone, one for each batch; a statement's first preparation on a connection is not counted",
-			"commits and statements are the database's, over the measured phase: another session's work would be counted too")
+			"round trips are counted by the store's pgx tracer: one for each statement sent alone, one for each batch; a statement's first preparation on a connection is not counted; statements sent are counted by the same tracer",
+			"commits and pg_stat_statements' count are the database's, over the measured phase: another session's work would be counted too; pg_stat_statements (PostgreSQL 15) leaves out BEGIN, SET, SAVEPOINT and RELEASE sent in a batch after their first run on a connection")
 	}
 	ledgerOK := r.Ledger == nil || r.Ledger.OK
 	r.OK = len(r.Problems) == 0 && ledgerOK

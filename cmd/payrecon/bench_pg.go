@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -33,19 +34,39 @@ type pgStats struct {
 // pgCounters is one read of the counters.
 type pgCounters struct {
 	commits, rollbacks    int64
-	statements, txControl int64
-	roundTrips            int64 // the bench's own count (roundTrips)
+	statements, txControl int64 // pg_stat_statements' calls
+	// The bench's own counts (roundTrips).
+	roundTrips, sent, sentTxControl int64
 }
 
 // roundTrips counts the round trips of the bench's Postgres stores, as
 // their pgx tracer (postgres.Config.Tracer): one for each statement sent
-// alone (BEGIN and COMMIT included), one for each batch. A statement's
-// first preparation on a connection, and the pool's health checks, are
-// not seen. Safe for concurrent use.
-type roundTrips struct{ n atomic.Int64 }
+// alone, one for each batch. It also counts the statements they carry,
+// and of those the transaction control (BEGIN, COMMIT, ROLLBACK,
+// SAVEPOINT, RELEASE): every statement of a batch, and each statement of
+// a query without arguments that has transaction control statements
+// joined in front of it with semicolons. A statement's first preparation on a connection, and
+// the pool's health checks, are not seen. Safe for concurrent use.
+type roundTrips struct{ n, statements, txControl atomic.Int64 }
 
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.n.Add(1)
+	sql := d.SQL
+	if len(d.Args) == 0 {
+		// The simple protocol: the store joins the transaction control
+		// statements it deferred in front of the statement it sends.
+		for {
+			first, rest, ok := strings.Cut(sql, ";")
+			if !ok || !isTxControl(first) {
+				break
+			}
+			r.count(first)
+			sql = rest
+		}
+	}
+	if strings.TrimSpace(sql) != "" {
+		r.count(sql)
+	}
 	return ctx
 }
 func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
@@ -53,8 +74,24 @@ func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tra
 	r.n.Add(1)
 	return ctx
 }
-func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
-func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+func (r *roundTrips) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	r.count(d.SQL)
+}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
+// count counts one statement.
+func (r *roundTrips) count(sql string) {
+	r.statements.Add(1)
+	if isTxControl(sql) {
+		r.txControl.Add(1)
+	}
+}
+
+// txControl matches a transaction control statement.
+var txControl = regexp.MustCompile(`(?i)^\s*(begin|commit|rollback|savepoint|release|start\s+transaction|end)\b`)
+
+// isTxControl reports whether sql is a transaction control statement.
+func isTxControl(sql string) bool { return txControl.MatchString(sql) }
 
 // benchWaitTimeout bounds the wait for the bench's connections to end.
 const benchWaitTimeout = 30 * time.Second
@@ -87,24 +124,24 @@ func newPGStats(ctx context.Context, url string) (*pgStats, error) {
 func (p *pgStats) enableStatements(ctx context.Context, conn *pgx.Conn) (bool, []string) {
 	var libs string
 	if err := conn.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries')`).Scan(&libs); err != nil {
-		return false, []string{"statements not counted: cannot read shared_preload_libraries: " + scrubPasswords(err, p.url).Error()}
+		return false, []string{"pg_stat_statements not read: cannot read shared_preload_libraries: " + scrubPasswords(err, p.url).Error()}
 	}
 	if !slices.Contains(strings.Split(strings.ReplaceAll(libs, " ", ""), ","), "pg_stat_statements") {
-		return false, []string{"statements not counted: the server does not load pg_stat_statements (shared_preload_libraries)"}
+		return false, []string{"pg_stat_statements not read: the server does not load pg_stat_statements (shared_preload_libraries)"}
 	}
 	var notes []string
 	var present bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements')`).Scan(&present); err != nil {
-		return false, []string{"statements not counted: " + scrubPasswords(err, p.url).Error()}
+		return false, []string{"pg_stat_statements not read: " + scrubPasswords(err, p.url).Error()}
 	}
 	if !present {
 		if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-			return false, []string{"statements not counted: the server loads pg_stat_statements, but the extension is not created in this database and creating it failed: " + scrubPasswords(err, p.url).Error()}
+			return false, []string{"pg_stat_statements not read: the server loads pg_stat_statements, but the extension is not created in this database and creating it failed: " + scrubPasswords(err, p.url).Error()}
 		}
 		notes = append(notes, "created the extension pg_stat_statements in this database, to count statements")
 	}
 	if _, err := conn.Exec(ctx, `SELECT 1 FROM pg_stat_statements LIMIT 1`); err != nil {
-		return false, append(notes, "statements not counted: "+scrubPasswords(err, p.url).Error())
+		return false, append(notes, "pg_stat_statements not read: "+scrubPasswords(err, p.url).Error())
 	}
 	return true, notes
 }
@@ -186,11 +223,12 @@ func (p *pgStats) waitAlone(ctx context.Context, conn *pgx.Conn) error {
 
 // delta is the measured phase's share of the counters.
 func (p *pgStats) delta(before, after pgCounters) *benchDB {
+	sent, sentTx := after.sent-before.sent, after.sentTxControl-before.sentTxControl
 	d := &benchDB{Commits: after.commits - before.commits, Rollbacks: after.rollbacks - before.rollbacks,
-		RoundTrips: after.roundTrips - before.roundTrips}
+		RoundTrips: after.roundTrips - before.roundTrips, Statements: &sent, TxControl: &sentTx}
 	if p.statements {
-		s, tc := after.statements-before.statements, after.txControl-before.txControl
-		d.Statements, d.TxControl = &s, &tc
+		s := after.statements - before.statements
+		d.ServerStatements = &s
 	}
 	return d
 }

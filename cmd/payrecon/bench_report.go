@@ -74,17 +74,23 @@ func newPhase(what string, count int, took time.Duration) benchPhase {
 
 // benchDB is the measured phase's share of the database's counters:
 // pg_stat_database's commits and rollbacks, and pg_stat_statements'
-// calls when it is loaded (nil otherwise); and the round trips the
-// bench's stores made, counted client-side.
+// calls when it is loaded (nil otherwise); and the round trips and
+// statements the bench's stores sent, counted client-side.
 type benchDB struct {
 	Commits    int64 `json:"commits"`
 	Rollbacks  int64 `json:"rollbacks"`
 	RoundTrips int64 `json:"round_trips"`
-	// Statements counts every statement the server ran for payrecon,
-	// TxControl those of them that are BEGIN, COMMIT, ROLLBACK,
-	// SAVEPOINT or RELEASE.
+	// Statements counts every statement the stores sent, TxControl
+	// those of them that are BEGIN, COMMIT, ROLLBACK, SAVEPOINT or
+	// RELEASE.
 	Statements *int64 `json:"statements,omitempty"`
 	TxControl  *int64 `json:"tx_control_statements,omitempty"`
+	// ServerStatements is pg_stat_statements' count of the statements
+	// run in the database. On PostgreSQL 15 it leaves out a utility
+	// statement (BEGIN, SET, SAVEPOINT, RELEASE) sent through the
+	// extended protocol, in a batch, after its first run on a
+	// connection; and it counts other sessions' statements too.
+	ServerStatements *int64 `json:"server_statements,omitempty"`
 }
 
 // benchRSS is the memory of the bench process during a burn-down, from
@@ -238,7 +244,10 @@ func (r *benchReport) writeText(w io.Writer) {
 	if d := r.DB; d != nil {
 		line := fmt.Sprintf("per %s: %s round trips, %s commits, %s rollbacks", unit, per(d.RoundTrips, r.N), per(d.Commits, r.N), per(d.Rollbacks, r.N))
 		if d.Statements != nil {
-			line += fmt.Sprintf(", %s statements (%s of them BEGIN, COMMIT, SAVEPOINT, RELEASE)", per(*d.Statements, r.N), per(*d.TxControl, r.N))
+			line += fmt.Sprintf(", %s statements sent (%s of them BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE)", per(*d.Statements, r.N), per(*d.TxControl, r.N))
+		}
+		if d.ServerStatements != nil {
+			line += fmt.Sprintf(", %s counted by pg_stat_statements", per(*d.ServerStatements, r.N))
 		}
 		row("database", "%s", line)
 	}
