@@ -824,3 +824,43 @@ func TestInTxReportsACommitTurnedIntoRollback(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A send that fails before it reaches the server (here its context was
+// already done) takes BEGIN with it, as it takes every pending statement.
+// The transaction's next statement must begin the transaction again, or
+// it would run, and commit, alone: here a write that fn's failure then
+// takes back.
+func TestInTxBeginsAgainAfterASendThatNeverLeft(t *testing.T) {
+	s, url := newStore(t)
+	ctx := t.Context()
+	admin, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.WithoutCancel(ctx))
+	if _, err := admin.Exec(ctx, `CREATE TABLE lost_begin (id int)`); err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("boom")
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if _, err := postgres.QueryString(done, tx, `SELECT 'never sent'`); !errors.Is(err, context.Canceled) {
+			t.Errorf("a read with its context done = %v, want context.Canceled", err)
+		}
+		if _, err := postgres.QueryString(ctx, tx, `INSERT INTO lost_begin VALUES (1) RETURNING id::text`); err != nil {
+			return err
+		}
+		return boom
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("InTx = %v, want boom", err)
+	}
+	var n int
+	if err := admin.QueryRow(ctx, `SELECT count(*) FROM lost_begin`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d rows written by a transaction that was rolled back, want 0", n)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -200,7 +201,7 @@ func (s *Store) inTxOnce(ctx context.Context, fn func(reconcile.Tx) error) error
 	}
 	// BEGIN waits with the pending statements and goes with the first
 	// statement fn sends: a transaction costs no round trip for it.
-	c := &conn{Conn: pc, pending: []string{beginSQL}}
+	c := &conn{pc: pc}
 	// end rolls back what commit did not end and returns the connection:
 	// also when fn fails or panics.
 	defer c.end(context.WithoutCancel(ctx))
@@ -303,28 +304,47 @@ func (t *txn) Savepoint(ctx context.Context, fn func(reconcile.Tx) error) error 
 const beginSQL = "BEGIN ISOLATION LEVEL READ COMMITTED"
 
 // conn is a txn's connection, in its transaction, with the statements
-// that wait to go in front of the next one (pending): BEGIN until the
-// first statement, then the savepoint statements Savepoint defers. Its
-// QueryRow, Query, Exec and SendBatch are the pooled connection's, with
-// the pending statements sent first in the same round trip.
+// that wait to go in front of the next one (pending): the savepoint
+// statements Savepoint defers, and BEGIN whenever the server is outside
+// a transaction (before the first statement, or after a send that failed
+// before it reached the server), so that no statement ever runs outside
+// the transaction. Its QueryRow, Query, Exec and SendBatch are the pooled
+// connection's, with the pending statements sent first in the same round
+// trip; nothing else of the connection is reachable, so that nothing
+// runs outside this bookkeeping.
 type conn struct {
-	*pgxpool.Conn
+	pc      *pgxpool.Conn
 	pending []string // statements without arguments, in order
-	sends   int      // how many times pending statements were sent; BEGIN went with the first
+	sends   int      // how many times pending statements were sent
 	ended   bool     // commit ended the transaction
 }
 
-// commit commits the transaction. A transaction that sent no statement
-// was never begun on the server, and there is nothing to commit. A COMMIT
-// that the server turned into a ROLLBACK (the transaction had failed) is
-// pgx.ErrTxCommitRollback, as pgx's own Commit reports it.
+// status is the server's transaction status, as of its last answer:
+// 'I' outside a transaction, 'T' in one, 'E' in a failed one.
+func (c *conn) status() byte { return c.pc.Conn().PgConn().TxStatus() }
+
+// begin puts BEGIN in front of the pending statements when the server
+// is outside a transaction. Every send calls it first.
+func (c *conn) begin() {
+	if c.status() == 'I' && !slices.Contains(c.pending, beginSQL) {
+		c.pending = slices.Insert(c.pending, 0, beginSQL)
+	}
+}
+
+// commit commits the transaction. A transaction that ran no statement
+// was never begun on the server, and there is nothing to commit. A
+// COMMIT that the server turned into a ROLLBACK (the transaction had
+// failed) is pgx.ErrTxCommitRollback, as pgx's own Commit reports it.
 func (c *conn) commit(ctx context.Context) error {
-	if c.sends == 0 {
+	if c.status() == 'I' {
+		// Every send goes behind a BEGIN while the server is outside a
+		// transaction: none of fn's statements ran outside one, and none
+		// ran in one either.
 		c.ended = true
 		return nil
 	}
 	c.pending = nil // a RELEASE left at COMMIT is moot
-	tag, err := c.Conn.Exec(ctx, "COMMIT")
+	tag, err := c.pc.Exec(ctx, "COMMIT")
 	if err != nil {
 		return err
 	}
@@ -340,10 +360,10 @@ func (c *conn) commit(ctx context.Context) error {
 // in a transaction or broken (a failed rollback, a cancelled
 // statement), so none goes back half-way through a transaction.
 func (c *conn) end(ctx context.Context) {
-	if !c.ended && c.sends > 0 && !c.Conn.Conn().IsClosed() {
-		_, _ = c.Conn.Exec(ctx, "ROLLBACK")
+	if !c.ended && !c.pc.Conn().IsClosed() && !c.pc.Conn().PgConn().IsBusy() && c.status() != 'I' {
+		_, _ = c.pc.Exec(ctx, "ROLLBACK")
 	}
-	c.Conn.Release()
+	c.pc.Release()
 }
 
 // take returns the pending statements and forgets them.
@@ -358,8 +378,9 @@ func (c *conn) take() []string {
 // results the caller reads are b's: the first one reports a failure of a
 // pending statement.
 func (c *conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	c.begin()
 	if len(c.pending) == 0 {
-		return c.Conn.SendBatch(ctx, b)
+		return c.pc.SendBatch(ctx, b)
 	}
 	pending := c.take()
 	all := &pgx.Batch{}
@@ -367,18 +388,19 @@ func (c *conn) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 		all.Queue(q)
 	}
 	all.QueuedQueries = append(all.QueuedQueries, b.QueuedQueries...)
-	return &afterPending{BatchResults: c.Conn.SendBatch(ctx, all), n: len(pending)}
+	return &afterPending{BatchResults: c.pc.SendBatch(ctx, all), n: len(pending)}
 }
 
 // Exec is the connection's Exec after the pending statements. A query
 // without arguments may hold several statements (the simple protocol):
 // the pending ones go in front of it.
 func (c *conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	c.begin()
 	switch {
 	case len(c.pending) == 0:
-		return c.Conn.Exec(ctx, sql, args...)
+		return c.pc.Exec(ctx, sql, args...)
 	case len(args) == 0:
-		return c.Conn.Exec(ctx, strings.Join(append(c.take(), sql), "; "))
+		return c.pc.Exec(ctx, strings.Join(append(c.take(), sql), "; "))
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -392,8 +414,9 @@ func (c *conn) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comman
 
 // QueryRow is the connection's QueryRow after the pending statements.
 func (c *conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	c.begin()
 	if len(c.pending) == 0 {
-		return c.Conn.QueryRow(ctx, sql, args...)
+		return c.pc.QueryRow(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
@@ -403,8 +426,9 @@ func (c *conn) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 
 // Query is the connection's Query after the pending statements.
 func (c *conn) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	c.begin()
 	if len(c.pending) == 0 {
-		return c.Conn.Query(ctx, sql, args...)
+		return c.pc.Query(ctx, sql, args...)
 	}
 	b := &pgx.Batch{}
 	b.Queue(sql, args...)
