@@ -467,8 +467,8 @@ func (b *bench) finish() error {
 	} else {
 		r.Notes = append(r.Notes, b.pg.notes...)
 		r.Notes = append(r.Notes,
-			"round trips are counted by the store's pgx tracer: one for each statement sent alone, one for each batch; a statement's first preparation on a connection is not counted; statements sent are counted by the same tracer",
-			"commits and pg_stat_statements' count are the database's, over the measured phase: another session's work would be counted too; pg_stat_statements (PostgreSQL 15) leaves out BEGIN, SET, SAVEPOINT and RELEASE sent in a batch after their first run on a connection")
+			"round trips are counted by the store's pgx tracer: one for each statement sent alone, one for each batch; a statement's first preparation on a connection is not counted; so are the statements, each when its result is read",
+			"commits and pg_stat_statements' count are the database's, over the measured phase: another session's work would be counted too; pg_stat_statements (seen on PostgreSQL 15) leaves out BEGIN, SET, SAVEPOINT and RELEASE sent in a batch after their first run on a connection")
 	}
 	ledgerOK := r.Ledger == nil || r.Ledger.OK
 	r.OK = len(r.Problems) == 0 && ledgerOK

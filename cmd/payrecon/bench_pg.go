@@ -34,7 +34,7 @@ type pgStats struct {
 // pgCounters is one read of the counters.
 type pgCounters struct {
 	commits, rollbacks    int64
-	statements, txControl int64 // pg_stat_statements' calls
+	statements int64 // pg_stat_statements' calls
 	// The bench's own counts (roundTrips).
 	roundTrips, sent, sentTxControl int64
 }
@@ -43,8 +43,9 @@ type pgCounters struct {
 // their pgx tracer (postgres.Config.Tracer): one for each statement sent
 // alone, one for each batch. It also counts the statements they carry,
 // and of those the transaction control (BEGIN, COMMIT, ROLLBACK,
-// SAVEPOINT, RELEASE): every statement of a batch, and each statement of
-// a query without arguments that has transaction control statements
+// SAVEPOINT, RELEASE): each statement of a batch when its result is read
+// (one that a failure before it skipped is not), and each statement of a
+// query without arguments that has transaction control statements
 // joined in front of it with semicolons. A statement's first preparation on a connection, and
 // the pool's health checks, are not seen. Safe for concurrent use.
 type roundTrips struct{ n, statements, txControl atomic.Int64 }
@@ -87,11 +88,11 @@ func (r *roundTrips) count(sql string) {
 	}
 }
 
-// txControl matches a transaction control statement.
-var txControl = regexp.MustCompile(`(?i)^\s*(begin|commit|rollback|savepoint|release|start\s+transaction|end)\b`)
+// txControlStatement matches a transaction control statement.
+var txControlStatement = regexp.MustCompile(`(?i)^\s*(begin|commit|rollback|savepoint|release|start\s+transaction|end)\b`)
 
 // isTxControl reports whether sql is a transaction control statement.
-func isTxControl(sql string) bool { return txControl.MatchString(sql) }
+func isTxControl(sql string) bool { return txControlStatement.MatchString(sql) }
 
 // benchWaitTimeout bounds the wait for the bench's connections to end.
 const benchWaitTimeout = 30 * time.Second
@@ -182,11 +183,10 @@ func (p *pgStats) read(ctx context.Context) (pgCounters, error) {
 		// The bench's own queries (they all name a pg_stat view or a
 		// setting) are not payrecon's.
 		return conn.QueryRow(ctx, `
-			SELECT coalesce(sum(calls), 0)::bigint,
-			       coalesce(sum(calls) FILTER (WHERE query ~* '^\s*(begin|commit|rollback|savepoint|release|start transaction|end)\M'), 0)::bigint
+			SELECT coalesce(sum(calls), 0)::bigint
 			FROM pg_stat_statements
 			WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
-			  AND query !~* 'pg_stat_|pg_extension|shared_preload_libraries'`).Scan(&c.statements, &c.txControl)
+			  AND query !~* 'pg_stat_|pg_extension|shared_preload_libraries'`).Scan(&c.statements)
 	})
 	return c, err
 }

@@ -80,13 +80,15 @@ type benchDB struct {
 	Commits    int64 `json:"commits"`
 	Rollbacks  int64 `json:"rollbacks"`
 	RoundTrips int64 `json:"round_trips"`
-	// Statements counts every statement the stores sent, TxControl
-	// those of them that are BEGIN, COMMIT, ROLLBACK, SAVEPOINT or
-	// RELEASE.
+	// Statements counts the statements the stores sent and the server
+	// ran (counted by the stores' pgx tracer: a statement that a failure
+	// before it skipped is not), TxControl those of them that are
+	// BEGIN, COMMIT, ROLLBACK, SAVEPOINT or RELEASE.
 	Statements *int64 `json:"statements,omitempty"`
 	TxControl  *int64 `json:"tx_control_statements,omitempty"`
 	// ServerStatements is pg_stat_statements' count of the statements
-	// run in the database. On PostgreSQL 15 it leaves out a utility
+	// run in the database. On PostgreSQL 15 (where it was checked) it
+	// leaves out a utility
 	// statement (BEGIN, SET, SAVEPOINT, RELEASE) sent through the
 	// extended protocol, in a batch, after its first run on a
 	// connection; and it counts other sessions' statements too.
@@ -244,7 +246,7 @@ func (r *benchReport) writeText(w io.Writer) {
 	if d := r.DB; d != nil {
 		line := fmt.Sprintf("per %s: %s round trips, %s commits, %s rollbacks", unit, per(d.RoundTrips, r.N), per(d.Commits, r.N), per(d.Rollbacks, r.N))
 		if d.Statements != nil {
-			line += fmt.Sprintf(", %s statements sent (%s of them BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE)", per(*d.Statements, r.N), per(*d.TxControl, r.N))
+			line += fmt.Sprintf(", %s statements (%s of them BEGIN, COMMIT, ROLLBACK, SAVEPOINT, RELEASE)", per(*d.Statements, r.N), per(*d.TxControl, r.N))
 		}
 		if d.ServerStatements != nil {
 			line += fmt.Sprintf(", %s counted by pg_stat_statements", per(*d.ServerStatements, r.N))

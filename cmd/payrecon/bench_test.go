@@ -143,8 +143,8 @@ func checkBenchReport(t *testing.T, r benchReport, store, bench string) {
 		} else if r.DB.ServerStatements == nil && !strings.Contains(notes, "pg_stat_statements not read") {
 			t.Errorf("pg_stat_statements not read, and no note says why:\n%s", notes)
 		}
-		if r.DB != nil && (r.DB.Statements == nil || *r.DB.Statements < r.DB.RoundTrips || *r.DB.TxControl < r.DB.Commits) {
-			t.Errorf("statements sent not counted, or fewer than the round trips, or fewer BEGIN, COMMIT... than commits: %+v", *r.DB)
+		if r.DB != nil && (r.DB.Statements == nil || *r.DB.Statements < r.DB.RoundTrips || *r.DB.TxControl <= 0) {
+			t.Errorf("statements not counted, or fewer than the round trips, or no BEGIN, COMMIT...: %+v", *r.DB)
 		}
 		if r.DB != nil && r.DB.RoundTrips <= 0 {
 			t.Errorf("no round trips counted on Postgres: %+v", *r.DB)
