@@ -33,8 +33,8 @@ type pgStats struct {
 
 // pgCounters is one read of the counters.
 type pgCounters struct {
-	commits, rollbacks    int64
-	statements int64 // pg_stat_statements' calls
+	commits, rollbacks int64
+	statements         int64 // pg_stat_statements' calls
 	// The bench's own counts (roundTrips).
 	roundTrips, sent, sentTxControl int64
 }
