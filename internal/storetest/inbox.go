@@ -80,6 +80,62 @@ func eventIDs(es []reconcile.InboxEvent) []string {
 }
 
 func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
+	// ReceiveInboxEvents inserts as InsertInboxEvents does, but stamps
+	// every event it stores with the store's clock, to the microsecond,
+	// whatever time the event carried, and returns that time; an empty
+	// batch returns it too. A refused batch stores nothing.
+	parallel(t, "Receive", func(t *testing.T) {
+		s := newStore(t)
+		insertEvent(t, s, inboxEvent("evt_old", base))
+		clock := at(time.Minute).Add(1500 * time.Nanosecond)
+		s.clock.Set(clock)
+		want := clock.Truncate(time.Microsecond).UTC()
+		again := inboxEvent("evt_new", time.Time{})
+		again.PayloadHash = "another"
+		batch := []reconcile.InboxEvent{inboxEvent("evt_new", time.Time{}), inboxEvent("evt_old", time.Time{}), again, inboxEvent("evt_other", base)}
+		var (
+			inserted []bool
+			now      time.Time
+		)
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			inserted, now, err = tx.ReceiveInboxEvents(t.Context(), batch)
+			return err
+		})
+		equal(t, "inserted", inserted, []bool{true, false, false, true})
+		if !now.Equal(want) || now.Location() != time.UTC {
+			t.Fatalf("ReceiveInboxEvents' now = %s, want %s in UTC", now, want)
+		}
+		for _, id := range []string{"evt_new", "evt_other"} {
+			equalEvents(t, id, []reconcile.InboxEvent{getEvent(t, s, "stripe", id)}, []reconcile.InboxEvent{inboxEvent(id, want)})
+		}
+		if e := getEvent(t, s, "stripe", "evt_old"); !e.ReceivedAt.Equal(base) {
+			t.Fatalf("an event stored before was received again: %s, want %s", e.ReceivedAt, base)
+		}
+
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			inserted, now, err = tx.ReceiveInboxEvents(t.Context(), nil)
+			return err
+		})
+		if len(inserted) != 0 || !now.Equal(want) {
+			t.Fatalf("ReceiveInboxEvents of no event = %v, %s; want none, %s", inserted, now, want)
+		}
+
+		bad := inboxEvent("", time.Time{})
+		err := txErr(t, s, func(tx reconcile.Tx) error {
+			_, _, err := tx.ReceiveInboxEvents(t.Context(), []reconcile.InboxEvent{inboxEvent("evt_third", time.Time{}), bad})
+			return err
+		})
+		wantErr(t, "ReceiveInboxEvents with an event without its id", err, reconcile.ErrInvalid)
+		if err := txErr(t, s, func(tx reconcile.Tx) error {
+			_, err := tx.GetInboxEvent(t.Context(), "stripe", "evt_third")
+			return err
+		}); !errors.Is(err, reconcile.ErrNotFound) {
+			t.Fatalf("a refused batch stored its other member: %v", err)
+		}
+	})
+
 	// A batch insert stores each new key once: a key stored before, and
 	// a later repeat of a key within the batch, are not stored. A batch
 	// update records every member's outcome, or nothing when one is

@@ -3,6 +3,7 @@ package postgres
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -54,12 +55,36 @@ ON CONFLICT (provider, event_id) DO NOTHING`,
 // of two repeats is stored never depends on the order the rows are
 // inserted in.
 const insertInboxEventsSQL = `INSERT INTO webhook_inbox (` + inboxColumns + `)
-SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
-    $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::text[], $14::timestamptz[],
-    $15::boolean[], $16::text[], $17::text[]) AS e
+SELECT * FROM ` + inboxArraysSQL + `
 ORDER BY 1, 2
 ON CONFLICT (provider, event_id) DO NOTHING
 RETURNING provider, event_id`
+
+// inboxArraysSQL unnests a batch of inbox events given as parallel
+// arrays, $1 to $17, in the order of inboxColumns.
+const inboxArraysSQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
+    $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::text[], $14::timestamptz[],
+    $15::boolean[], $16::text[], $17::text[]) AS e (` + inboxColumns + `)`
+
+// receiveInboxEventsSQL is insertInboxEventsSQL with the store's clock
+// for every row's received_at (the arrays' own are ignored), which it
+// returns in a row of its own, provider and event_id NULL, after the keys
+// it stored. The clock is $18, not $1 as nowSQL has it, so that both
+// statements take the same arrays.
+const receiveInboxEventsSQL = `WITH clock AS (SELECT COALESCE($18::timestamptz, statement_timestamp()) AS now),
+ins AS (
+    INSERT INTO webhook_inbox (` + inboxColumns + `)
+    SELECT e.provider, e.event_id, e.type, e.payload_hash, e.payload, e.object_id, e.result,
+        e.purchase_id, e.outcome, clock.now, e.processed_at, e.amount, e.currency, e.event_created,
+        e.refund, e.refund_id, e.refunded_payment
+    FROM ` + inboxArraysSQL + ` CROSS JOIN clock
+    ORDER BY 1, 2
+    ON CONFLICT (provider, event_id) DO NOTHING
+    RETURNING provider, event_id
+)
+SELECT provider, event_id, NULL::timestamptz FROM ins
+UNION ALL
+SELECT NULL, NULL, now FROM clock`
 
 // InsertInboxEvents implements reconcile.Tx in one statement, under a
 // savepoint so that a refused batch leaves the transaction usable.
@@ -67,6 +92,23 @@ func (t *txn) InsertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 	if len(events) == 0 {
 		return nil, nil
 	}
+	inserted, _, err := t.insertInboxEvents(ctx, events, false)
+	return inserted, err
+}
+
+// ReceiveInboxEvents implements reconcile.Tx in one statement, under a
+// savepoint, as InsertInboxEvents: the statement reads the clock too.
+func (t *txn) ReceiveInboxEvents(ctx context.Context, events []reconcile.InboxEvent) ([]bool, time.Time, error) {
+	if len(events) == 0 {
+		now, err := t.Now(ctx)
+		return nil, now, err
+	}
+	return t.insertInboxEvents(ctx, events, true)
+}
+
+// insertInboxEvents inserts events in one statement: with their own
+// ReceivedAt, or when stamp with the store's clock, which it returns.
+func (t *txn) insertInboxEvents(ctx context.Context, events []reconcile.InboxEvent, stamp bool) ([]bool, time.Time, error) {
 	type key struct{ provider, eventID string }
 	var (
 		providers, ids, types, hashes, objects, results, outcomes, currencies, refundIDs, refunded []string
@@ -98,22 +140,43 @@ func (t *txn) InsertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 		refunds, refundIDs, refunded = append(refunds, e.Refund), append(refundIDs, e.RefundID), append(refunded, e.Refunded)
 	}
 	what := fmt.Sprintf("insert %d inbox events", len(events))
+	args := []any{providers, ids, types, hashes, payloads, objects, results,
+		purchases, outcomes, received, processed, amounts, currencies, created, refunds, refundIDs, refunded}
+	query := insertInboxEventsSQL
+	if stamp {
+		query, args = receiveInboxEventsSQL, append(args, clockArg(t.now))
+	}
 	inserted := make([]bool, len(events))
+	var now *time.Time
 	err := t.queryUnderSavepoint(ctx, func(rows pgx.Rows) error {
 		for rows.Next() {
-			var k key
-			if err := rows.Scan(&k.provider, &k.eventID); err != nil {
+			var provider, eventID *string
+			var at *time.Time
+			dest := []any{&provider, &eventID, &at}
+			if !stamp {
+				dest = dest[:2]
+			}
+			if err := rows.Scan(dest...); err != nil {
 				return err
 			}
-			inserted[first[k]] = true
+			if provider == nil || eventID == nil {
+				now = at
+				continue
+			}
+			inserted[first[key{*provider, *eventID}]] = true
 		}
 		return rows.Err()
-	}, insertInboxEventsSQL, providers, ids, types, hashes, payloads, objects, results,
-		purchases, outcomes, received, processed, amounts, currencies, created, refunds, refundIDs, refunded)
-	if err != nil {
-		return nil, wrap(err, "%s", what)
+	}, query, args...)
+	if err == nil && stamp && now == nil {
+		err = errors.New("the statement returned no clock")
 	}
-	return inserted, nil
+	if err != nil {
+		return nil, time.Time{}, wrap(err, "%s", what)
+	}
+	if !stamp {
+		return inserted, time.Time{}, nil
+	}
+	return inserted, now.Truncate(time.Microsecond).UTC(), nil
 }
 
 // UpdateInboxEvents implements reconcile.Tx in one statement, under a

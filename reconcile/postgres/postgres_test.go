@@ -864,3 +864,65 @@ func TestInTxBeginsAgainAfterASendThatNeverLeft(t *testing.T) {
 		t.Errorf("%d rows written by a transaction that was rolled back, want 0", n)
 	}
 }
+
+// With the server's clock, ReceiveInboxEvents stamps the events with the
+// statement's time and returns it, in the round trip of the insert: a
+// transaction of one receive is two round trips (BEGIN with the insert,
+// then COMMIT), where a Now before the insert made it three. The time
+// lies between two reads of the server's clock around it.
+func TestReceiveInboxEventsReadsTheServersClock(t *testing.T) {
+	_, url := newStore(t)
+	tr := &countingTracer{}
+	s, err := postgres.Open(t.Context(), postgres.Config{URL: url, Tracer: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := t.Context()
+	before, err := s.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := []reconcile.InboxEvent{
+		{Provider: "stripe", EventID: "evt_1", Type: "payment_intent.succeeded", PayloadHash: "h1", Outcome: reconcile.EventUnmatched},
+		{Provider: "stripe", EventID: "evt_2", Type: "payment_intent.succeeded", PayloadHash: "h2", Outcome: reconcile.EventUnmatched, ReceivedAt: base},
+	}
+	roundTrips := tr.roundTrips.Load()
+	var now time.Time
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		inserted, at, err := tx.ReceiveInboxEvents(ctx, events)
+		if err == nil && !slices.Equal(inserted, []bool{true, true}) {
+			err = fmt.Errorf("inserted %v, want both", inserted)
+		}
+		now = at
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tr.roundTrips.Load() - roundTrips; got != 2 {
+		t.Errorf("a transaction of one receive took %d round trips, want 2", got)
+	}
+	after, err := s.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Before(before) || now.After(after) || now.Location() != time.UTC || !now.Equal(now.Truncate(time.Microsecond)) {
+		t.Errorf("now = %s, want UTC to the microsecond, within [%s, %s]", now, before, after)
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		for _, e := range events {
+			got, err := tx.GetInboxEvent(ctx, e.Provider, e.EventID)
+			if err != nil {
+				return err
+			}
+			if !got.ReceivedAt.Equal(now) {
+				t.Errorf("%s received at %s, want %s", e.EventID, got.ReceivedAt, now)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -65,6 +65,22 @@ func (t *txn) InsertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 	return inserted, nil
 }
 
+// ReceiveInboxEvents implements reconcile.Tx: InsertInboxEvents at the
+// store's clock, which costs no round trip here.
+func (t *txn) ReceiveInboxEvents(ctx context.Context, events []reconcile.InboxEvent) ([]bool, time.Time, error) {
+	now := storeNow(t.now)
+	stamped := make([]reconcile.InboxEvent, len(events))
+	for i, e := range events {
+		e.ReceivedAt = now
+		stamped[i] = e
+	}
+	inserted, err := t.InsertInboxEvents(ctx, stamped)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	return inserted, now, nil
+}
+
 // UpdateInboxEvents implements reconcile.Tx, one update per event under
 // one savepoint, so that a missing event undoes the batch.
 func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUpdate) error {
