@@ -12,8 +12,8 @@ import (
 // function, see groupcommit.go), so that a group costs a handful of
 // statements, not a dozen per event:
 //
-//  1. the store's now, once;
-//  2. one insert of every member's inbox row (Tx.InsertInboxEvents): the
+//  1. the store's now, once, read by
+//  2. one insert of every member's inbox row (Tx.ReceiveInboxEvents): the
 //     unique key tells the first delivery of an event from its repeats,
 //     within the group as between transactions;
 //  3. one read of the purchases the new events name, by purchase id and
@@ -160,15 +160,13 @@ func (s *Service) applyEventSet(ctx context.Context, tx Tx, runs []*eventRun) (i
 	for _, r := range runs {
 		r.outcome, r.moves = "", nil
 	}
-	now, err := tx.Now(ctx)
-	if err != nil {
-		return -1, err
-	}
+	// The insert reads the store's clock: the set's now, for its moves
+	// and outcomes too, costs no round trip of its own.
 	rows := make([]InboxEvent, len(runs))
 	for i, r := range runs {
-		rows[i] = inboxRow(r.ev, now)
+		rows[i] = inboxRow(r.ev, time.Time{})
 	}
-	inserted, err := tx.InsertInboxEvents(ctx, rows)
+	inserted, now, err := tx.ReceiveInboxEvents(ctx, rows)
 	if err != nil {
 		return -1, err
 	}
