@@ -632,20 +632,27 @@ func (c *countingTracer) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBa
 
 func (c *countingTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 
-// Config.Tracer sees the store's statements: BEGIN, the read, COMMIT.
-// BEGIN costs no round trip of its own: it goes with the first
-// statement, so a transaction of one read is two round trips, and one
-// that sends nothing is none.
-func TestTracerSeesStatements(t *testing.T) {
+// newTracedStore is newStore with a countingTracer as its Config.Tracer.
+func newTracedStore(t *testing.T) (*postgres.Store, *countingTracer) {
+	t.Helper()
 	_, url := newStore(t)
 	tr := &countingTracer{}
 	s, err := postgres.Open(t.Context(), postgres.Config{URL: url, Tracer: tr})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s, tr
+}
+
+// Config.Tracer sees the store's statements: BEGIN, the read, COMMIT.
+// BEGIN costs no round trip of its own: it goes with the first
+// statement, so a transaction of one read is two round trips, and one
+// that sends nothing is none.
+func TestTracerSeesStatements(t *testing.T) {
+	s, tr := newTracedStore(t)
 	statements, roundTrips := tr.statements.Load(), tr.roundTrips.Load()
-	err = s.InTx(t.Context(), func(tx reconcile.Tx) error {
+	err := s.InTx(t.Context(), func(tx reconcile.Tx) error {
 		_, err := tx.GetPurchase(t.Context(), "pur_none")
 		if errors.Is(err, reconcile.ErrNotFound) {
 			return nil
@@ -871,13 +878,7 @@ func TestInTxBeginsAgainAfterASendThatNeverLeft(t *testing.T) {
 // then COMMIT), where a Now before the insert made it three. The time
 // lies between two reads of the server's clock around it.
 func TestReceiveInboxEventsReadsTheServersClock(t *testing.T) {
-	_, url := newStore(t)
-	tr := &countingTracer{}
-	s, err := postgres.Open(t.Context(), postgres.Config{URL: url, Tracer: tr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, tr := newTracedStore(t)
 	ctx := t.Context()
 	before, err := s.Now(ctx)
 	if err != nil {
