@@ -3,6 +3,7 @@ package storetest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -120,6 +121,20 @@ func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 		})
 		if len(inserted) != 0 || !now.Equal(want) {
 			t.Fatalf("ReceiveInboxEvents of no event = %v, %s; want none, %s", inserted, now, want)
+		}
+
+		// Redelivered events only: nothing stored, the clock still read.
+		s.clock.Advance(time.Second)
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			inserted, now, err = tx.ReceiveInboxEvents(t.Context(), batch[:2])
+			return err
+		})
+		if later := want.Add(time.Second); !slices.Equal(inserted, []bool{false, false}) || !now.Equal(later) {
+			t.Fatalf("ReceiveInboxEvents of stored events = %v, %s; want none stored, %s", inserted, now, later)
+		}
+		if e := getEvent(t, s, "stripe", "evt_new"); !e.ReceivedAt.Equal(want) {
+			t.Fatalf("a redelivered event was received again: %s, want %s", e.ReceivedAt, want)
 		}
 
 		bad := inboxEvent("", time.Time{})
