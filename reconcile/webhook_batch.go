@@ -12,20 +12,20 @@ import (
 // function, see groupcommit.go), so that a group costs a handful of
 // statements, not a dozen per event:
 //
-//  1. the store's now, once, read by
-//  2. one insert of every member's inbox row (Tx.ReceiveInboxEvents): the
+//  1. one insert of every member's inbox row (Tx.ReceiveInboxEvents),
+//     which also reads the store's now, once, for the whole set: the
 //     unique key tells the first delivery of an event from its repeats,
 //     within the group as between transactions;
-//  3. one read of the purchases the new events name, by purchase id and
+//  2. one read of the purchases the new events name, by purchase id and
 //     payment id (Tx.FindPurchases), which also gives the owners of the
 //     payment ids the judge needs;
-//  4. the judge, per event, as applyToPurchase runs it; the common case,
+//  3. the judge, per event, as applyToPurchase runs it; the common case,
 //     an answer that settles its purchase, becomes moves written set-based
 //     by Tx.ApplyMoves, without a lease, fenced by the purchase's state and
 //     version: one batch, and a second for the purchases that were
 //     uncertain (uncertain → reconciling → final: one UPDATE cannot move a
 //     row twice, and the database refuses uncertain → final);
-//  5. the outcome on each settled event's inbox row.
+//  4. the outcome on each settled event's inbox row.
 //
 // Everything else (repeats, refunds, events that match no purchase or
 // that the judge does not settle, a purchase two events of the group

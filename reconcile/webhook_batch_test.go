@@ -193,9 +193,10 @@ func (g *groupFixture) settlingEvents(charges []fakeprovider.Charge) []reconcile
 
 // A group of N webhooks that settle their purchases costs the same
 // statements whatever N: one insert of the inbox rows, which reads the
-// store's clock too (no Now of its own), one read of the purchases, two batches of moves (uncertain → reconciling → succeeded),
-// one update of the events' outcomes, one append to the outbox, and no
-// read or write of a purchase or an inbox row per event.
+// store's clock too (no Now of its own), one read of the purchases, two
+// batches of moves (uncertain → reconciling → succeeded), one update of
+// the events' outcomes, one append to the outbox, and no read or write
+// of a purchase or an inbox row per event.
 func TestWebhookBatchCostsConstantStatements(t *testing.T) {
 	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		perGroup := map[int]map[string]int{}

@@ -127,8 +127,8 @@
 //   - refunds.go: InsertRefund, GetRefund, ListRefunds, FindRefunds,
 //     UpdateRefund, ListEscalatedRefunds, ListOverdueUncertainRefunds,
 //     CountRefundsByState, OldestUncertainRefundSince, scanRefund.
-//   - inbox.go: InsertInboxEvent, InsertInboxEvents, GetInboxEvent,
-//     UpdateInboxEvent, UpdateInboxEvents, ListInboxEvents,
+//   - inbox.go: InsertInboxEvent, InsertInboxEvents, ReceiveInboxEvents,
+//     GetInboxEvent, UpdateInboxEvent, UpdateInboxEvents, ListInboxEvents,
 //     ListUnmatchedEvents, DeleteInboxEventsBefore, scanInboxEvent.
 //   - idempotency_keys.go: InsertIdempotencyKey, GetIdempotencyKey,
 //     SaveIdempotencyResponse, DeleteIdempotencyKeysBefore,
