@@ -46,8 +46,9 @@ type pgCounters struct {
 // SAVEPOINT, RELEASE): each statement of a batch when its result is read
 // (one that a failure before it skipped is not), and each statement of a
 // query without arguments that has transaction control statements
-// joined in front of it with semicolons. A statement's first preparation on a connection, and
-// the pool's health checks, are not seen. Safe for concurrent use.
+// joined in front of it with semicolons. A statement's first preparation
+// on a connection, and the pool's health checks, are not seen. Safe for
+// concurrent use.
 type roundTrips struct{ n, statements, txControl atomic.Int64 }
 
 func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {

@@ -39,6 +39,15 @@ func insertEvent(t *testing.T, s reconcile.Store, e reconcile.InboxEvent) bool {
 	return inserted
 }
 
+// getEventErr returns GetInboxEvent's error for the event, nil if found.
+func getEventErr(t *testing.T, s reconcile.Store, providerName, eventID string) error {
+	t.Helper()
+	return txErr(t, s, func(tx reconcile.Tx) error {
+		_, err := tx.GetInboxEvent(t.Context(), providerName, eventID)
+		return err
+	})
+}
+
 func getEvent(t *testing.T, s reconcile.Store, providerName, eventID string) reconcile.InboxEvent {
 	t.Helper()
 	var e reconcile.InboxEvent
@@ -143,10 +152,7 @@ func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 			return err
 		})
 		wantErr(t, "ReceiveInboxEvents with an event without its id", err, reconcile.ErrInvalid)
-		if err := txErr(t, s, func(tx reconcile.Tx) error {
-			_, err := tx.GetInboxEvent(t.Context(), "stripe", "evt_third")
-			return err
-		}); !errors.Is(err, reconcile.ErrNotFound) {
+		if err := getEventErr(t, s, "stripe", "evt_third"); !errors.Is(err, reconcile.ErrNotFound) {
 			t.Fatalf("a refused batch stored its other member: %v", err)
 		}
 	})
@@ -177,10 +183,7 @@ func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 			return err
 		})
 		wantErr(t, "InsertInboxEvents with an event without its time", err, reconcile.ErrInvalid)
-		if err := txErr(t, s, func(tx reconcile.Tx) error {
-			_, err := tx.GetInboxEvent(t.Context(), "stripe", "evt_third")
-			return err
-		}); !errors.Is(err, reconcile.ErrNotFound) {
+		if err := getEventErr(t, s, "stripe", "evt_third"); !errors.Is(err, reconcile.ErrNotFound) {
 			t.Fatalf("a refused batch stored its other member: %v", err)
 		}
 
@@ -259,13 +262,8 @@ func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 		if got := getEvent(t, s, "stripe", "evt_min"); !got.ProcessedAt.IsZero() || got.PurchaseID != "" || !got.Created.IsZero() || got.Amount != 0 {
 			t.Fatalf("unset fields came back set: %+v", got)
 		}
-		err := txErr(t, s, func(tx reconcile.Tx) error {
-			_, err := tx.GetInboxEvent(t.Context(), "stripe", "evt_missing")
-			return err
-		})
-		wantErr(t, "GetInboxEvent(unknown)", err, reconcile.ErrNotFound)
-		err = txErr(t, s, func(tx reconcile.Tx) error { _, err := tx.GetInboxEvent(t.Context(), "other", "evt_full"); return err })
-		wantErr(t, "GetInboxEvent(other provider)", err, reconcile.ErrNotFound)
+		wantErr(t, "GetInboxEvent(unknown)", getEventErr(t, s, "stripe", "evt_missing"), reconcile.ErrNotFound)
+		wantErr(t, "GetInboxEvent(other provider)", getEventErr(t, s, "other", "evt_full"), reconcile.ErrNotFound)
 	})
 
 	parallel(t, "DuplicateKeepsFirst", func(t *testing.T) {
@@ -455,8 +453,7 @@ func testInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 			}
 		}
 		for _, id := range []string{"evt_1", "evt_2", "evt_3"} {
-			err := txErr(t, s, func(tx reconcile.Tx) error { _, err := tx.GetInboxEvent(t.Context(), "stripe", id); return err })
-			wantErr(t, "GetInboxEvent of deleted "+id, err, reconcile.ErrNotFound)
+			wantErr(t, "GetInboxEvent of deleted "+id, getEventErr(t, s, "stripe", id), reconcile.ErrNotFound)
 		}
 		for _, id := range []string{"evt_4", "evt_5"} {
 			getEvent(t, s, "stripe", id)
