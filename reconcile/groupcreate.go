@@ -164,7 +164,7 @@ func renderOnce(render RenderFunc, p Purchase) (status int, body []byte, ok bool
 // now: in state created, with a new id.
 func (s *Service) newPurchase(np NewPurchase, client string, now time.Time) Purchase {
 	return Purchase{
-		ID:            NewID("pur_"),
+		ID:            NewID("pur_", now),
 		Customer:      np.Customer,
 		Reference:     np.Reference,
 		Amount:        np.Amount,

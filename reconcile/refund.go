@@ -113,7 +113,7 @@ func (s *Service) createRefundTx(ctx context.Context, tx Tx, nr NewRefund, clien
 	if err != nil {
 		return Refund{}, fmt.Errorf("%s: %w", op, err)
 	}
-	id := NewID("ref_")
+	id := NewID("ref_", now)
 	req := provider.RefundRequest{
 		IdempotencyKey: RefundKeyFor(id),
 		RefundID:       id,

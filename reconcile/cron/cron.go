@@ -167,7 +167,7 @@ func (s *Scheduler) RunSweep(ctx context.Context, name string) (ran bool, items 
 	}
 	// Each run holds the lock under an owner of its own, so that no other
 	// run, in this replica or another, can take or release it meanwhile.
-	owner := reconcile.NewID(s.cfg.Owner + "#")
+	owner := reconcile.NewID(s.cfg.Owner+"#", start)
 	var got bool
 	err = s.store.InTx(ctx, func(tx reconcile.Tx) error {
 		var err error

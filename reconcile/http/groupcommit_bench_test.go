@@ -122,7 +122,7 @@ func submittedPurchases(b *testing.B, st reconcile.Store, n int) []string {
 			}
 			for i := start; i < min(start+1000, n); i++ {
 				p := reconcile.Purchase{
-					ID: reconcile.NewID("pur_"), Customer: "bench", Amount: 300, Currency: "usd",
+					ID: reconcile.NewID("pur_", time.Now()), Customer: "bench", Amount: 300, Currency: "usd",
 					PaymentMethod: "pm_card_visa", State: statemachine.Created, Version: 1, CreatedAt: now, UpdatedAt: now,
 				}
 				if err := tx.InsertPurchase(ctx, p); err != nil {
