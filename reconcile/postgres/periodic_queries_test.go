@@ -340,7 +340,8 @@ func want(what string, got, want int, err error) error {
 // loadPeriodicFixture fills the empty, migrated database of conn with n
 // purchases and their jobs, findings and an audit run, as
 // BenchmarkPeriodicQueries describes, purchase i (1..n) created n-i
-// seconds before now. The purchases are inserted in their states
+// seconds before now, but the created ones an hour before now, together
+// (their ids neighbours, as reconcile.NewID makes them). The purchases are inserted in their states
 // directly: the transition guard is off for that one statement (the
 // counts of migration 00007 are kept by the same statement's trigger).
 func loadPeriodicFixture(b *testing.B, conn *pgx.Conn, n int, now time.Time) {
@@ -362,11 +363,24 @@ func loadPeriodicFixture(b *testing.B, conn *pgx.Conn, n int, now time.Time) {
     WHEN i * 7919 %% 10000 < 9000 THEN 'succeeded'
     ELSE 'declined'
 END`, benchEscalated, benchOverdue, benchExpired)
-	gen := `FROM (
-    SELECT i, 'pur_' || lpad(i::text, 9, '0') AS id, 'cus_' || (i % 5000) AS customer, 100 + i % 10000 AS amount,
-        $2::timestamptz - ($1 - i) * interval '1 second' AS created_at, ` + kind + ` AS kind
-    FROM generate_series(1, $1::bigint) AS i
+	// purchases is purchase i of the fixture for each i of from (a FROM
+	// item with a column i): its kind, when it was created, and its id as
+	// reconcile.NewID makes it, the millisecond of its creation first,
+	// with i in place of the random digits. The created purchases came
+	// in one bulk import an hour ago, so their ids are neighbours, as
+	// NewID makes them.
+	purchases := func(from string) string {
+		return `(
+    SELECT i, kind, created_at, 'cus_' || (i % 5000) AS customer, 100 + i % 10000 AS amount,
+        'pur_' || lpad(to_hex(floor(extract(epoch FROM created_at) * 1000)::bigint), 12, '0') || lpad(to_hex(i), 20, '0') AS id
+    FROM (
+        SELECT i, kind, CASE kind WHEN 'created' THEN $2::timestamptz - interval '1 hour'
+            ELSE $2::timestamptz - ($1 - i) * interval '1 second' END AS created_at
+        FROM ` + from + `, LATERAL (SELECT ` + kind + ` AS kind) k
+    ) t
 ) g`
+	}
+	gen := `FROM ` + purchases(`generate_series(1, $1::bigint) AS i`)
 	// The created purchases and their jobs are written last, together, as
 	// a bulk import writes them: the claim's purchases are then neighbours
 	// in the table, not one page each spread through it.
@@ -424,16 +438,17 @@ SELECT id,
     CASE WHEN kind = 'created' THEN 0 ELSE 1 END,
     CASE WHEN kind IN ('succeeded', 'declined') THEN created_at + interval '2 seconds' END
 ` + gen + createdLast, nowArgs},
-		{"insert the findings", fmt.Sprintf(`INSERT INTO audit_findings (provider, payment_id, kind, purchase_id, amount, currency, status,
+		{"insert the findings", `INSERT INTO audit_findings (provider, payment_id, kind, purchase_id, amount, currency, status,
     evidence, found_at, closed_at, closed_by, close_note)
 SELECT 'stripe', 'pi_found_' || j,
-    (ARRAY['orphan_charge', 'duplicate_charge', 'amount_mismatch', 'currency_mismatch', 'state_disagreement', 'missing_at_provider'])[1 + j %% 6],
-    'pur_' || lpad((j * 37 %% $1 + 1)::text, 9, '0'), 100, 'usd', 'succeeded', 'bench finding',
+    (ARRAY['orphan_charge', 'duplicate_charge', 'amount_mismatch', 'currency_mismatch', 'state_disagreement', 'missing_at_provider'])[1 + j % 6],
+    g.id, 100, 'usd', 'succeeded', 'bench finding',
     $2::timestamptz - j * interval '1 hour',
-    CASE WHEN j %% 4 <> 0 THEN $2::timestamptz - j * interval '1 hour' + interval '10 minutes' END,
-    CASE WHEN j %% 4 <> 0 THEN 'ops' ELSE '' END,
-    CASE WHEN j %% 4 <> 0 THEN 'checked' ELSE '' END
-FROM generate_series(1, %d) AS j`, benchFindings), nowArgs},
+    CASE WHEN j % 4 <> 0 THEN $2::timestamptz - j * interval '1 hour' + interval '10 minutes' END,
+    CASE WHEN j % 4 <> 0 THEN 'ops' ELSE '' END,
+    CASE WHEN j % 4 <> 0 THEN 'checked' ELSE '' END
+FROM generate_series(1, ` + strconv.Itoa(benchFindings) + `) AS j,
+    LATERAL ` + purchases(`(SELECT j * 37 % $1 + 1 AS i) s`), nowArgs},
 		{"insert the audit run", `INSERT INTO audit_runs (name, window_from, window_until, done_until, started_at, updated_at, findings)
 VALUES ('scheduled', $1::timestamptz - interval '2 hours', $1::timestamptz - interval '5 minutes',
     $1::timestamptz - interval '5 minutes', $1, $1, 0)`, []any{now}},
