@@ -13,12 +13,13 @@ import (
 )
 
 // idMillis returns the Unix milliseconds an id of prefix says it was made
-// in, and fails t unless the id is prefix and 32 lower-case hex digits.
+// in, and fails t unless the id is prefix and 24 lower-case hex digits, as
+// api/openapi.yaml promises.
 func idMillis(t *testing.T, prefix, id string) int64 {
 	t.Helper()
 	digits, ok := strings.CutPrefix(id, prefix)
-	if !ok || len(digits) != 32 || strings.ToLower(digits) != digits {
-		t.Fatalf("id %q: want %q and 32 lower-case hex digits", id, prefix)
+	if !ok || len(digits) != 24 || strings.ToLower(digits) != digits {
+		t.Fatalf("id %q: want %q and 24 lower-case hex digits", id, prefix)
 	}
 	if _, err := hex.DecodeString(digits); err != nil {
 		t.Fatalf("id %q: %v", id, err)

@@ -372,7 +372,7 @@ END`, benchEscalated, benchOverdue, benchExpired)
 	purchases := func(from string) string {
 		return `(
     SELECT i, kind, created_at, 'cus_' || (i % 5000) AS customer, 100 + i % 10000 AS amount,
-        'pur_' || lpad(to_hex(floor(extract(epoch FROM created_at) * 1000)::bigint), 12, '0') || lpad(to_hex(i), 20, '0') AS id
+        'pur_' || lpad(to_hex(floor(extract(epoch FROM created_at) * 1000)::bigint), 12, '0') || lpad(to_hex(i), 12, '0') AS id
     FROM (
         SELECT i, kind, CASE kind WHEN 'created' THEN $2::timestamptz - interval '1 hour'
             ELSE $2::timestamptz - ($1 - i) * interval '1 second' END AS created_at
