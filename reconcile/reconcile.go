@@ -494,13 +494,16 @@ func (r AuditRun) Complete() bool { return !r.Done.Before(r.Until) }
 // hex digits (48 bits) from crypto/rand, 24 in all, as the API has always
 // promised (api/openapi.yaml). Ids sort by the millisecond they were made
 // in, so the rows a busy hour creates (and their jobs, transitions and
-// attempts, all keyed by it) put their index entries at the right edge of
-// each index, next to each other, and not each on a random page of an
-// index that has outgrown memory: the claim of a bulk import's jobs reads
-// a few index pages, not one for every job. Within a millisecond the
-// order is random, and two ids of one millisecond collide with a
-// probability of 2^-48 (a collision is refused by the primary key, never
-// merged). An id says when its record was made; nothing in it is secret.
+// attempts, all keyed by it) put their index entries next to each other,
+// and not each on a random page of an index that has outgrown memory: the
+// claim of a bulk import's jobs reads a few index pages, not one for
+// every job. (Earlier builds made every digit random. Among their ids,
+// today's fall in one narrow band of each index, not at its right edge,
+// but still together.) Within a millisecond the order is random: n ids
+// made in one millisecond collide with a probability of about
+// n²/2^49, and a collision is refused by the primary key, never merged.
+// at must not be before 1970. An id says when its record was made;
+// nothing in it is secret.
 func NewID(prefix string, at time.Time) string {
 	var b [12]byte
 	ms := uint64(at.UnixMilli())

@@ -51,8 +51,9 @@ type Config struct {
 	// LockTTL is how long a sweep's lock holds if its replica dies. A sweep
 	// must finish well within it. Default 5m.
 	LockTTL time.Duration
-	// Now is the local clock, which only times runs and stamps their
-	// observations; the sweep locks' expiry uses the store's clock.
+	// Now is the local clock, which only times runs, stamps their
+	// observations and goes into each run's lock owner (reconcile.NewID);
+	// the sweep locks' expiry uses the store's clock.
 	// Default time.Now.
 	Now func() time.Time
 	// Logger receives one line per run. Default slog.Default().
