@@ -100,3 +100,24 @@ func TestPurchaseIDsFollowTheStoresClock(t *testing.T) {
 		}
 	})
 }
+
+// TestRefundIDsFollowTheStoresClock: a refund is named by the time the
+// store gives its creation, as a purchase is.
+func TestRefundIDsFollowTheStoresClock(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{Instance: "refundids"}, reconcile.Config{})
+		p := f.settle("refund-ids")
+		var ids []string
+		for range 3 {
+			r := f.refund(p, 10)
+			if got, want := idMillis(t, "ref_", r.ID), r.CreatedAt.UnixMilli(); got != want {
+				t.Fatalf("refund %s created at %s: its id says %d ms, want %d", r.ID, r.CreatedAt, got, want)
+			}
+			ids = append(ids, r.ID)
+			f.clock.Advance(time.Millisecond)
+		}
+		if !slices.IsSorted(ids) {
+			t.Fatalf("refunds created one millisecond apart: ids %q, want them sorted", ids)
+		}
+	})
+}
