@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -131,15 +132,50 @@ func newEnv(t *testing.T, dbURL string) *env {
 	return e
 }
 
-// freeAddr returns a loopback address nobody listens on now.
+// freeAddr returns a loopback address nobody listens on now, on a port
+// below the kernel's ephemeral range. A process restarted after a crash
+// must find its address free again, and a port of the ephemeral range
+// (what port 0 gives) may meanwhile become the local end of any outgoing
+// connection on the machine, such as another test's to its database:
+// serve then failed to bind ("address already in use") in CI.
 func freeAddr(t *testing.T) string {
 	t.Helper()
+	const lowest = 10000
+	if top := ephemeralStart(); top > lowest+1000 {
+		for range 100 {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", lowest+rand.IntN(top-lowest)))
+			if err != nil {
+				continue // taken: try another
+			}
+			defer l.Close()
+			return l.Addr().String()
+		}
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// ephemeralStart is the first port of the kernel's range for the local
+// ends of outgoing connections (Linux's ip_local_port_range), or 0 when
+// it cannot be read.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // start starts `payrecon args…` with extra environment, naming it by its
