@@ -81,23 +81,34 @@ func TestNewIDWithinOneMillisecond(t *testing.T) {
 	}
 }
 
+// wantIDsByClock makes n records with make, the store's clock a
+// millisecond later each time, and fails t unless each id (of prefix)
+// says its record's creation time and the ids sort in the order made.
+func wantIDsByClock(t *testing.T, f *fixture, what, prefix string, n int, make func() (id string, created time.Time)) {
+	t.Helper()
+	var ids []string
+	for range n {
+		id, created := make()
+		if got, want := idMillis(t, prefix, id), created.UnixMilli(); got != want {
+			t.Fatalf("%s %s created at %s: its id says %d ms, want %d", what, id, created, got, want)
+		}
+		ids = append(ids, id)
+		f.clock.Advance(time.Millisecond)
+	}
+	if !slices.IsSorted(ids) {
+		t.Fatalf("%ss created one millisecond apart: ids %q, want them sorted", what, ids)
+	}
+}
+
 // TestPurchaseIDsFollowTheStoresClock: the purchase API names a purchase
 // by the time it creates it at, so purchases created later sort later.
 func TestPurchaseIDsFollowTheStoresClock(t *testing.T) {
 	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{Instance: "ids"}, reconcile.Config{})
-		var ids []string
-		for range 5 {
+		wantIDsByClock(t, f, "purchase", "pur_", 5, func() (string, time.Time) {
 			p := f.create("ids")
-			if got, want := idMillis(t, "pur_", p.ID), p.CreatedAt.UnixMilli(); got != want {
-				t.Fatalf("purchase %s created at %s: its id says %d ms, want %d", p.ID, p.CreatedAt, got, want)
-			}
-			ids = append(ids, p.ID)
-			f.clock.Advance(time.Millisecond)
-		}
-		if !slices.IsSorted(ids) {
-			t.Fatalf("purchases created one millisecond apart: ids %q, want them sorted", ids)
-		}
+			return p.ID, p.CreatedAt
+		})
 	})
 }
 
@@ -107,17 +118,9 @@ func TestRefundIDsFollowTheStoresClock(t *testing.T) {
 	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		f := setup(t, newStore, fakeprovider.Config{Instance: "refundids"}, reconcile.Config{})
 		p := f.settle("refund-ids")
-		var ids []string
-		for range 3 {
+		wantIDsByClock(t, f, "refund", "ref_", 3, func() (string, time.Time) {
 			r := f.refund(p, 10)
-			if got, want := idMillis(t, "ref_", r.ID), r.CreatedAt.UnixMilli(); got != want {
-				t.Fatalf("refund %s created at %s: its id says %d ms, want %d", r.ID, r.CreatedAt, got, want)
-			}
-			ids = append(ids, r.ID)
-			f.clock.Advance(time.Millisecond)
-		}
-		if !slices.IsSorted(ids) {
-			t.Fatalf("refunds created one millisecond apart: ids %q, want them sorted", ids)
-		}
+			return r.ID, r.CreatedAt
+		})
 	})
 }

@@ -149,13 +149,13 @@ func (t *txn) insertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 	inserted := make([]bool, len(events))
 	var now *time.Time
 	err := t.queryUnderSavepoint(ctx, func(rows pgx.Rows) error {
+		var provider, eventID *string
+		var at *time.Time
+		dest := []any{&provider, &eventID, &at}
+		if !stamp {
+			dest = dest[:2]
+		}
 		for rows.Next() {
-			var provider, eventID *string
-			var at *time.Time
-			dest := []any{&provider, &eventID, &at}
-			if !stamp {
-				dest = dest[:2]
-			}
 			if err := rows.Scan(dest...); err != nil {
 				return err
 			}
