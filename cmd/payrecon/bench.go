@@ -52,6 +52,11 @@ const benchSafety = " It needs --database-url (postgres://… or sqlite:PATH) an
 	"The provider is always the in-process fake. Progress goes to stderr every second, the report to stdout; warnings and errors are logged unless --log-level says otherwise. " +
 	"It exits 1 when anything went wrong, a double charge above all."
 
+// benchCPUAbout says, in each bench subcommand's help, what its CPU
+// figures are.
+const benchCPUAbout = " (the bench process's user and system time, and the whole machine's busy time from /proc/stat," +
+	" which includes the database's when it runs on the same machine: whether the CPU was the limit, and what a unit of work cost it)"
+
 // benchOptions are a bench subcommand's own flags.
 type benchOptions struct {
 	n       int
@@ -167,27 +172,34 @@ func newBench(e *env, sub, unit string, args []string, overHTTP bool) (*bench, e
 	return b, nil
 }
 
-// startProfile starts the CPU profile of the timed phase when
-// --cpuprofile asks for one, and returns the function that stops it and
-// closes its file.
-func (b *bench) startProfile() (stop func() error, err error) {
-	if b.opts.cpuProfile == "" {
-		return func() error { return nil }, nil
-	}
-	f, err := os.Create(b.opts.cpuProfile)
-	if err != nil {
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("--cpuprofile: %w", err)
-	}
-	return func() error {
-		pprof.StopCPUProfile()
-		if err := f.Close(); err != nil {
-			return fmt.Errorf("--cpuprofile: %w", err)
+// startTimed starts what the bench measures of its timed phase besides
+// its counts: the CPU time of the process and of the machine (the
+// report's CPU), and the CPU profile when --cpuprofile asks for one. It
+// returns the function that ends them, sets the report's CPU and closes
+// the profile's file.
+func (b *bench) startTimed() (stop func() error, err error) {
+	stopProfile := func() error { return nil }
+	if b.opts.cpuProfile != "" {
+		f, err := os.Create(b.opts.cpuProfile)
+		if err != nil {
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
 		}
-		return nil
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("--cpuprofile: %w", err)
+		}
+		stopProfile = func() error {
+			pprof.StopCPUProfile()
+			if err := f.Close(); err != nil {
+				return fmt.Errorf("--cpuprofile: %w", err)
+			}
+			return nil
+		}
+	}
+	from := readCPU()
+	return func() error {
+		b.report.CPU = cpuBetween(from, readCPU(), b.report.N)
+		return stopProfile()
 	}, nil
 }
 
@@ -538,13 +550,13 @@ func runBenchBurnDown(ctx context.Context, e *env, args []string) error {
 	}
 	r.Concurrency, r.BatchSize = svc.Config().Concurrency, svc.Config().BatchSize
 	rss := startRSS()
-	stopProfile, err := b.startProfile()
+	stopTimed, err := b.startTimed()
 	if err != nil {
 		ws.Close()
 		return err
 	}
 	took, err = b.work(ctx, svc, obs, obs.final.Load, n, "burn-down")
-	err = errors.Join(err, stopProfile())
+	err = errors.Join(err, stopTimed())
 	r.RSS = rss.finish()
 	ws.Close()
 	if err != nil {

@@ -85,7 +85,7 @@ func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
 	url := app.base + "/webhooks/stripe"
 	var done atomic.Int64
 	p := startProgress(b.e.stderr, "webhooks", "events", n, done.Load)
-	stopProfile, err := b.startProfile()
+	stopTimed, err := b.startTimed()
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
 		return answer.Outcome, nil
 	})
 	p.end()
-	if err := stopProfile(); err != nil {
+	if err := stopTimed(); err != nil {
 		return err
 	}
 	client.CloseIdleConnections()
@@ -232,7 +232,7 @@ func runBenchAPI(ctx context.Context, e *env, args []string) error {
 	ids := make([]string, n)
 	var done atomic.Int64
 	p := startProgress(b.e.stderr, "api", "requests", n, done.Load)
-	stopProfile, err := b.startProfile()
+	stopTimed, err := b.startTimed()
 	if err != nil {
 		return err
 	}
@@ -263,7 +263,7 @@ func runBenchAPI(ctx context.Context, e *env, args []string) error {
 		return "201 created", nil
 	})
 	p.end()
-	if err := stopProfile(); err != nil {
+	if err := stopTimed(); err != nil {
 		return err
 	}
 	client.CloseIdleConnections()

@@ -41,6 +41,9 @@ type benchReport struct {
 	DB *benchDB `json:"db,omitempty"`
 	// RSS is the process's memory during the burn-down.
 	RSS *benchRSS `json:"rss,omitempty"`
+	// CPU is the CPU time the measured phase took, of the process and of
+	// the machine; nil where the process's could not be read.
+	CPU *benchCPU `json:"cpu,omitempty"`
 	// Latency has one entry per measure, p50 to max and a histogram.
 	Latency []benchLatency `json:"latency"`
 	// Outcomes counts what became of each event (webhooks) or request
@@ -255,6 +258,14 @@ func (r *benchReport) writeText(w io.Writer) {
 	}
 	if m := r.RSS; m != nil {
 		row("RSS", "peak %s (VmHWM since %s); sampled %s to %s (VmRSS, %d samples)", fmtKiB(m.PeakKiB), m.PeakSince, fmtKiB(m.MinKiB), fmtKiB(m.MaxKiB), m.Samples)
+	}
+	if c := r.CPU; c != nil {
+		line := fmt.Sprintf("this process %.3f ms per %s (%.2f of a core)", c.ProcessMsPerUnit, unit, c.ProcessCores)
+		if c.MachineBusy != nil {
+			line += fmt.Sprintf("; the machine %.0f%% busy of %d cores: %.3f ms per %s, the database's share included when it runs on this machine",
+				100**c.MachineBusy, c.MachineCores, *c.MachineMsPerUnit, unit)
+		}
+		row("cpu", "%s", line)
 	}
 	for _, l := range r.Latency {
 		if l.Count == 0 {

@@ -135,6 +135,17 @@ func checkBenchReport(t *testing.T, r benchReport, store, bench string) {
 			t.Errorf("%s: the histogram counts %d of %d", l.Name, sum, l.Count)
 		}
 	}
+	if runtime.GOOS == "linux" {
+		c := r.CPU
+		switch {
+		case c == nil:
+			t.Error("no CPU figures on Linux")
+		case c.Seconds <= 0 || c.ProcessSeconds <= 0 || c.ProcessMsPerUnit <= 0 || c.ProcessCores <= 0:
+			t.Errorf("the process's CPU %+v: none measured", *c)
+		case c.MachineBusy == nil || *c.MachineBusy < 0 || *c.MachineBusy > 1 || c.MachineCores < 1 || *c.MachineMsPerUnit < 0:
+			t.Errorf("the machine's CPU %+v: want a share of 0 to 1 of at least one core", *c)
+		}
+	}
 	notes := strings.Join(r.Notes, "\n")
 	switch store {
 	case "postgres":
@@ -171,14 +182,18 @@ func TestBenchTextReport(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d\n%s", code, stderr)
 	}
-	for _, want := range []string{
+	wants := []string{
 		"payrecon bench burn-down: 12 purchases on sqlite (concurrency 2, batch size 5)\n",
 		"  setup ", "  burn-down     12 purchases in ", " purchases/s\n",
 		"created → final", "submitted → final", " p50 ", " p90 ", " p99 ", " max ",
 		"  histogram of created → final (12 purchases):\n", "  histogram of submitted → final (12 purchases):\n",
 		"  ledger        12 charges for 12 purchases, exactly one each: OK\n",
 		"not measured on SQLite",
-	} {
+	}
+	if runtime.GOOS == "linux" {
+		wants = append(wants, "  cpu           this process ", " ms per purchase (", " of a core); the machine ", "% busy of ")
+	}
+	for _, want := range wants {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("the report lacks %q:\n%s", want, stdout)
 		}

@@ -173,7 +173,7 @@ func commands() []command {
 				"then runs the worker as `payrecon worker` does (Service.Work, with --concurrency, --batch-size and the other worker settings) against the in-process fake provider, " +
 				"with no faults and no latency, until every purchase is final. It reports purchases/s; round trips, commits, rollbacks and statements per purchase " +
 				"(Postgres: the store's pgx tracer, pg_stat_database, and pg_stat_statements when the server loads it, the extension created in the database if missing); " +
-				"the bench process's RSS during the burn-down; the latency created → final and submitted → final (p50, p90, p99, max, a histogram); " +
+				"the bench process's RSS during the burn-down; the CPU time per purchase" + benchCPUAbout + "; the latency created → final and submitted → final (p50, p90, p99, max, a histogram); " +
 				"and the fake's ledger, which must hold exactly one charge per purchase." + benchSafety,
 			settings: join(basicSettings, storeSettings, protocolSettings), run: runBenchBurnDown},
 		{name: "bench webhooks", args: "[--n N] [--clients C] [--rate R] [--yes] [--json]",
@@ -182,13 +182,13 @@ func commands() []command {
 				"Then it POSTs each event, signed with a secret of its own as Stripe and the fake sign, to POST /webhooks/stripe of serve's HTTP server (wired as serve wires it, on a loopback port): " +
 				"a closed loop of --clients clients, or with --rate an open loop, each send scheduled on a fixed clock and its latency counted from its scheduled time. " +
 				"Each event is applied: its purchase moves uncertain → reconciling → succeeded. " +
-				"It reports events/s, the latency (p50, p90, p99, max, a histogram), each event's outcome, round trips, commits and statements per event (Postgres), and the fake's ledger." + benchSafety,
+				"It reports events/s, the latency (p50, p90, p99, max, a histogram), each event's outcome, round trips, commits and statements per event (Postgres), the CPU time per event" + benchCPUAbout + ", and the fake's ledger." + benchSafety,
 			settings: join(basicSettings, storeSettings, protocolSettings, []string{"webhook-tolerance", "group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchWebhooks},
 		{name: "bench api", args: "[--n N] [--clients C] [--rate R] [--yes] [--json]",
 			summary: "time POST /v1/purchases through serve's purchase API, closed or open loop",
 			about: "POSTs N purchases, each with its own Idempotency-Key and a bearer token of the bench's own, to POST /v1/purchases of serve's HTTP server (wired as serve wires it, on a loopback port): " +
 				"a closed loop of --clients clients, or with --rate an open loop, each send scheduled on a fixed clock and its latency counted from its scheduled time. " +
-				"It reports requests/s, the latency (p50, p90, p99, max, a histogram), the answers, and round trips, commits and statements per request (Postgres). " +
+				"It reports requests/s, the latency (p50, p90, p99, max, a histogram), the answers, round trips, commits and statements per request (Postgres), and the CPU time per request" + benchCPUAbout + ". " +
 				"Then, not timed, the worker takes the new purchases to a final state against the fake provider, so that the database holds final purchases only, and checks the fake's ledger." + benchSafety,
 			settings: join(basicSettings, storeSettings, protocolSettings, []string{"group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchAPI},
 		{name: "bench backlog", args: "[--n N] [--rate R] [--workers W]",
