@@ -645,7 +645,7 @@ func (b *bench) afterDrive(d driven, what string) {
 	r.Run = newPhase(what, b.opts.n-d.failed, d.took)
 	r.Outcomes = d.outcomes
 	if b.opts.rate > 0 {
-		r.Late = &d.late
+		r.Late, r.LateWakeups = &d.late, &d.lateWake
 	}
 	name, about := b.latencyName()
 	r.Latency = append(r.Latency, summarise(name, about, d.latencies))

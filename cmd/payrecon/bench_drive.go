@@ -97,8 +97,12 @@ type driven struct {
 	outcomes  map[string]int
 	failures  []string // the first few failed requests, for the report
 	failed    int
-	late      int // open loop: sends that left more than 1ms after their time
-	took      time.Duration
+	// Open loop: the sends that left more than 1ms after their time,
+	// late because every client was busy then (late), or because the
+	// client woke late from its wait (lateWake: the machine's scheduler,
+	// not the bench's clients).
+	late, lateWake int
+	took           time.Duration
 }
 
 // maxFailuresShown caps the failed requests a report lists.
@@ -135,13 +139,17 @@ func drive(ctx context.Context, n, clients int, rate float64, done *atomic.Int64
 					return
 				}
 				from := time.Now()
-				late := false
+				late, lateWake := false, false
 				if rate > 0 {
 					from = start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+					// A request taken after its time found every client
+					// busy until then: a free one takes the next at once
+					// and waits for its time.
+					late = time.Since(from) > time.Millisecond
 					if !sleepUntil(ctx, from) {
 						return
 					}
-					late = time.Since(from) > time.Millisecond
+					lateWake = !late && time.Since(from) > time.Millisecond
 				}
 				outcome, err := send(ctx, i)
 				took := time.Since(from)
@@ -149,6 +157,9 @@ func drive(ctx context.Context, n, clients int, rate float64, done *atomic.Int64
 				mu.Lock()
 				if late {
 					d.late++
+				}
+				if lateWake {
+					d.lateWake++
 				}
 				if err != nil {
 					d.failed++

@@ -33,8 +33,12 @@ type benchReport struct {
 	// Run is the measured phase.
 	Run benchPhase `json:"run"`
 	// Late counts the open loop's sends that left more than a millisecond
-	// after their scheduled time (every client was busy).
-	Late *int `json:"late_sends,omitempty"`
+	// after their scheduled time because every client was busy then;
+	// LateWakeups those that left late because their client woke late
+	// from its wait for their time (the machine's scheduler, a loaded
+	// CPU). Both count their latency from the scheduled time.
+	Late        *int `json:"late_sends,omitempty"`
+	LateWakeups *int `json:"late_wakeups,omitempty"`
 
 	// DB holds the database's own counters over the measured phase
 	// (Postgres only).
@@ -243,7 +247,11 @@ func (r *benchReport) writeText(w io.Writer) {
 	}
 	row(r.Bench, "%d %s in %.2fs: %.1f %s/s", r.Run.Count, r.Unit, r.Run.Seconds, r.Run.PerSecond, r.Unit)
 	if r.Late != nil {
-		row("schedule", "%d of %d sends left more than 1ms late (all clients busy); their latency counts from the scheduled time", *r.Late, r.Run.Count)
+		line := fmt.Sprintf("%d of %d sends left more than 1ms late, every client busy", *r.Late, r.Run.Count)
+		if r.LateWakeups != nil {
+			line += fmt.Sprintf("; %d more, their client woke more than 1ms late (the machine's scheduler)", *r.LateWakeups)
+		}
+		row("schedule", "%s; their latency counts from the scheduled time", line)
 	}
 	unit := strings.TrimSuffix(r.Unit, "s")
 	if d := r.DB; d != nil {

@@ -91,8 +91,11 @@ func TestBenchEndToEnd(t *testing.T) {
 				if tc.outcome != "" && (r.Outcomes[tc.outcome] != benchN || len(r.Outcomes) != 1) {
 					t.Errorf("outcomes %v, want %s %d", r.Outcomes, tc.outcome, benchN)
 				}
-				if (r.Late != nil) != tc.openLoop {
-					t.Errorf("late sends reported: %v, want it for an open loop only", r.Late != nil)
+				if (r.Late != nil) != tc.openLoop || (r.LateWakeups != nil) != tc.openLoop {
+					t.Errorf("late sends reported: %v, late wake-ups: %v; want both for an open loop only", r.Late != nil, r.LateWakeups != nil)
+				}
+				if tc.openLoop && *r.Late+*r.LateWakeups > benchN {
+					t.Errorf("%d sends late, %d woke late, of %d", *r.Late, *r.LateWakeups, benchN)
 				}
 				if (r.RSS != nil) != tc.hasRSS {
 					t.Errorf("RSS reported: %v, want %v", r.RSS != nil, tc.hasRSS)
@@ -432,6 +435,31 @@ func TestDrive(t *testing.T) {
 		if d.outcomes["ok"] != 45 || d.outcomes["failed"] != 5 || d.failed != 5 || len(d.latencies) != 45 || len(d.failures) != maxFailuresShown {
 			t.Errorf("rate %g: outcomes %v, %d failed, %d latencies, %d failures shown", rate, d.outcomes, d.failed, len(d.latencies), len(d.failures))
 		}
+	}
+}
+
+// TestDriveCountsSendsLateForBusyClients: in an open loop, a request that
+// no client was free to take at its time counts as late because every
+// client was busy, not as a late wake-up.
+func TestDriveCountsSendsLateForBusyClients(t *testing.T) {
+	const n = 5
+	// One client; every request is due at once (a million a second), and
+	// the first holds the client 2 ms: each other one is taken at least
+	// 2 ms after its time.
+	var done atomic.Int64
+	d := drive(context.Background(), n, 1, 1e6, &done, func(ctx context.Context, i int) (string, error) {
+		if i == 0 {
+			time.Sleep(2 * time.Millisecond) // the work of a slow request, not a wait for another goroutine
+		}
+		return "ok", nil
+	})
+	if d.outcomes["ok"] != n {
+		t.Fatalf("outcomes %v, want %d ok", d.outcomes, n)
+	}
+	// The first may also be late, if the machine held the client back
+	// more than 1 ms before it took it.
+	if d.late < n-1 || d.late+d.lateWake > n {
+		t.Errorf("%d sends late for busy clients and %d woken late, want %d or %d late for busy clients", d.late, d.lateWake, n-1, n)
 	}
 }
 
