@@ -41,17 +41,17 @@ type benchCPU struct {
 
 // cpuReading is one reading of the meter's sources.
 type cpuReading struct {
-	at      time.Time
-	process time.Duration // the process's user and system time
-	ok      bool          // whether process was read
-	machine procStat
-	hasStat bool // whether machine was read
+	at         time.Time
+	process    time.Duration // the process's user and system time
+	hasProcess bool          // whether process was read
+	machine    procStat
+	hasStat    bool // whether machine was read
 }
 
 // readCPU reads the process's CPU time and /proc/stat, each where it can.
 func readCPU() cpuReading {
 	r := cpuReading{at: time.Now()}
-	r.process, r.ok = processCPUTime()
+	r.process, r.hasProcess = processCPUTime()
 	if data, err := os.ReadFile("/proc/stat"); err == nil {
 		if s, err := parseProcStat(data); err == nil {
 			r.machine, r.hasStat = s, true
@@ -62,9 +62,11 @@ func readCPU() cpuReading {
 
 // cpuBetween is the CPU the process and the machine took from a to b,
 // for n units of work. It returns nil when the process's time could not
-// be read.
+// be read or n is not positive. It leaves the machine's figures out when
+// /proc/stat could not be read, did not move, or went backwards (the
+// kernel does not promise that its idle and iowait counters only grow).
 func cpuBetween(a, b cpuReading, n int) *benchCPU {
-	if !a.ok || !b.ok || n <= 0 {
+	if !a.hasProcess || !b.hasProcess || n <= 0 {
 		return nil
 	}
 	c := &benchCPU{Seconds: b.at.Sub(a.at).Seconds(), ProcessSeconds: (b.process - a.process).Seconds()}
@@ -72,9 +74,8 @@ func cpuBetween(a, b cpuReading, n int) *benchCPU {
 	if c.Seconds > 0 {
 		c.ProcessCores = c.ProcessSeconds / c.Seconds
 	}
-	total := b.machine.total - a.machine.total
-	if a.hasStat && b.hasStat && total > 0 && b.machine.cores > 0 {
-		busy := float64(b.machine.busy-a.machine.busy) / float64(total)
+	if a.hasStat && b.hasStat && b.machine.total > a.machine.total && b.machine.busy >= a.machine.busy && b.machine.cores > 0 {
+		busy := min(1, float64(b.machine.busy-a.machine.busy)/float64(b.machine.total-a.machine.total))
 		ms := busy * float64(b.machine.cores) * c.Seconds * 1000 / float64(n)
 		c.MachineCores, c.MachineBusy, c.MachineMsPerUnit = b.machine.cores, &busy, &ms
 	}

@@ -114,14 +114,22 @@ const maxFailuresShown = 5
 // one is answered; the latency is the request's own time.
 //
 // Open loop (rate > 0): request i is due at start + i/rate, on a fixed
-// clock whatever the answers do, and is sent by the first free client; it
-// leaves late only when every client is busy. Its latency runs from the
-// time it was due, not from when it left, so that a stalled server is
-// not hidden by the load it stopped receiving (coordinated omission).
+// clock whatever the answers do, and is sent by the first free client,
+// which waits for its time. It leaves late when every client was busy at
+// its time, or when its client woke late from that wait (the machine's
+// scheduler); driven counts the two apart. Its latency runs from the time
+// it was due, not from when it left, so that a stalled server is not
+// hidden by the load it stopped receiving (coordinated omission).
 //
 // send returns the request's outcome, for the report's counts, or an
 // error for a request that failed. done counts the requests answered.
 func drive(ctx context.Context, n, clients int, rate float64, done *atomic.Int64, send func(ctx context.Context, i int) (string, error)) driven {
+	return driveWith(ctx, n, clients, rate, done, send, sleepUntil)
+}
+
+// driveWith is drive with the open loop's wait for a request's time,
+// sleep, given: sleepUntil, or a test's.
+func driveWith(ctx context.Context, n, clients int, rate float64, done *atomic.Int64, send func(ctx context.Context, i int) (string, error), sleep func(context.Context, time.Time) bool) driven {
 	var (
 		mu   sync.Mutex
 		d    = driven{outcomes: map[string]int{}, latencies: make([]time.Duration, 0, n)}
@@ -144,12 +152,14 @@ func drive(ctx context.Context, n, clients int, rate float64, done *atomic.Int64
 					from = start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
 					// A request taken after its time found every client
 					// busy until then: a free one takes the next at once
-					// and waits for its time.
-					late = time.Since(from) > time.Millisecond
-					if !sleepUntil(ctx, from) {
+					// and waits for its time. One that waited and left
+					// late was woken late.
+					behind := time.Since(from)
+					late = behind > time.Millisecond
+					if !sleep(ctx, from) {
 						return
 					}
-					lateWake = !late && time.Since(from) > time.Millisecond
+					lateWake = behind < 0 && time.Since(from) > time.Millisecond
 				}
 				outcome, err := send(ctx, i)
 				took := time.Since(from)

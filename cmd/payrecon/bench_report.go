@@ -36,7 +36,8 @@ type benchReport struct {
 	// after their scheduled time because every client was busy then;
 	// LateWakeups those that left late because their client woke late
 	// from its wait for their time (the machine's scheduler, a loaded
-	// CPU). Both count their latency from the scheduled time.
+	// CPU). Both count their latency from the scheduled time. (Reports
+	// from before late_wakeups counted both in late_sends.)
 	Late        *int `json:"late_sends,omitempty"`
 	LateWakeups *int `json:"late_wakeups,omitempty"`
 
