@@ -474,14 +474,15 @@ func TestDriveCountsSendsLateForBusyClients(t *testing.T) {
 // wake-up, not as late for busy clients.
 func TestDriveCountsLateWakeups(t *testing.T) {
 	const n = 4
-	// Four idle clients, a request every 20 ms: each client takes its
-	// request at once and waits for its time; the wait wakes 2 ms late.
+	// Four idle clients, a request every 100 ms: each client takes its
+	// request at once and waits for its time (a client that started
+	// 100 ms late would not), and the wait wakes 2 ms late.
 	wakeLate := func(ctx context.Context, at time.Time) bool {
 		time.Sleep(time.Until(at) + 2*time.Millisecond)
 		return true
 	}
 	var done atomic.Int64
-	d := driveWith(context.Background(), n, n, 50, &done, func(ctx context.Context, i int) (string, error) {
+	d := driveWith(context.Background(), n, n, 10, &done, func(ctx context.Context, i int) (string, error) {
 		return "ok", nil
 	}, wakeLate)
 	if d.outcomes["ok"] != n {

@@ -147,7 +147,10 @@ func (t *txn) insertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 		query, args = receiveInboxEventsSQL, append(args, clockArg(t.now))
 	}
 	inserted := make([]bool, len(events))
-	var now *time.Time
+	var (
+		now      time.Time
+		gotClock bool
+	)
 	err := t.queryUnderSavepoint(ctx, func(rows pgx.Rows) error {
 		var provider, eventID *string
 		var at *time.Time
@@ -160,14 +163,18 @@ func (t *txn) insertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 				return err
 			}
 			if provider == nil || eventID == nil {
-				now = at
+				// The clock row: its value, not the scan target's
+				// pointer, which the next Scan may reuse.
+				if at != nil {
+					now, gotClock = *at, true
+				}
 				continue
 			}
 			inserted[first[key{*provider, *eventID}]] = true
 		}
 		return rows.Err()
 	}, query, args...)
-	if err == nil && stamp && now == nil {
+	if err == nil && stamp && !gotClock {
 		err = errors.New("the statement returned no clock")
 	}
 	if err != nil {
