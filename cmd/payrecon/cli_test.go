@@ -23,7 +23,7 @@ import (
 // TestMain stops the Postgres cluster a test started, if any.
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 
-var update = flag.Bool("update", false, "rewrite testdata/help.golden, testdata/help-commands.golden and the README's settings table")
+var update = flag.Bool("update", false, "rewrite testdata/help.golden, testdata/help-commands.golden and the settings table of docs/configuration.md")
 
 // golden compares got with the file testdata/name, or rewrites it with
 // -update.
@@ -130,35 +130,69 @@ func TestHelpShowsTypesAndDefaults(t *testing.T) {
 	}
 }
 
-// TestREADMESettings: the README's settings table is the settings table.
-func TestREADMESettings(t *testing.T) {
-	const begin = "<!-- settings: generated from cmd/payrecon/settings.go by `go test ./cmd/payrecon -run TestREADMESettings -update` -->\n"
+// configDoc is the handbook's page on running and configuring payrecon:
+// its command list, its config file example and its settings table.
+var configDoc = filepath.Join("..", "..", "docs", "configuration.md")
+
+// TestSettingsTable: the settings table in docs/configuration.md is the
+// settings table.
+func TestSettingsTable(t *testing.T) {
+	const begin = "<!-- settings: generated from cmd/payrecon/settings.go by `go test ./cmd/payrecon -run TestSettingsTable -update` -->\n"
 	const end = "<!-- end of settings -->"
-	path := filepath.Join("..", "..", "README.md")
-	data, err := os.ReadFile(path)
+	data, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := string(data)
-	before, rest, ok := strings.Cut(readme, begin)
+	doc := string(data)
+	before, rest, ok := strings.Cut(doc, begin)
 	if !ok {
-		t.Fatalf("README.md has no line %q", begin)
+		t.Fatalf("%s has no line %q", configDoc, begin)
 	}
 	table, after, ok := strings.Cut(rest, end)
 	if !ok {
-		t.Fatalf("README.md has no line %q after the settings", end)
+		t.Fatalf("%s has no line %q after the settings", configDoc, end)
 	}
 	want := newSettings().markdownSettings()
 	if table == want {
 		return
 	}
 	if *update {
-		if err := os.WriteFile(path, []byte(before+begin+want+end+after), 0o644); err != nil {
+		if err := os.WriteFile(configDoc, []byte(before+begin+want+end+after), 0o644); err != nil {
 			t.Fatal(err)
 		}
 		return
 	}
-	t.Errorf("README.md's settings table differs from cmd/payrecon/settings.go; run\n  go test ./cmd/payrecon -run TestREADMESettings -update\n%s", lineDiff(want, table))
+	t.Errorf("%s's settings table differs from cmd/payrecon/settings.go; run\n  go test ./cmd/payrecon -run TestSettingsTable -update\n%s", configDoc, lineDiff(want, table))
+}
+
+// TestCommandList: the command list in docs/configuration.md names every
+// command and subcommand payrecon has.
+func TestCommandList(t *testing.T) {
+	data, err := os.ReadFile(configDoc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, list, ok := strings.Cut(string(data), "## The commands\n\n```sh\n")
+	if !ok {
+		t.Fatalf("%s has no command list (a sh block under ## The commands)", configDoc)
+	}
+	list, _, _ = strings.Cut(list, "```")
+	listed := map[string]bool{}
+	for _, line := range strings.Split(list, "\n") {
+		words := strings.Fields(line)
+		if len(words) < 2 || words[0] != "payrecon" {
+			continue
+		}
+		listed[words[1]] = true
+		if len(words) > 2 {
+			listed[words[1]+" "+words[2]] = true
+		}
+	}
+	for _, c := range commands() {
+		if !listed[c.name] {
+			t.Errorf("%s's command list lacks payrecon %s", configDoc, c.name)
+		}
+	}
 }
 
 // TestEnvNames: every setting with a flag is read from PAYRECON_ and its
@@ -188,8 +222,8 @@ func TestEnvNames(t *testing.T) {
 	}
 }
 
-// TestTokenRules: the minimum token length the help and the README state
-// is reconcile/http's.
+// TestTokenRules: the minimum token length the help and
+// docs/configuration.md state is reconcile/http's.
 func TestTokenRules(t *testing.T) {
 	short, long := strings.Repeat("a", minTokenLen-1), strings.Repeat("a", minTokenLen)
 	if _, err := rhttp.ParseAPITokens("shop:" + short); err == nil {
@@ -202,11 +236,11 @@ func TestTokenRules(t *testing.T) {
 		t.Errorf("--ops-token's check is not at %d characters", minTokenLen)
 	}
 	_, help, _ := run(t, nil, "help")
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	doc, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for where, text := range map[string]string{"help": help, "README.md": string(readme)} {
+	for where, text := range map[string]string{"help": help, configDoc: string(doc)} {
 		for _, want := range []string{fmt.Sprintf("at least %d characters", minTokenLen), "name:token"} {
 			if !strings.Contains(strings.Join(strings.Fields(text), " "), want) {
 				t.Errorf("%s does not say %q", where, want)
@@ -681,24 +715,24 @@ func TestSecretOnCommandLineWarns(t *testing.T) {
 	}
 }
 
-// TestREADMEConfigExample: the README's config file example is one that
-// payrecon reads.
-func TestREADMEConfigExample(t *testing.T) {
+// TestConfigExample: the config file example in docs/configuration.md is
+// one that payrecon reads.
+func TestConfigExample(t *testing.T) {
 	unsetenv(t, settingEnvs()...)
-	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	data, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, block, ok := strings.Cut(string(data), "```\n# /etc/payrecon/payrecon.conf\n")
 	if !ok {
-		t.Fatal("README.md has no config file example")
+		t.Fatalf("%s has no config file example", configDoc)
 	}
 	block, _, _ = strings.Cut(block, "```")
 	conf := filepath.Join(t.TempDir(), "payrecon.conf")
 	write(t, conf, block)
 	e := &env{stdout: io.Discard, stderr: io.Discard, settings: newSettings()}
 	if _, err := e.parse("worker", []string{"--config", conf}, nil); err != nil {
-		t.Fatalf("the README's config file: %v", err)
+		t.Fatalf("the config file of %s: %v", configDoc, err)
 	}
 	for name, want := range map[string]string{"lease-duration": "1m", "sweep-audit": "*/30 * * * *", "log-format": "json",
 		"database-url-file": "/run/secrets/payrecon-database-url"} {

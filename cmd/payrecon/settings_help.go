@@ -91,7 +91,7 @@ func wrap(text string, width int) []string {
 	return lines
 }
 
-// markdownSettings is the README's table of the settings.
+// markdownSettings is the table of the settings in docs/configuration.md.
 func (s *settings) markdownSettings() string {
 	var b strings.Builder
 	b.WriteString("| flag | environment | default | meaning |\n|---|---|---|---|\n")
