@@ -123,7 +123,7 @@ func TestReadmeDiagramIsCurrent(t *testing.T) {
 }
 
 // TestRefundTransitionsAreExactlyTheTable pins the refund machine to the
-// list in the design (issue 12): created → submitted → {succeeded |
+// list in the design: created → submitted → {succeeded |
 // failed | uncertain}, uncertain → reconciling → {succeeded | failed |
 // uncertain}.
 func TestRefundTransitionsAreExactlyTheTable(t *testing.T) {
@@ -231,17 +231,17 @@ func TestRefundTransitionReasons(t *testing.T) {
 	}
 }
 
-// TestReadmeRefundDiagramIsCurrent fails when the README's diagram of the
-// refund machine drifts from its table. Regenerate it with `go run
-// ./cmd/payrecon statemachine --mermaid --refund`.
-func TestReadmeRefundDiagramIsCurrent(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// TestProtocolRefundDiagramIsCurrent fails when the diagram of the refund
+// machine in docs/protocol.md drifts from its table. Regenerate it with
+// `go run ./cmd/payrecon statemachine --mermaid --refund`.
+func TestProtocolRefundDiagramIsCurrent(t *testing.T) {
+	doc, err := os.ReadFile("../docs/protocol.md")
 	if err != nil {
-		t.Fatalf("read README: %v", err)
+		t.Fatalf("read docs/protocol.md: %v", err)
 	}
 	block := "```mermaid\n" + statemachine.Refund.Mermaid() + "```"
-	if !strings.Contains(string(readme), block) {
-		t.Fatalf("README.md does not contain the refund machine's current diagram; regenerate it with\n"+
+	if !strings.Contains(string(doc), block) {
+		t.Fatalf("docs/protocol.md does not contain the refund machine's current diagram; regenerate it with\n"+
 			"  go run ./cmd/payrecon statemachine --mermaid --refund\nwant:\n%s", block)
 	}
 	if statemachine.Refund.Mermaid() == statemachine.Mermaid() {
