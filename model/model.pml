@@ -14,8 +14,8 @@
  * out of succeeded, only the table's moves, never a create after the
  * retention minus the margin, never a new key), checked in every state,
  * and the claim settles (every run ends terminal or escalated), checked
- * under weak fairness. The README's section "The protocol in spin"
- * explains what is modelled and what is left out; model_test.go runs spin.
+ * under weak fairness. model/README.md explains what is modelled and
+ * what is left out; model_test.go runs spin.
  *
  * Lines marked MUTANT:name are replaced by the mutation tests.
  */

@@ -2,8 +2,8 @@
 // purchase (model.pml), which spin checks exhaustively, and the Go side
 // that keeps it honest: the purchase machine's moves are generated from
 // package statemachine into transitions.pml, and the tests run spin on the
-// model and on mutants of it that must fail. See the README's section
-// "The protocol in spin".
+// model and on mutants of it that must fail. model/README.md says what is
+// modelled and what is left out.
 package model
 
 //go:generate go run ./gen
