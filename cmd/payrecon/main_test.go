@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -154,6 +156,37 @@ func TestDemoEndToEnd(t *testing.T) {
 	for _, line := range []string{"Summary (", "Audit from the provider's side", "Money at risk: ", "All scenarios ended as expected"} {
 		if !strings.Contains(stderr, line) {
 			t.Errorf("the human report lacks %q", line)
+		}
+	}
+	checkREADMEDemoFigures(t, len(report.Results), len(a.Findings), a.AtRisk)
+}
+
+// checkREADMEDemoFigures fails when the README's account of the demo (its
+// scenarios, the audit's findings, the money at risk) differs from what
+// the demo did.
+func checkREADMEDemoFigures(t *testing.T, scenarios, findings int, atRisk []demo.Money) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := strings.Join(strings.Fields(string(data)), " ")
+	money := make([]string, len(atRisk))
+	for i, m := range atRisk {
+		money[i] = m.String()
+	}
+	for _, f := range []struct{ re, want string }{
+		{`it plays (\d+) scenarios`, strconv.Itoa(scenarios)},
+		{`which finds (\d+) findings`, strconv.Itoa(findings)},
+		{`findings with (.+?) at risk`, strings.Join(money, " and ")},
+	} {
+		m := regexp.MustCompile(f.re).FindStringSubmatch(readme)
+		if m == nil {
+			t.Errorf("README.md does not say %q about the demo", f.re)
+			continue
+		}
+		if m[1] != f.want {
+			t.Errorf("README.md says of the demo %q, but the demo gave %s", m[0], f.want)
 		}
 	}
 }
