@@ -1,5 +1,7 @@
 // Package architecture checks the direction of payrecon's imports and keeps
-// the package map in docs/architecture.md true. It has no code of its own.
+// the documentation's map of the code true: the package map and the layout
+// in docs/architecture.md, the README's commands and map of docs/, and the
+// links between the documents. It has no code of its own.
 package architecture
 
 import (
