@@ -130,10 +130,10 @@ func TestDashboardQueriesUseExportedMetrics(t *testing.T) {
 		}
 	})
 
-	// What the dashboard must show (issue 13): states over time, the
-	// oldest uncertain age, escalations, audit findings by kind, provider
-	// latency and outcomes, webhook outcomes, claims and lease losses;
-	// and (issue 12) refunds by state and the oldest uncertain refund.
+	// What the dashboard must show: states over time, the oldest
+	// uncertain age, escalations, audit findings by kind, provider latency
+	// and outcomes, webhook outcomes, claims and lease losses, refunds by
+	// state and the oldest uncertain refund.
 	for metric, by := range map[string]string{
 		"payrecon_purchases":                                "state",
 		"payrecon_oldest_uncertain_age_seconds":             "",
