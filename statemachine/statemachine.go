@@ -133,7 +133,8 @@ func (m Machine) Transition(from, to State) error {
 }
 
 // Mermaid renders the table as a Mermaid state diagram. The README carries
-// a copy; a test fails when the copy drifts.
+// a copy of the purchase's, docs/protocol.md of the refund's; a test fails
+// when a copy drifts.
 func (m Machine) Mermaid() string {
 	var b strings.Builder
 	b.WriteString("stateDiagram-v2\n")

@@ -334,7 +334,7 @@ func printAttempts(out io.Writer, as []reconcile.Attempt) {
 
 // runStatemachine prints the purchase's machine, or the refund's with
 // --refund: its moves, one a line, or with --mermaid the diagram the
-// README carries.
+// README (the purchase's) and docs/protocol.md (the refund's) carry.
 func runStatemachine(ctx context.Context, e *env, args []string) error {
 	var mermaid, refund bool
 	rest, err := e.parse("statemachine", args, func(fs *flag.FlagSet) {
