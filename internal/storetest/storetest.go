@@ -128,6 +128,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"RefundReads", testRefundReads},
 		// recovery.go
 		{"Recoveries", withStore(testRecoveries)},
+		{"SendHorizon", withStore(testSendHorizon)},
 		// outbox.go
 		{"Outbox", testOutbox},
 		// budget.go
