@@ -57,6 +57,25 @@ type Recovery struct {
 // holds.
 func (r Recovery) Open() bool { return r.CompletedAt.IsZero() }
 
+// EventEpoch is the epoch (events.Event.Epoch) of the outbox's events
+// committed after it was recorded: EventEpochOf(RecordedAt).
+func (r Recovery) EventEpoch() int64 { return EventEpochOf(r.RecordedAt) }
+
+// EventEpochOf returns the event epoch of a recovery recorded at
+// recordedAt: its Unix time in seconds (0 for the zero time: no
+// recovery). The outbox stamps each event with the epoch of the latest
+// recovery recorded (Tx.AppendOutbox). A restore brings the books'
+// per-purchase sequence numbers back with the backup, and with them the
+// recovery epochs the backup held; a time, unlike a counter, is above
+// every epoch of the lost period too, since every recovery of that
+// period was recorded before this restore.
+func EventEpochOf(recordedAt time.Time) int64 {
+	if recordedAt.IsZero() {
+		return 0
+	}
+	return recordedAt.Unix()
+}
+
 // RecoveryReport says what one Recover call did.
 type RecoveryReport struct {
 	Recovery Recovery

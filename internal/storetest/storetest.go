@@ -131,6 +131,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"SendHorizon", withStore(testSendHorizon)},
 		// outbox.go
 		{"Outbox", testOutbox},
+		{"OutboxEpoch", withStore(testOutboxEpoch)},
 		// budget.go
 		{"BudgetBuckets", testBudgetBuckets},
 		{"SharedBudget", testSharedBudget},
