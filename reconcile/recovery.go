@@ -629,6 +629,7 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 			"run `payrecon recover --restored-at <when the backup was taken>` first",
 			ErrRestoreSuspected, n, horizon.Format(time.RFC3339), strings.Join(signs, "; "))
 	}
+	s.restoreChecked.Store(true)
 	return nil
 }
 

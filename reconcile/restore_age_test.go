@@ -30,7 +30,8 @@ var backupables = []struct {
 // create now would charge again and refund again. The operator skips
 // recover (and even stores a purchase first, as `purchase create` does):
 // the check refuses, naming `payrecon recover --restored-at`, whatever
-// the age, and nothing is sent a second time. After recover the purchase
+// the age, so does an operator's recheck, and nothing is sent a second
+// time. After recover the purchase
 // and the refund settle with one charge and one refund.
 func TestRestoreOfAnyAgeIsDetected(t *testing.T) {
 	for _, b := range backupables {
@@ -134,6 +135,12 @@ func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.
 				t.Errorf("%s: the refusal does not name %s: %v", name, id, err)
 			}
 		}
+	}
+	// An operator's recheck of the purchase (`payrecon ops recheck`, a
+	// process of its own, or serve's operator pages) would send its
+	// create: it runs the check and refuses too.
+	if _, err := newService(st).Recheck(ctx, pending.ID, "ops"); !errors.Is(err, reconcile.ErrRestoreSuspected) {
+		t.Fatalf("Recheck of %s after the restore: %v, want a refusal", pending.ID, err)
 	}
 	if got, gotRefunds := len(fake.Charges()), len(fake.Refunds()); got != charges || gotRefunds != refunds {
 		t.Fatalf("after the refusal: %d charges and %d refunds at the provider, want %d and %d", got, gotRefunds, charges, refunds)

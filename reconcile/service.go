@@ -30,6 +30,8 @@ type Service struct {
 	// CheckRestore read it; nil before.
 	restoreMu      sync.Mutex
 	restoreHorizon *time.Time
+	// restoreChecked is set once CheckRestore passed.
+	restoreChecked atomic.Bool
 }
 
 // New returns a Service. It returns an error naming the field if cfg is
