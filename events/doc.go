@@ -22,7 +22,11 @@
 // The id never changes: a retry or a replay sends the same id and the same
 // bytes. The sequence numbers a purchase's events from 1; a subscription
 // that filters types sees gaps. The digest is Digest(data). refund_id is
-// present on refund events.
+// present on refund events. epoch is present once payrecon's books have
+// been recovered from a backup: the restore brings the sequences back
+// with the books, so the recovery starts a new epoch, and events are
+// ordered by (epoch, sequence) (Event.Order). An event without one is of
+// epoch 0.
 //
 // The headers:
 //
@@ -51,10 +55,13 @@
 //     already there with the same content is a duplicate: 200, and nothing
 //     else happens. With another content it is a conflict: 409, logged,
 //     nothing applied;
-//  2. checks the event's sequence against the highest applied for its
-//     purchase: not above it is out of order, or an old event replayed
-//     under a new id: 409, logged, nothing stored. More than one above it
-//     is a gap: accepted, logged, and reported to Config.OnGap;
+//  2. checks the event's order, (epoch, sequence), against the highest
+//     applied for its purchase. Within an epoch it is strict: a sequence
+//     not above the highest is out of order, or an old event replayed
+//     under a new id: 409, logged, nothing stored; more than one above it
+//     is a gap: accepted, logged, and reported to Config.OnGap. An event
+//     of a higher epoch is accepted whatever its sequence. An event of a
+//     lower epoch is stale: 200 "stale", its id kept, the effect not run;
 //  3. runs the shop's Effect with the transaction;
 //  4. commits, and only then answers 200.
 //

@@ -57,8 +57,18 @@ type Event struct {
 	// empty and omitted.
 	RefundID string `json:"refund_id,omitempty"`
 	// Sequence numbers the purchase's events from 1, in the order they
-	// were committed. A subscription that filters types sees gaps.
+	// were committed, within an epoch. A subscription that filters types
+	// sees gaps. At most MaxSequence.
 	Sequence int64 `json:"sequence"`
+	// Epoch is the recovery epoch the event was committed in: 0 (and
+	// omitted) until payrecon's books are first recovered from a backup,
+	// then the Unix time, in seconds, at which the latest recovery was
+	// recorded. Every recovery raises it. A restore brings the books'
+	// sequence numbers back with the backup, so the first events after a
+	// recovery may repeat numbers the receiver saw from the lost period:
+	// events are ordered by (Epoch, Sequence), compared lexicographically
+	// (see Order). At most MaxEpoch.
+	Epoch int64 `json:"epoch,omitempty"`
 	// CreatedAt is when the event was committed with its change (RFC 3339
 	// on the wire).
 	CreatedAt time.Time `json:"created_at"`
@@ -68,6 +78,23 @@ type Event struct {
 	// Digest is Digest(Data): the hex SHA-256 of the payload, compact.
 	Digest string `json:"digest"`
 }
+
+// The bounds of an event's order (Order packs both in one int64).
+const (
+	// MaxSequence is the highest sequence an event may carry.
+	MaxSequence = 1<<32 - 1
+	// MaxEpoch is the highest epoch an event may carry.
+	MaxEpoch = 1<<31 - 1
+)
+
+// Order returns e's place in its purchase's order as one number:
+// Epoch<<32 + Sequence. Comparing orders compares (Epoch, Sequence)
+// lexicographically; for an event of epoch 0 the order is its sequence.
+// The receiver's tables store orders in their sequence columns.
+func (e Event) Order() int64 { return e.Epoch<<32 | e.Sequence }
+
+// SplitOrder is Order's inverse: the epoch and sequence of an order.
+func SplitOrder(order int64) (epoch, sequence int64) { return order >> 32, order & MaxSequence }
 
 // Errors about an event's content. Errors returned by Validate, Marshal,
 // SetData and Receiver.Apply wrap one of them.
@@ -125,9 +152,10 @@ func (e *Event) SetData(v any) error {
 }
 
 // Validate checks that e is a well-formed event: ID, Type, PurchaseID
-// set; SchemaVersion from 1 to SchemaVersion; Sequence at least 1;
-// CreatedAt set; Data a JSON object; Digest the digest of Data. Returns an
-// error wrapping ErrInvalidEvent or ErrDigestMismatch otherwise.
+// set; SchemaVersion from 1 to SchemaVersion; Sequence from 1 to
+// MaxSequence; Epoch from 0 to MaxEpoch; CreatedAt set; Data a JSON
+// object; Digest the digest of Data. Returns an error wrapping
+// ErrInvalidEvent or ErrDigestMismatch otherwise.
 func (e Event) Validate() error {
 	switch {
 	case e.ID == "":
@@ -140,6 +168,10 @@ func (e Event) Validate() error {
 		return fmt.Errorf("%w: event %s has no purchase_id", ErrInvalidEvent, e.ID)
 	case e.Sequence < 1:
 		return fmt.Errorf("%w: event %s has sequence %d; sequences start at 1", ErrInvalidEvent, e.ID, e.Sequence)
+	case e.Sequence > MaxSequence:
+		return fmt.Errorf("%w: event %s has sequence %d; the highest is %d", ErrInvalidEvent, e.ID, e.Sequence, int64(MaxSequence))
+	case e.Epoch < 0 || e.Epoch > MaxEpoch:
+		return fmt.Errorf("%w: event %s has epoch %d; epochs are 0 to %d", ErrInvalidEvent, e.ID, e.Epoch, int64(MaxEpoch))
 	case e.CreatedAt.IsZero():
 		return fmt.Errorf("%w: event %s has no created_at", ErrInvalidEvent, e.ID)
 	}

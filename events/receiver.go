@@ -61,9 +61,10 @@ type Config struct {
 	// DefaultSequenceTable.
 	InboxTable, SequenceTable string
 	// OnGap, if set, is called when an event is applied whose sequence is
-	// more than one above the highest its purchase had (last; 0 for a
-	// purchase not seen before): events were skipped, which is legitimate
-	// when the subscription filters types. It is called after the event's
+	// more than one above the highest its purchase had in the same epoch
+	// (last; 0 for a purchase not seen before): events were skipped, which
+	// is legitimate when the subscription filters types. The first event
+	// of a higher epoch is no gap, whatever its sequence. It is called after the event's
 	// transaction committed, once per applied event, never for a
 	// duplicate. Default: the gap is only logged.
 	OnGap func(ctx context.Context, ev Event, last int64)
@@ -87,6 +88,12 @@ const (
 	// Duplicate: the event (same id, same content) was applied before;
 	// nothing was done.
 	Duplicate Outcome = "duplicate"
+	// Stale: the event is new, but of an older epoch than an event its
+	// purchase already had applied: it was committed before a recovery
+	// of payrecon's books, and what the books emitted since supersedes
+	// it. Its id was recorded (a repeat is a Duplicate) and nothing else
+	// was done: the effect did not run.
+	Stale Outcome = "stale"
 )
 
 // Errors of Apply besides those of Validate. Each is answered 409: the
@@ -96,9 +103,10 @@ var (
 	// schema version, purchase, refund, sequence or digest) was applied
 	// before. Nothing was applied. The sender is at fault.
 	ErrConflict = errors.New("events: conflict: the event id was applied with another content")
-	// ErrOutOfOrder: the event is new, but its sequence is not above the
-	// highest already applied for its purchase: it arrived after a later
-	// event, or replays an old one under a new id. Nothing was applied.
+	// ErrOutOfOrder: the event is new and of the epoch of the highest
+	// event applied for its purchase, but its sequence is not above that
+	// event's: it arrived after a later event, or replays an old one
+	// under a new id. Nothing was applied.
 	ErrOutOfOrder = errors.New("events: out of order: the sequence is not above the purchase's highest")
 )
 
@@ -180,7 +188,8 @@ func NewReceiver(cfg Config, effect Effect) (*Receiver, error) {
 		FROM ` + t.inbox + ` WHERE consumer = ? AND event_id = ?`)
 	// An upsert that changes nothing, for the row lock it takes
 	// (PostgreSQL; SQLite has the one write lock already) and the value
-	// it returns: the highest sequence applied, 0 for a new purchase.
+	// it returns: the highest order applied (Event.Order: the sequence
+	// for epoch 0), 0 for a new purchase.
 	r.lockSequence = d.rebind(`INSERT INTO ` + t.sequence + ` AS s (consumer, purchase_id, last_sequence, last_event_id, updated_at)
 		VALUES (?, ?, 0, '', ?)
 		ON CONFLICT (consumer, purchase_id) DO UPDATE SET last_sequence = s.last_sequence
@@ -192,13 +201,21 @@ func NewReceiver(cfg Config, effect Effect) (*Receiver, error) {
 
 // Apply applies ev once: in one transaction of the shop's database, it
 // inserts ev's id into the inbox (the primary key decides whether it is
-// new; nothing is read first), and if it is new, checks ev's sequence
-// against the highest its purchase had, records it, runs the effect, and
-// commits. It returns
+// new; nothing is read first), and if it is new, checks ev's order
+// (epoch, sequence) against the highest its purchase had, records it,
+// runs the effect, and commits. Within an epoch the order is strict: the
+// sequence must be above the highest applied. An event of a higher epoch
+// than the highest applied is accepted whatever its sequence (a recovery
+// of payrecon's books starts a new epoch, and its numbering goes on from
+// the restored backup's). An event of a lower epoch is stale. It returns
 //
 //   - Applied, nil: the event was new and its effect committed; if its
-//     sequence skipped some, OnGap was called after the commit;
+//     sequence skipped some within its epoch, OnGap was called after the
+//     commit;
 //   - Duplicate, nil: the same event was applied before; nothing was done;
+//   - Stale, nil: the event is new but of an older epoch than the highest
+//     applied for its purchase: its id was recorded, the effect did not
+//     run (see Stale);
 //   - an error wrapping ErrInvalidEvent or ErrDigestMismatch (Validate),
 //     ErrConflict or ErrOutOfOrder: nothing was done, and a retry will be
 //     refused the same way;
@@ -229,8 +246,9 @@ func (r *Receiver) apply(ctx context.Context, ev Event, log *slog.Logger) (Outco
 	}
 	defer tx.Rollback() // a no-op after Commit
 
+	order := ev.Order()
 	res, err := tx.ExecContext(ctx, r.insertInbox, r.consumer, ev.ID, string(ev.Type), ev.SchemaVersion,
-		ev.PurchaseID, ev.RefundID, ev.Sequence, ev.Digest, r.dialect.timeArg(ev.CreatedAt), r.dialect.timeArg(now))
+		ev.PurchaseID, ev.RefundID, order, ev.Digest, r.dialect.timeArg(ev.CreatedAt), r.dialect.timeArg(now))
 	if err != nil {
 		return "", fmt.Errorf("events: insert %s into the inbox: %w", ev.ID, err)
 	}
@@ -246,11 +264,24 @@ func (r *Receiver) apply(ctx context.Context, ev Event, log *slog.Logger) (Outco
 	if err := tx.QueryRowContext(ctx, r.lockSequence, r.consumer, ev.PurchaseID, r.dialect.timeArg(now)).Scan(&last); err != nil {
 		return "", fmt.Errorf("events: read the sequence of %s for %s: %w", ev.PurchaseID, ev.ID, err)
 	}
-	if ev.Sequence <= last {
-		log.Warn("events: refused an event out of order: its purchase has a higher or equal sequence applied", slog.Int64("last_sequence", last))
-		return "", fmt.Errorf("%w: event %s has sequence %d, purchase %s has %d applied", ErrOutOfOrder, ev.ID, ev.Sequence, ev.PurchaseID, last)
+	lastEpoch, lastSeq := SplitOrder(last)
+	switch {
+	case order > last:
+	case ev.Epoch < lastEpoch:
+		// Committed before a recovery whose events the purchase has had:
+		// superseded. Keep the id, so that a repeat is a duplicate.
+		if err := tx.Commit(); err != nil {
+			return "", fmt.Errorf("events: commit %s: %w", ev.ID, err)
+		}
+		log.Warn("events: acknowledged a stale event: its purchase has events of a later epoch applied; effect not run",
+			slog.Int64("epoch", ev.Epoch), slog.Int64("last_epoch", lastEpoch))
+		return Stale, nil
+	default:
+		log.Warn("events: refused an event out of order: its purchase has a higher or equal sequence applied",
+			slog.Int64("epoch", ev.Epoch), slog.Int64("last_sequence", lastSeq))
+		return "", fmt.Errorf("%w: event %s has sequence %d (epoch %d), purchase %s has %d applied", ErrOutOfOrder, ev.ID, ev.Sequence, ev.Epoch, ev.PurchaseID, lastSeq)
 	}
-	if _, err := tx.ExecContext(ctx, r.updateSequence, ev.Sequence, ev.ID, r.dialect.timeArg(now), r.consumer, ev.PurchaseID); err != nil {
+	if _, err := tx.ExecContext(ctx, r.updateSequence, order, ev.ID, r.dialect.timeArg(now), r.consumer, ev.PurchaseID); err != nil {
 		return "", fmt.Errorf("events: record the sequence of %s for %s: %w", ev.PurchaseID, ev.ID, err)
 	}
 	if err := r.effect(ctx, tx, ev); err != nil {
@@ -259,10 +290,10 @@ func (r *Receiver) apply(ctx context.Context, ev Event, log *slog.Logger) (Outco
 	if err := tx.Commit(); err != nil {
 		return "", fmt.Errorf("events: commit %s: %w", ev.ID, err)
 	}
-	if ev.Sequence > last+1 {
-		log.Warn("events: applied an event after a gap in its purchase's sequence", slog.Int64("last_sequence", last))
+	if (ev.Epoch == lastEpoch || last == 0) && ev.Sequence > lastSeq+1 {
+		log.Warn("events: applied an event after a gap in its purchase's sequence", slog.Int64("last_sequence", lastSeq))
 		if r.onGap != nil {
-			r.onGap(ctx, ev, last)
+			r.onGap(ctx, ev, lastSeq)
 		}
 	} else {
 		log.Debug("events: applied")
@@ -292,7 +323,7 @@ func (r *Receiver) repeat(ctx context.Context, tx *sql.Tx, ev Event, log *slog.L
 		{"schema_version", version, ev.SchemaVersion},
 		{"purchase_id", purchase, ev.PurchaseID},
 		{"refund_id", refund, ev.RefundID},
-		{"sequence", sequence, ev.Sequence},
+		{"order", sequence, ev.Order()},
 		{"digest", digest, ev.Digest},
 	} {
 		if c.had != c.sent {
@@ -321,8 +352,8 @@ func (e *effectError) Unwrap() error { return e.err }
 // ServeHTTP receives one delivery: a POST whose body is an event and whose
 // Payrecon-Signature header signs it. It answers
 //
-//   - 200 {"event_id", "outcome": "applied" | "duplicate"} once the event
-//     is applied (committed) or was before;
+//   - 200 {"event_id", "outcome": "applied" | "duplicate" | "stale"} once
+//     the event is applied (committed), was before, or is stale;
 //   - 405, 413 (body over MaxBodyBytes), 400 (bad signature header, not an
 //     event, digest mismatch, Event-Id header not the body's id) or 401
 //     (no signature, no matching signature, timestamp outside the

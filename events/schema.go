@@ -36,7 +36,10 @@ const (
 //
 // The inbox has one row per event a consumer applied; its primary key is
 // what decides that an event is new. The sequence table has one row per
-// purchase a consumer saw an event of: the highest sequence applied.
+// purchase a consumer saw an event of: the highest order applied. Both
+// sequence columns hold an event's order (Event.Order: Epoch<<32 +
+// Sequence), which is its sequence for an event of epoch 0, so tables
+// made before epochs existed need no change.
 const schemaTemplate = `CREATE TABLE IF NOT EXISTS %[1]s (
 	consumer       TEXT    NOT NULL,
 	event_id       TEXT    NOT NULL,

@@ -111,6 +111,12 @@ type Config struct {
 	// Default 2m.
 	AuditListTimeout time.Duration
 
+	// RestoreSkew is how far the provider's clock may run behind the
+	// store's: the check for a restored backup (CheckRestore) lists the
+	// provider's payments and refunds from the books' send horizon less
+	// this much. Default 10m.
+	RestoreSkew time.Duration
+
 	// GroupCommitMax caps how many concurrent webhooks and purchase API
 	// requests share one transaction (group commit, groupcommit.go).
 	// Default 64.
@@ -171,6 +177,7 @@ func DefaultConfig() Config {
 		AuditSettle:          5 * time.Minute,
 		AuditFirstWindow:     25 * time.Hour,
 		AuditListTimeout:     2 * time.Minute,
+		RestoreSkew:          10 * time.Minute,
 		GroupCommitMax:       64,
 		GroupCommitLeaders:   2,
 		Now:                  time.Now,
@@ -220,6 +227,7 @@ func (c Config) withDefaults() (Config, error) {
 	setDuration(&c.AuditSettle, def.AuditSettle)
 	setDuration(&c.AuditFirstWindow, def.AuditFirstWindow)
 	setDuration(&c.AuditListTimeout, def.AuditListTimeout)
+	setDuration(&c.RestoreSkew, def.RestoreSkew)
 	if c.GroupCommitMax == 0 {
 		c.GroupCommitMax = def.GroupCommitMax
 	}
@@ -270,6 +278,7 @@ func (c Config) withDefaults() (Config, error) {
 		"poll interval": c.PollInterval, "shutdown grace": c.ShutdownGrace, "apply window": c.ApplyWindow,
 		"audit chunk": c.AuditChunk, "audit overlap": c.AuditOverlap, "audit settle": c.AuditSettle,
 		"audit first window": c.AuditFirstWindow, "audit list timeout": c.AuditListTimeout,
+		"restore skew": c.RestoreSkew,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must be positive", name, d))

@@ -470,7 +470,12 @@ func (s *Service) Note(ctx context.Context, id, operator, text string, close boo
 // Recheck reconciles a purchase now, on the operator's request: it takes
 // the purchase's job (unless a worker holds it) and works it at once.
 // Returns the purchase as it stands afterwards; ErrAlreadyFinal for a
-// terminal purchase, ErrBusy when a worker holds the job.
+// terminal purchase, ErrBusy when a worker holds the job. Working a
+// created purchase sends its create, so unless this service's check for
+// a restored backup passed, Recheck runs it first (CheckRestore) and
+// returns its error: a recheck from the command line, or from serve's
+// operator pages while its worker still waits for the check, never sends
+// a create the worker would not.
 func (s *Service) Recheck(ctx context.Context, id, operator string) (Purchase, error) {
 	operator = strings.TrimSpace(operator)
 	if operator == "" {
@@ -482,6 +487,11 @@ func (s *Service) Recheck(ctx context.Context, id, operator string) (Purchase, e
 	}
 	if p.State.Terminal() {
 		return p, fmt.Errorf("reconcile: recheck %s: %w", id, E(KindAlreadyFinal, "it is "+string(p.State), nil))
+	}
+	if p.State == statemachine.Created && !s.restoreChecked.Load() {
+		if err := s.CheckRestore(ctx); err != nil {
+			return p, fmt.Errorf("reconcile: recheck %s would send its create: %w", id, err)
+		}
 	}
 	l, _, err := s.takeJob(ctx, id, "recheck")
 	if err != nil {

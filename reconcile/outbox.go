@@ -22,6 +22,10 @@ type OutboxEvent struct {
 	// Sequence numbers the purchase's events from 1, without gaps, in the
 	// order they committed.
 	Sequence int64
+	// Epoch is the event's epoch (events.Event.Epoch, Recovery.EventEpoch):
+	// that of the latest recovery recorded when it was written. The store
+	// keeps it in Payload only (sqlstore.PayloadEpoch reads it back).
+	Epoch int64
 	// Payload is the body of every delivery: events.Marshal of the event.
 	Payload []byte
 	// Digest is the event's data digest (events.Digest).

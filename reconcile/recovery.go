@@ -57,6 +57,25 @@ type Recovery struct {
 // holds.
 func (r Recovery) Open() bool { return r.CompletedAt.IsZero() }
 
+// EventEpoch is the epoch (events.Event.Epoch) of the outbox's events
+// committed after it was recorded: EventEpochOf(RecordedAt).
+func (r Recovery) EventEpoch() int64 { return EventEpochOf(r.RecordedAt) }
+
+// EventEpochOf returns the event epoch of a recovery recorded at
+// recordedAt: its Unix time in seconds (0 for the zero time: no
+// recovery). The outbox stamps each event with the epoch of the latest
+// recovery recorded (Tx.AppendOutbox). A restore brings the books'
+// per-purchase sequence numbers back with the backup, and with them the
+// recovery epochs the backup held; a time, unlike a counter, is above
+// every epoch of the lost period too, since every recovery of that
+// period was recorded before this restore.
+func EventEpochOf(recordedAt time.Time) int64 {
+	if recordedAt.IsZero() {
+		return 0
+	}
+	return recordedAt.Unix()
+}
+
 // RecoveryReport says what one Recover call did.
 type RecoveryReport struct {
 	Recovery Recovery
@@ -470,32 +489,42 @@ func (s *Service) RecoveryStatus(ctx context.Context) (RecoveryStatus, error) {
 	return st, nil
 }
 
-// maxRestoreSigns caps the charges a refusal names.
+// maxRestoreSigns caps the charges and refunds a refusal names.
 const maxRestoreSigns = 5
 
 // CheckRestore looks for signs that the database was restored from an
 // old backup since payrecon last ran, and returns an error wrapping
-// ErrRestoreSuspected that says which and names `payrecon recover` when
-// it finds one:
+// ErrRestoreSuspected that says which and names `payrecon recover
+// --restored-at` when it finds one:
 //   - the cluster's system identifier differs from the one recorded
 //     (Postgres only: a logical restore into another cluster; SQLite has
 //     none, see its store); the first check records it;
-//   - the provider holds charges created after the books' latest write
-//     (Tx.LatestWrite) for purchases the books do not know or show as
-//     never submitted. The books record every intent before its call, so
-//     no such charge exists unless the books lost writes. The provider is
-//     asked for the payments created since that write, at most
-//     Config.AuditFirstWindow back.
+//   - the provider holds a charge for a purchase, or a refund for a
+//     refund, that the books do not know or show as created (never
+//     sent), created after the books' send horizon (Tx.SendHorizon) less
+//     Config.RestoreSkew (for empty books, Config.AuditFirstWindow back).
 //
-// It lists the provider's payments, so it needs the provider reachable;
-// an error that is not a sign is returned as is. The books' latest write
+// The second check cannot miss a restore, however old the backup: the
+// books commit created → submitted (setting first_attempt_at) before the
+// provider is ever called for it. A charge or refund whose row the
+// restored books show as created, or do not hold, was therefore sent
+// after a commit the backup lacks, hence created at the provider after
+// every send the backup records: after the horizon. Nothing but a send
+// or a recovery moves the horizon, so purchases and refunds stored after
+// the restore by a command that sends nothing (the API, `purchase
+// create`, `refund create`) do not hide it. The listing has no cap; in
+// normal operation the horizon is the last send, moments ago, and the
+// listing short.
+//
+// It lists the provider's payments and refunds, so it needs the provider
+// reachable; an error that is not a sign is returned as is. The horizon
 // is the one the service's first check read (or a recovery epoch
 // recorded since, whichever is later), so that a check made again, once
-// the provider answers, is not fooled by what this process wrote since
+// the provider answers, is not fooled by what this process sent since
 // (WaitRestoreCheck).
 func (s *Service) CheckRestore(ctx context.Context) error {
 	var (
-		now, latest       time.Time
+		now, horizon      time.Time
 		current, recorded string
 	)
 	err := s.store.InTx(ctx, func(tx Tx) error {
@@ -503,7 +532,7 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 		if now, err = tx.Now(ctx); err != nil {
 			return err
 		}
-		if latest, err = s.startLatestWrite(ctx, tx); err != nil {
+		if horizon, err = s.startHorizon(ctx, tx); err != nil {
 			return err
 		}
 		current, recorded, err = tx.SystemIdentifier(ctx)
@@ -526,23 +555,34 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 			"the books were restored into (or copied to) another cluster; run `payrecon recover --restored-at <when the backup was taken>` first",
 			ErrRestoreSuspected, current, recorded)
 	}
-	from := now.Add(-s.cfg.AuditFirstWindow)
-	if latest.After(from) {
-		from = latest
+	from := horizon.Add(-s.cfg.RestoreSkew)
+	if horizon.IsZero() {
+		// Empty books hold nothing that could be sent twice: look only
+		// as far back as the first periodic audit would, for charges of
+		// purchases they lost.
+		from = now.Add(-s.cfg.AuditFirstWindow)
 	}
-	if !from.Before(now) {
-		return nil
+	w := provider.Window{From: from, Until: now.Add(s.cfg.RestoreSkew)}
+	payments, err := s.list(ctx, w)
+	if err != nil {
+		return fmt.Errorf("reconcile: check for a restore: %w", err)
 	}
-	payments, err := s.list(ctx, provider.Window{From: from, Until: now.Add(time.Second)})
+	refunds, err := s.listRefunds(ctx, w)
 	if err != nil {
 		return fmt.Errorf("reconcile: check for a restore: %w", err)
 	}
 	var signs []string
 	n := 0
+	sign := func(what string) {
+		n++
+		if len(signs) < maxRestoreSigns {
+			signs = append(signs, what)
+		}
+	}
 	err = s.store.InTx(ctx, func(tx Tx) error {
 		signs, n = nil, 0
 		for _, pay := range payments {
-			if pay.PurchaseID == "" || !pay.Created.After(latest) {
+			if pay.PurchaseID == "" {
 				continue
 			}
 			p, err := tx.GetPurchase(ctx, pay.PurchaseID)
@@ -557,11 +597,27 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 			default:
 				continue
 			}
-			n++
-			if len(signs) < maxRestoreSigns {
-				signs = append(signs, fmt.Sprintf("payment %s of purchase %s, created %s, %s",
-					pay.ID, pay.PurchaseID, pay.Created.UTC().Format(time.RFC3339), why))
+			sign(fmt.Sprintf("payment %s of purchase %s, created %s, %s",
+				pay.ID, pay.PurchaseID, pay.Created.UTC().Format(time.RFC3339), why))
+		}
+		for _, x := range refunds {
+			if x.RefundID == "" {
+				continue
 			}
+			r, err := tx.GetRefund(ctx, x.RefundID)
+			var why string
+			switch {
+			case errors.Is(err, ErrNotFound):
+				why = "which the books do not know"
+			case err != nil:
+				return err
+			case r.State == statemachine.Created:
+				why = "which the books show as never submitted"
+			default:
+				continue
+			}
+			sign(fmt.Sprintf("provider refund %s of refund %s, created %s, %s",
+				x.ID, x.RefundID, x.Created.UTC().Format(time.RFC3339), why))
 		}
 		return nil
 	})
@@ -569,35 +625,36 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 		return fmt.Errorf("reconcile: check for a restore: %w", err)
 	}
 	if n > 0 {
-		return fmt.Errorf("reconcile: %w: the provider holds %d charges newer than the books' latest write (%s): %s: "+
+		return fmt.Errorf("reconcile: %w: the provider holds %d charges or refunds newer than the books' last send (%s) that the books do not know or never sent: %s: "+
 			"run `payrecon recover --restored-at <when the backup was taken>` first",
-			ErrRestoreSuspected, n, latest.Format(time.RFC3339), strings.Join(signs, "; "))
+			ErrRestoreSuspected, n, horizon.Format(time.RFC3339), strings.Join(signs, "; "))
 	}
+	s.restoreChecked.Store(true)
 	return nil
 }
 
-// startLatestWrite returns the books' latest write as the service's first
+// startHorizon returns the books' send horizon as the service's first
 // check read it, or the latest recovery epoch's recording if later.
-func (s *Service) startLatestWrite(ctx context.Context, tx Tx) (time.Time, error) {
+func (s *Service) startHorizon(ctx context.Context, tx Tx) (time.Time, error) {
 	s.restoreMu.Lock()
 	defer s.restoreMu.Unlock()
-	if s.restoreLatest == nil {
-		latest, err := tx.LatestWrite(ctx)
+	if s.restoreHorizon == nil {
+		h, err := tx.SendHorizon(ctx)
 		if err != nil {
 			return time.Time{}, err
 		}
-		s.restoreLatest = &latest
-		return latest, nil
+		s.restoreHorizon = &h
+		return h, nil
 	}
-	latest := *s.restoreLatest
+	h := *s.restoreHorizon
 	epochs, err := tx.ListRecoveries(ctx, 1)
 	if err != nil {
 		return time.Time{}, err
 	}
-	if len(epochs) > 0 && epochs[0].RecordedAt.After(latest) {
-		latest = epochs[0].RecordedAt
+	if len(epochs) > 0 && epochs[0].RecordedAt.After(h) {
+		h = epochs[0].RecordedAt
 	}
-	return latest, nil
+	return h, nil
 }
 
 // WaitRestoreCheck runs CheckRestore until it passes, every retry while it

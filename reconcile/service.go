@@ -26,10 +26,12 @@ type Service struct {
 	// recovery is the open recovery epoch's guard as last read (see
 	// refreshRecovery); nil before the first read.
 	recovery atomic.Pointer[recoveryGuard]
-	// restoreLatest is the books' latest write as the first CheckRestore
-	// read it; nil before.
-	restoreMu     sync.Mutex
-	restoreLatest *time.Time
+	// restoreHorizon is the books' send horizon as the first
+	// CheckRestore read it; nil before.
+	restoreMu      sync.Mutex
+	restoreHorizon *time.Time
+	// restoreChecked is set once CheckRestore passed.
+	restoreChecked atomic.Bool
 }
 
 // New returns a Service. It returns an error naming the field if cfg is

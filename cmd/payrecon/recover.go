@@ -77,6 +77,7 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 		verb = "resumed"
 	}
 	fmt.Fprintf(e.stdout, "recovery epoch %d %s: backup of %s, recorded %s\n", r.ID, verb, stamp(r.RestoredAt), stamp(r.RecordedAt))
+	fmt.Fprintf(e.stdout, "events committed from now on carry epoch %d: a shop's receiver accepts them after those of the lost period\n", r.EventEpoch())
 	fmt.Fprintf(e.stdout, "audit of the provider's payments from %s to %s: %d listed\n", stamp(r.AuditFrom), stamp(r.AuditUntil), rep.Audit.Payments)
 	fmt.Fprintf(e.stdout, "re-linked to their charge (settled by status query): %d\n", len(rep.Relinked))
 	for _, id := range rep.Relinked {

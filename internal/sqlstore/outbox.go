@@ -1,6 +1,7 @@
 package sqlstore
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -12,16 +13,19 @@ import (
 // What both stores say alike of the outbox (migrations postgres 00011,
 // sqlite 00010).
 
-// OutboxEvent completes e as the outbox stores it, numbered seq: its
-// schema version (events.SchemaVersion when unset), its CreatedAt to the
-// microsecond in UTC (as both stores keep times, so that the stored
-// bytes say what the row says), and its wire bytes (events.Marshal).
-// An event that does not validate is the store's reconcile.ErrInvalid.
-func (d Dialect) OutboxEvent(what string, e events.Event, seq int64) (reconcile.OutboxEvent, error) {
+// OutboxEvent completes e as the outbox stores it, numbered seq in the
+// epoch of the latest recovery recorded (recordedAt, zero if none;
+// reconcile.EventEpochOf): its schema version (events.SchemaVersion when
+// unset), its CreatedAt to the microsecond in UTC (as both stores keep
+// times, so that the stored bytes say what the row says), and its wire
+// bytes (events.Marshal). An event that does not validate is the store's
+// reconcile.ErrInvalid.
+func (d Dialect) OutboxEvent(what string, e events.Event, seq int64, recordedAt time.Time) (reconcile.OutboxEvent, error) {
 	if e.SchemaVersion == 0 {
 		e.SchemaVersion = events.SchemaVersion
 	}
 	e.Sequence = seq
+	e.Epoch = reconcile.EventEpochOf(recordedAt)
 	e.CreatedAt = e.CreatedAt.Truncate(time.Microsecond).UTC()
 	body, err := events.Marshal(e)
 	if err != nil {
@@ -29,9 +33,19 @@ func (d Dialect) OutboxEvent(what string, e events.Event, seq int64) (reconcile.
 	}
 	return reconcile.OutboxEvent{
 		ID: e.ID, PurchaseID: e.PurchaseID, RefundID: e.RefundID, Type: e.Type,
-		SchemaVersion: e.SchemaVersion, Sequence: seq, Payload: body, Digest: e.Digest,
+		SchemaVersion: e.SchemaVersion, Sequence: seq, Epoch: e.Epoch, Payload: body, Digest: e.Digest,
 		CreatedAt: e.CreatedAt,
 	}, nil
+}
+
+// PayloadEpoch returns the epoch a stored event's payload carries (0
+// when it carries none, or cannot be read).
+func PayloadEpoch(payload []byte) int64 {
+	var e struct {
+		Epoch int64 `json:"epoch"`
+	}
+	_ = json.Unmarshal(payload, &e)
+	return e.Epoch
 }
 
 // CheckOutboxEvent refuses, before a sequence number is taken, an event

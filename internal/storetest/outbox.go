@@ -418,3 +418,52 @@ func testOutbox(t *testing.T, newStore func(*testing.T) *testStore) {
 		equal(t, "claimed", len(seen), 20)
 	})
 }
+
+// testOutboxEpoch: AppendOutbox stamps each event with the epoch of the
+// latest recovery recorded (reconcile.EventEpochOf its RecordedAt, 0
+// before any), open or completed, in the stored bytes too; numbering
+// goes on across epochs.
+func testOutboxEpoch(t *testing.T, s *testStore) {
+	ctx := t.Context()
+	first := appendEvent(t, s, newEvent(t, "pur_1", events.PurchaseEscalated, at(0)))
+	if first.Epoch != 0 || bytes.Contains(first.Payload, []byte(`"epoch"`)) {
+		t.Fatalf("before any recovery: epoch %d, payload %s; want 0, and no epoch on the wire", first.Epoch, first.Payload)
+	}
+	rec := reconcile.Recovery{RestoredAt: at(time.Hour), RecordedAt: at(2 * time.Hour), AuditFrom: at(-23 * time.Hour), AuditUntil: at(2 * time.Hour)}
+	inTx(t, s, func(tx reconcile.Tx) error {
+		var err error
+		rec.ID, err = tx.InsertRecovery(ctx, rec)
+		return err
+	})
+	open := appendEvent(t, s, newEvent(t, "pur_1", events.PurchaseSucceeded, at(3*time.Hour)))
+	inTx(t, s, func(tx reconcile.Tx) error { return tx.CompleteRecovery(ctx, rec.ID, 0, 0, at(4*time.Hour)) })
+	later := newEvent(t, "pur_2", events.PurchaseSucceeded, at(5*time.Hour))
+	var stored []reconcile.OutboxEvent
+	inTx(t, s, func(tx reconcile.Tx) error {
+		var err error
+		stored, err = tx.AppendOutbox(ctx, later, newEvent(t, "pur_1", events.PurchaseResolved, at(5*time.Hour)))
+		return err
+	})
+	want := rec.EventEpoch()
+	if want != at(2*time.Hour).Unix() {
+		t.Fatalf("EventEpoch %d, want the recording's Unix time %d", want, at(2*time.Hour).Unix())
+	}
+	for _, e := range append([]reconcile.OutboxEvent{open}, stored...) {
+		ev, err := events.Unmarshal(e.Payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Epoch != want || ev.Epoch != want {
+			t.Errorf("event %s after the recovery: epoch %d, on the wire %d; want %d", e.ID, e.Epoch, ev.Epoch, want)
+		}
+	}
+	got := listOutbox(t, s, "pur_1")
+	if !slices.Equal(sequences(got), []int64{1, 2, 3}) {
+		t.Errorf("pur_1's sequences %v, want 1, 2, 3: numbering goes on across epochs", sequences(got))
+	}
+	for i, wantEpoch := range []int64{0, want, want} {
+		if got[i].Epoch != wantEpoch {
+			t.Errorf("ListOutbox: pur_1's event %d has epoch %d, want %d", got[i].Sequence, got[i].Epoch, wantEpoch)
+		}
+	}
+}

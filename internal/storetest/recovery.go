@@ -123,3 +123,61 @@ func testRecoveries(t *testing.T, s *testStore) {
 		t.Fatalf("SystemIdentifier after RecordSystemIdentifier(42): recorded %q", recorded)
 	}
 }
+
+// testSendHorizon: the books' send horizon is their latest send (a
+// first attempt of a purchase or refund) or recovery epoch; before any,
+// their earliest purchase or refund; zero when empty. A purchase or
+// refund stored and not sent does not move it.
+func testSendHorizon(t *testing.T, s *testStore) {
+	ctx := t.Context()
+	horizon := func(want time.Time, why string) {
+		t.Helper()
+		var got time.Time
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			got, err = tx.SendHorizon(ctx)
+			return err
+		})
+		if !got.Equal(want) {
+			t.Fatalf("SendHorizon: %s, want %s (%s)", got, want, why)
+		}
+	}
+	horizon(time.Time{}, "empty books")
+	later := newPurchase("pur_later")
+	later.CreatedAt, later.UpdatedAt = at(2*time.Hour), at(2*time.Hour)
+	insertPurchase(t, s, later)
+	early := newPurchase("pur_early")
+	early.CreatedAt, early.UpdatedAt = at(time.Hour), at(time.Hour)
+	insertPurchase(t, s, early)
+	horizon(at(time.Hour), "nothing sent: the earliest purchase")
+
+	sent := getPurchase(t, s, early.ID)
+	sent.State, sent.FirstAttemptAt, sent.UpdatedAt = statemachine.Submitted, at(3*time.Hour), at(3*time.Hour)
+	sent = update(t, s, sent, statemachine.Created)
+	horizon(at(3*time.Hour), "the purchase's send")
+
+	paid := getPurchase(t, s, early.ID)
+	paid.State, paid.ProviderPaymentID, paid.UpdatedAt = statemachine.Succeeded, "pi_early", at(4*time.Hour)
+	update(t, s, paid, statemachine.Submitted)
+	horizon(at(3*time.Hour), "a later write that is not a send")
+
+	r := newRefund("ref_1", early.ID, "pi_early", 100)
+	r.CreatedAt, r.UpdatedAt = at(5*time.Hour), at(5*time.Hour)
+	insertRefund(t, s, r)
+	unsent := newPurchase("pur_unsent")
+	unsent.CreatedAt, unsent.UpdatedAt = at(6*time.Hour), at(6*time.Hour)
+	insertPurchase(t, s, unsent)
+	horizon(at(3*time.Hour), "a refund and a purchase stored, not sent")
+
+	r = getRefund(t, s, r.ID)
+	r.State, r.FirstAttemptAt, r.UpdatedAt = statemachine.Submitted, at(7*time.Hour), at(7*time.Hour)
+	inTx(t, s, func(tx reconcile.Tx) error { return tx.UpdateRefund(ctx, r, statemachine.Created) })
+	horizon(at(7*time.Hour), "the refund's send")
+
+	inTx(t, s, func(tx reconcile.Tx) error {
+		_, err := tx.InsertRecovery(ctx, reconcile.Recovery{RestoredAt: at(time.Hour), RecordedAt: at(8 * time.Hour),
+			AuditFrom: at(-23 * time.Hour), AuditUntil: at(8 * time.Hour)})
+		return err
+	})
+	horizon(at(8*time.Hour), "a recovery epoch")
+}

@@ -128,8 +128,10 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"RefundReads", testRefundReads},
 		// recovery.go
 		{"Recoveries", withStore(testRecoveries)},
+		{"SendHorizon", withStore(testSendHorizon)},
 		// outbox.go
 		{"Outbox", testOutbox},
+		{"OutboxEpoch", withStore(testOutboxEpoch)},
 		// budget.go
 		{"BudgetBuckets", testBudgetBuckets},
 		{"SharedBudget", testSharedBudget},

@@ -27,8 +27,9 @@ const outboxColumns = `event_id, purchase_id, refund_id, event_type, schema_vers
 // the same purchase waits, numbers follow the commit order, and a
 // rollback gives them back. It takes the rows in purchase id order, so
 // that two transactions appending for the same purchases cannot deadlock
-// each other here. The second statement writes the events and their
-// deliveries.
+// each other here. It also reads the latest recovery's time, the events'
+// epoch (reconcile.EventEpochOf). The second statement writes the events
+// and their deliveries.
 func (t *txn) AppendOutbox(ctx context.Context, es ...events.Event) ([]reconcile.OutboxEvent, error) {
 	if len(es) == 0 {
 		return nil, nil
@@ -55,16 +56,20 @@ func (t *txn) AppendOutbox(ctx context.Context, es ...events.Event) ([]reconcile
 		rows, err := t.tx.Query(ctx, `INSERT INTO outbox_sequences AS s (purchase_id, last_sequence)
 SELECT id, n FROM unnest($1::text[], $2::bigint[]) AS u(id, n) ORDER BY id
 ON CONFLICT (purchase_id) DO UPDATE SET last_sequence = s.last_sequence + excluded.last_sequence
-RETURNING purchase_id, last_sequence`, ids, ns)
+RETURNING purchase_id, last_sequence, (SELECT max(recorded_at) FROM recovery_epochs)`, ids, ns)
 		if err != nil {
 			return wrap(err, "%s: take their sequence numbers", what)
 		}
 		// next is each purchase's first number of this batch.
 		next := make(map[string]int64, len(ids))
-		var id string
-		var last int64
-		if _, err := pgx.ForEachRow(rows, []any{&id, &last}, func() error {
+		var (
+			id                string
+			last              int64
+			epochAt, recorded *time.Time
+		)
+		if _, err := pgx.ForEachRow(rows, []any{&id, &last, &recorded}, func() error {
 			next[id] = last - counts[id] + 1
+			epochAt = recorded
 			return nil
 		}); err != nil {
 			return wrap(err, "%s: take their sequence numbers", what)
@@ -81,7 +86,7 @@ RETURNING purchase_id, last_sequence`, ids, ns)
 				return fmt.Errorf("postgres: %s: no sequence number taken for %s", what, e.PurchaseID)
 			}
 			next[e.PurchaseID]++
-			ev, err := dialect.OutboxEvent(what, e, seq)
+			ev, err := dialect.OutboxEvent(what, e, seq, derefTime(epochAt))
 			if err != nil {
 				return err
 			}
@@ -130,6 +135,7 @@ func scanOutbox(row sqlstore.Row) (reconcile.OutboxEvent, error) {
 	var typ string
 	err := row.Scan(&e.ID, &e.PurchaseID, &e.RefundID, &typ, &e.SchemaVersion, &e.Sequence, &e.Payload, &e.Digest, &e.CreatedAt)
 	e.Type, e.CreatedAt = events.Type(typ), e.CreatedAt.UTC()
+	e.Epoch = sqlstore.PayloadEpoch(e.Payload)
 	return e, err
 }
 

@@ -95,6 +95,25 @@ func (t *txn) LatestWrite(ctx context.Context) (time.Time, error) {
 	return derefTime(at), nil
 }
 
+// SendHorizon implements reconcile.Tx. The purchases' first attempts
+// are read from purchases_first_attempt_idx, which holds only purchases
+// sent.
+func (t *txn) SendHorizon(ctx context.Context) (time.Time, error) {
+	var sent, first *time.Time
+	err := t.tx.QueryRow(ctx, `SELECT GREATEST(
+  (SELECT max(first_attempt_at) FROM purchases WHERE first_attempt_at IS NOT NULL),
+  (SELECT max(first_attempt_at) FROM refunds),
+  (SELECT max(recorded_at) FROM recovery_epochs)),
+  LEAST((SELECT min(created_at) FROM purchases), (SELECT min(created_at) FROM refunds))`).Scan(&sent, &first)
+	if err != nil {
+		return time.Time{}, wrap(err, "send horizon")
+	}
+	if sent != nil {
+		return sent.UTC(), nil
+	}
+	return derefTime(first), nil
+}
+
 // SystemIdentifier implements reconcile.Tx with pg_control_system(): the
 // identifier initdb gave the cluster, which a logical restore into
 // another cluster (pg_dump, pg_restore) does not carry over.

@@ -45,16 +45,21 @@ func (t *txn) AppendOutbox(ctx context.Context, es ...events.Event) ([]reconcile
 	return out, nil
 }
 
-// appendOutbox writes one event of AppendOutbox.
+// appendOutbox writes one event of AppendOutbox, in the epoch of the
+// latest recovery recorded (read with its sequence number).
 func (t *txn) appendOutbox(ctx context.Context, e events.Event) (reconcile.OutboxEvent, error) {
 	what := fmt.Sprintf("append %s event %s of %s", e.Type, e.ID, e.PurchaseID)
-	var seq int64
+	var seq, recorded int64
 	if err := t.tx.QueryRowContext(ctx, `INSERT INTO outbox_sequences (purchase_id, last_sequence) VALUES (?1, 1)
 ON CONFLICT (purchase_id) DO UPDATE SET last_sequence = outbox_sequences.last_sequence + 1
-RETURNING last_sequence`, e.PurchaseID).Scan(&seq); err != nil {
+RETURNING last_sequence, coalesce((SELECT max(recorded_at) FROM recovery_epochs), 0)`, e.PurchaseID).Scan(&seq, &recorded); err != nil {
 		return reconcile.OutboxEvent{}, wrap(err, "%s: take its sequence number", what)
 	}
-	ev, err := dialect.OutboxEvent(what, e, seq)
+	var epochAt time.Time
+	if recorded != 0 {
+		epochAt = fromMicros(recorded)
+	}
+	ev, err := dialect.OutboxEvent(what, e, seq, epochAt)
 	if err != nil {
 		return reconcile.OutboxEvent{}, err
 	}
@@ -85,6 +90,7 @@ func scanOutbox(row sqlstore.Row) (reconcile.OutboxEvent, error) {
 	var created int64
 	err := row.Scan(&e.ID, &e.PurchaseID, &e.RefundID, &typ, &e.SchemaVersion, &e.Sequence, &e.Payload, &e.Digest, &created)
 	e.Type, e.CreatedAt = events.Type(typ), fromMicros(created)
+	e.Epoch = sqlstore.PayloadEpoch(e.Payload)
 	return e, err
 }
 

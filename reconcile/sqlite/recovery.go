@@ -96,6 +96,28 @@ func (t *txn) LatestWrite(ctx context.Context) (time.Time, error) {
 	return fromMicros(*at), nil
 }
 
+// SendHorizon implements reconcile.Tx.
+func (t *txn) SendHorizon(ctx context.Context) (time.Time, error) {
+	var sent, first int64
+	err := t.tx.QueryRowContext(ctx, `SELECT max(
+  coalesce((SELECT max(first_attempt_at) FROM purchases WHERE first_attempt_at IS NOT NULL), 0),
+  coalesce((SELECT max(first_attempt_at) FROM refunds), 0),
+  coalesce((SELECT max(recorded_at) FROM recovery_epochs), 0)),
+  coalesce(min(
+    coalesce((SELECT min(created_at) FROM purchases), (SELECT min(created_at) FROM refunds)),
+    coalesce((SELECT min(created_at) FROM refunds), (SELECT min(created_at) FROM purchases))), 0)`).Scan(&sent, &first)
+	if err != nil {
+		return time.Time{}, wrap(err, "send horizon")
+	}
+	switch {
+	case sent != 0:
+		return fromMicros(sent), nil
+	case first != 0:
+		return fromMicros(first), nil
+	}
+	return time.Time{}, nil
+}
+
 // SystemIdentifier implements reconcile.Tx: SQLite has none. A restored
 // file is a byte copy of the old one, so anything recorded in it is
 // restored with it and cannot tell the copy from the original.
