@@ -222,16 +222,21 @@ func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payme
 }
 
 // matchPayment matches one of the provider's payments to the books and
-// returns what does not match. For a purchase the books link to no
+// returns what does not match. pay.Created may be zero when the payment
+// was looked up by id rather than listed (judgeForeign). For a purchase the books link to no
 // payment yet, the first money-taking payment the audit sees is recorded
 // (Tx.LinkAuditPayment), so that a second one is a duplicate whichever
 // run, chunk or resumption sees it.
 func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment, now time.Time) ([]Finding, error) {
+	created := "unknown"
+	if !pay.Created.IsZero() {
+		created = pay.Created.UTC().Format(time.RFC3339)
+	}
 	finding := func(kind FindingKind, p *Purchase, format string, args ...any) Finding {
 		f := Finding{
 			PaymentID: pay.ID, Kind: kind, Amount: pay.Amount, Currency: pay.Currency, Status: pay.Status,
 			Evidence: fmt.Sprintf("provider payment %s: %d %s %s, created %s, metadata purchase %q; ",
-				pay.ID, pay.Amount, pay.Currency, pay.Status, pay.Created.UTC().Format(time.RFC3339), pay.PurchaseID) +
+				pay.ID, pay.Amount, pay.Currency, pay.Status, created, pay.PurchaseID) +
 				fmt.Sprintf(format, args...),
 		}
 		if p != nil {
