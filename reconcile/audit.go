@@ -222,11 +222,11 @@ func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payme
 }
 
 // matchPayment matches one of the provider's payments to the books and
-// returns what does not match. pay.Created may be zero when the payment
-// was looked up by id rather than listed (judgeForeign). For a purchase the books link to no
+// returns what does not match. For a purchase the books link to no
 // payment yet, the first money-taking payment the audit sees is recorded
 // (Tx.LinkAuditPayment), so that a second one is a duplicate whichever
-// run, chunk or resumption sees it.
+// run, chunk or resumption sees it. pay.Created is zero for a payment
+// looked up by id rather than listed (judgeForeign).
 func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment, now time.Time) ([]Finding, error) {
 	created := "unknown"
 	if !pay.Created.IsZero() {
@@ -377,7 +377,7 @@ func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, paym
 		if err != nil {
 			return nil, err
 		}
-		if outcome != provider.NotFound && outcome != provider.Declined {
+		if (outcome != provider.NotFound && outcome != provider.Declined) || res.Charges > 0 {
 			continue // a payment took or may take the money, or the provider could not say
 		}
 		out = append(out, Finding{
