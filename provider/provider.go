@@ -390,7 +390,9 @@ type Event struct {
 	Outcome Outcome
 	// PaymentID is the provider's id of the payment the event is about.
 	PaymentID string
-	// PurchaseID is payrecon's purchase id from the payment's metadata.
+	// PurchaseID is payrecon's purchase id from the payment's metadata;
+	// "" when it names none (a payment of another integration on the same
+	// account, or made in the provider's dashboard).
 	PurchaseID string
 	// Refund is set for an event about a refund (refund.created,
 	// refund.updated, refund.failed, and charge.refunded when it carries

@@ -138,11 +138,7 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 	if err != nil {
 		return listed{}, nil, err
 	}
-	seen := make(map[string]bool, len(payments))
-	for _, pay := range payments {
-		seen[pay.ID] = true
-	}
-	missing, err := s.missingAtProvider(ctx, w, seen)
+	missing, err := s.missingAtProvider(ctx, w, payments)
 	if err != nil {
 		return listed{}, nil, err
 	}
@@ -229,13 +225,18 @@ func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payme
 // returns what does not match. For a purchase the books link to no
 // payment yet, the first money-taking payment the audit sees is recorded
 // (Tx.LinkAuditPayment), so that a second one is a duplicate whichever
-// run, chunk or resumption sees it.
+// run, chunk or resumption sees it. pay.Created is zero for a payment
+// looked up by id rather than listed (judgeForeign).
 func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment, now time.Time) ([]Finding, error) {
+	created := "unknown"
+	if !pay.Created.IsZero() {
+		created = pay.Created.UTC().Format(time.RFC3339)
+	}
 	finding := func(kind FindingKind, p *Purchase, format string, args ...any) Finding {
 		f := Finding{
 			PaymentID: pay.ID, Kind: kind, Amount: pay.Amount, Currency: pay.Currency, Status: pay.Status,
 			Evidence: fmt.Sprintf("provider payment %s: %d %s %s, created %s, metadata purchase %q; ",
-				pay.ID, pay.Amount, pay.Currency, pay.Status, pay.Created.UTC().Format(time.RFC3339), pay.PurchaseID) +
+				pay.ID, pay.Amount, pay.Currency, pay.Status, created, pay.PurchaseID) +
 				fmt.Sprintf(format, args...),
 		}
 		if p != nil {
@@ -307,18 +308,42 @@ func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment,
 	return out, nil
 }
 
-// missingAtProvider returns a finding for each succeeded purchase first
-// submitted within w whose payment the provider did not list there and
-// does not know when asked by id.
-func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, seen map[string]bool) ([]Finding, error) {
-	listed := make([]string, 0, len(seen))
-	for id := range seen {
-		listed = append(listed, id)
+// missingAtProvider returns a finding for each purchase the books hold
+// succeeded whose money the provider does not hold:
+//   - first submitted within w, with a payment id the provider did not
+//     list there and does not know when asked by id;
+//   - settled within w with no payment id at all (an operator's
+//     resolution against a live view that showed no charge), when no
+//     payment listed in w names it and the provider's search by the
+//     purchase finds none that took or may take money.
+//
+// Asking by id, or searching by the purchase, instead of trusting the
+// listing alone spares a purchase whose payment was created just outside
+// w (a replay hours after the first attempt, a charge made before the
+// resolution): the provider is asked for the purchase's payment wherever
+// it lies. The periodic audit's window ends Config.AuditSettle before now,
+// so that a payment the search index has not caught up with yet is not
+// called missing.
+func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, payments []provider.Payment) ([]Finding, error) {
+	seen := make(map[string]bool, len(payments))
+	named := map[string]bool{} // the purchases a money-taking payment listed in w names
+	listed := make([]string, 0, len(payments))
+	for _, pay := range payments {
+		if !seen[pay.ID] {
+			listed = append(listed, pay.ID)
+		}
+		seen[pay.ID] = true
+		if pay.PurchaseID != "" && pay.MoneyTaken() {
+			named[pay.PurchaseID] = true
+		}
 	}
-	var settled []Purchase
+	var settled, unpaid []Purchase
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
-		settled, err = tx.ListSubmittedBetween(ctx, w.From, w.Until, statemachine.Succeeded, listed)
+		if settled, err = tx.ListSubmittedBetween(ctx, w.From, w.Until, statemachine.Succeeded, listed); err != nil {
+			return err
+		}
+		unpaid, err = tx.ListSucceededWithoutPayment(ctx, w.From, w.Until)
 		return err
 	})
 	if err != nil {
@@ -327,29 +352,71 @@ func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, seen
 	var out []Finding
 	for _, p := range settled {
 		if p.ProviderPaymentID == "" || seen[p.ProviderPaymentID] {
-			continue
+			continue // without a payment id: judged by its settlement, below
 		}
 		// Not listed here: it may have been created just past the window's
 		// end. Ask for it by id before calling it missing.
-		if err := s.awaitBudget(ctx, provider.OpStatus, PriorityAudit, 0, false); err != nil {
+		res, outcome, err := s.auditRead(ctx, provider.OpStatus, p.ProviderPaymentID)
+		if err != nil {
 			return nil, err
 		}
-		callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
-		res, err := s.provider.Status(callCtx, p.ProviderPaymentID)
-		cancel()
-		s.noteThrottle(ctx, provider.OpStatus, err)
-		outcome := provider.OutcomeOf(res, err)
-		s.cfg.Observer.ProviderCall(provider.OpStatus, outcome, 0)
 		if outcome != provider.NotFound {
 			continue // the provider has it, or could not say: not a finding
 		}
 		out = append(out, Finding{
 			PaymentID: p.ProviderPaymentID, Kind: FindingMissingAtProvider, PurchaseID: p.ID,
-			Amount: p.Amount, Currency: p.Currency,
+			Amount: p.Amount, Currency: p.Currency, Status: res.Status,
 			Evidence: fmt.Sprintf("purchase %s succeeded with payment %s, which the provider does not have", p.ID, p.ProviderPaymentID),
 		})
 	}
+	for _, p := range unpaid {
+		if named[p.ID] {
+			continue // its charge is listed here: matchPayment links it
+		}
+		res, outcome, err := s.auditRead(ctx, provider.OpSearch, p.ID)
+		if err != nil {
+			return nil, err
+		}
+		if (outcome != provider.NotFound && outcome != provider.Declined) || res.Charges > 0 {
+			continue // a payment took or may take the money, or the provider could not say
+		}
+		out = append(out, Finding{
+			PaymentID: NoPaymentID(p.ID), Kind: FindingMissingAtProvider, PurchaseID: p.ID,
+			Amount: p.Amount, Currency: p.Currency, Status: res.Status,
+			Evidence: fmt.Sprintf("purchase %s succeeded (settled %s) with no payment id, and the provider holds no payment "+
+				"for it that took money (search: %s)", p.ID, p.SettledAt.UTC().Format(time.RFC3339), DescribeView(res)),
+		})
+	}
 	return out, nil
+}
+
+// auditRead asks the provider, at the audit's priority, for a payment by
+// id (OpStatus) or for a purchase's payment by search (OpSearch), and
+// returns the answer with its outcome; an error only when the budget
+// refused to wait (the context ended).
+func (s *Service) auditRead(ctx context.Context, op provider.Op, id string) (provider.Result, provider.Outcome, error) {
+	if err := s.awaitBudget(ctx, op, PriorityAudit, 0, false); err != nil {
+		return provider.Result{}, "", err
+	}
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
+	defer cancel()
+	start := s.cfg.Now()
+	var (
+		res provider.Result
+		err error
+	)
+	if op == provider.OpSearch {
+		res, err = s.provider.Search(callCtx, id)
+	} else {
+		res, err = s.provider.Status(callCtx, id)
+	}
+	s.noteThrottle(ctx, op, err)
+	outcome := provider.OutcomeOf(res, err)
+	s.cfg.Observer.ProviderCall(op, outcome, s.cfg.Now().Sub(start))
+	if err != nil {
+		res = provider.Result{Outcome: outcome, Reason: err.Error()}
+	}
+	return res, outcome, nil
 }
 
 // escalationFor maps a finding to the reason its purchase is escalated.

@@ -40,6 +40,14 @@ const (
 	// EventUnmatched: no purchase matches yet; the event is kept and
 	// applied if the purchase appears.
 	EventUnmatched EventOutcome = "unmatched"
+	// EventForeign: the event is about a payment of another integration
+	// (made in the provider's dashboard or by another system on the same
+	// account): it names no purchase and the books give its payment to
+	// none. It was stored unmatched; the unmatched-event sweep had the
+	// audit judge the payment as the provider shows it now (an
+	// orphan_charge finding when it took or may take money), and it is not
+	// retried.
+	EventForeign EventOutcome = "foreign"
 	// EventIgnored: a verified event of a type payrecon does not act on.
 	EventIgnored EventOutcome = "ignored"
 	// EventRejected: the event failed verification or validation and was
@@ -126,7 +134,10 @@ const maxWriteRaces = 5
 // changes nothing; the same id with another payload returns
 // EventConflict and an error wrapping ErrEventConflict, and applies
 // nothing. An event for an unknown purchase is stored as unmatched and
-// applied by ApplyUnmatched once the purchase exists.
+// applied by ApplyUnmatched once the purchase exists. An event about a
+// payment that names no purchase (another integration's) is stored as
+// unmatched too, never refused: ApplyUnmatched has the audit judge its
+// payment.
 func (s *Service) ApplyEvent(ctx context.Context, ev Event) (EventOutcome, error) {
 	run := &eventRun{ev: ev}
 	err := s.retryRacesInGroup(ctx, run, func(ctx context.Context, tx Tx) error {
@@ -191,8 +202,12 @@ func repeatOutcome(ctx context.Context, tx Tx, ev Event) (EventOutcome, error) {
 }
 
 // ApplyUnmatched retries up to limit stored events that matched no
-// purchase when they arrived, least recently tried first. It returns how
-// many now matched. An event that fails is reported and the others are
+// purchase when they arrived, least recently tried first. An event about
+// a payment that names no purchase and that the books give to none (a
+// payment of another integration) never will match: its payment is
+// judged once by the audit instead (judgeForeign), and the event
+// recorded as EventForeign. It returns how many events left the
+// unmatched list. An event that fails is reported and the others are
 // still tried.
 func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 	var pending []InboxEvent
@@ -206,6 +221,7 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 	}
 	matched := 0
 	var errs []error
+	var foreign []Event
 	for _, ie := range pending {
 		ev := Event{
 			Provider: ie.Provider, ID: ie.EventID, Type: ie.Type, PaymentID: ie.ObjectID,
@@ -239,8 +255,116 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 		if outcome != EventUnmatched && outcome != "" {
 			matched++
 		}
+		if outcome == EventUnmatched && foreignPayment(ev) {
+			foreign = append(foreign, ev)
+		}
+	}
+	judged, err := s.judgeForeign(ctx, foreign)
+	matched += judged
+	if err != nil {
+		errs = append(errs, err)
 	}
 	return matched, errors.Join(errs...)
+}
+
+// foreignPayment reports whether ev is about a payment that names no
+// purchase: made by another integration, never by payrecon, which tags
+// every payment it creates.
+func foreignPayment(ev Event) bool {
+	return !ev.Refund && ev.Outcome != "" && ev.PurchaseID == "" && ev.PaymentID != ""
+}
+
+// judgeForeign has the audit judge the payments of events, still
+// unmatched, that name no purchase: for each payment, a status query at
+// the audit's priority, then matchPayment over the provider's answer, as
+// if the audit had listed it (an orphan_charge finding when it took or
+// may take money and no purchase owns it; a finding of its purchase when
+// the books do own it meanwhile). Its events are then recorded as
+// EventForeign. A payment the provider could not be asked about keeps its
+// events unmatched, for the next sweep. It returns how many events it
+// recorded.
+func (s *Service) judgeForeign(ctx context.Context, events []Event) (int, error) {
+	byPayment := map[string][]Event{}
+	var order []string
+	for _, ev := range events {
+		if _, ok := byPayment[ev.PaymentID]; !ok {
+			order = append(order, ev.PaymentID)
+		}
+		byPayment[ev.PaymentID] = append(byPayment[ev.PaymentID], ev)
+	}
+	judged := 0
+	var errs []error
+	for _, id := range order {
+		evs := byPayment[id]
+		res, outcome, err := s.auditRead(ctx, provider.OpStatus, id)
+		if err != nil {
+			return judged, errors.Join(append(errs, fmt.Errorf("reconcile: judge payment %s of another integration: %w", id, err))...)
+		}
+		switch outcome {
+		case provider.Succeeded, provider.Declined, provider.Pending, provider.NotFound:
+		default:
+			s.cfg.Logger.Warn("a payment of another integration could not be looked up; its events stay unmatched",
+				"payment", id, "outcome", outcome)
+			continue
+		}
+		pay := provider.Payment{
+			ID: id, PurchaseID: res.PurchaseID, Amount: res.Amount, Currency: res.Currency, Status: res.Status, Outcome: outcome,
+		}
+		var stored []Finding
+		var recorded int
+		err = s.retryRaces(ctx, func(tx Tx) error {
+			stored, recorded = nil, 0
+			now, err := tx.Now(ctx)
+			if err != nil {
+				return err
+			}
+			var found []Finding
+			if outcome != provider.NotFound {
+				if found, err = s.matchPayment(ctx, tx, pay, now); err != nil {
+					return err
+				}
+			}
+			for _, f := range found {
+				f.Provider, f.FoundAt = s.cfg.ProviderName, now
+				f.Evidence += fmt.Sprintf("; judged by the unmatched-event sweep from event %s (%s), which names no purchase", evs[0].ID, evs[0].Type)
+				inserted, err := tx.InsertFinding(ctx, f)
+				if err != nil {
+					return err
+				}
+				if !inserted {
+					continue
+				}
+				stored = append(stored, f)
+				if err := s.escalateForFinding(ctx, tx, f, now); err != nil {
+					return err
+				}
+			}
+			for _, ev := range evs {
+				cur, err := tx.GetInboxEvent(ctx, ev.Provider, ev.ID)
+				if err != nil {
+					return err
+				}
+				if cur.Outcome != EventUnmatched {
+					continue // another sweep recorded it meanwhile
+				}
+				if err := tx.UpdateInboxEvent(ctx, ev.Provider, ev.ID, "", EventForeign, now); err != nil {
+					return err
+				}
+				recorded++
+			}
+			return nil
+		})
+		if err != nil {
+			errs = append(errs, fmt.Errorf("reconcile: judge payment %s of another integration: %w", id, err))
+			continue
+		}
+		judged += recorded
+		for _, f := range stored {
+			s.cfg.Logger.Warn("audit finding", "kind", f.Kind, "payment", f.PaymentID, "purchase", f.PurchaseID,
+				"amount", f.Amount, "currency", f.Currency, "evidence", f.Evidence)
+		}
+	}
+	return judged, errors.Join(errs...)
 }
 
 // logOutcome logs, after commit, what needs a human's attention.

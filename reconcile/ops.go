@@ -190,8 +190,11 @@ type Resolution struct {
 // that answer with the requested outcome: a definite answer that
 // contradicts it (a success where the operator says declined, a charge of
 // another amount, a second charge, a payment of another purchase) refuses
-// the resolution, unless OverrideProvider gives a reason. What the
-// operator saw is what payrecon fetched, stored by payrecon with the
+// the resolution, unless OverrideProvider gives a reason. So does a
+// resolution to succeeded that the live view does not back with a payment
+// of the purchase that took the money (none found, only a declined or a
+// pending one, or no answer): the books would otherwise say succeeded for
+// money never taken. What the operator saw is what payrecon fetched, stored by payrecon with the
 // action.
 //
 // Returns an error wrapping ErrInvalid without evidence, an operator name,
@@ -289,6 +292,12 @@ func (s *Service) resolveUnderLease(ctx context.Context, l Lease, r Resolution) 
 			// take the money the operator calls declined.
 			v = escalateVerdict(EscalationStateDisagreement, "the provider's payment is still pending: it may yet take the money")
 		}
+		if v.Kind == VerdictRecord && r.To == statemachine.Succeeded && ans.Outcome != provider.Succeeded {
+			// Nothing contradicts it, but nothing shows the money either:
+			// the books would say succeeded for a charge the provider
+			// does not hold.
+			v = escalateVerdict(EscalationStateDisagreement, noChargeWhy(ans))
+		}
 		evidence := fmt.Sprintf("operator %s: %s (provider showed: %s)", r.Operator, r.Evidence, saw)
 		if v.Kind == VerdictEscalate || v.Kind == VerdictConfirm {
 			if r.OverrideProvider == "" {
@@ -334,6 +343,20 @@ func (s *Service) resolveUnderLease(ctx context.Context, l Lease, r Resolution) 
 	}
 	s.observeMoves(moves)
 	return out, nil
+}
+
+// noChargeWhy says why a live answer shows no money taken for the
+// purchase an operator would resolve as succeeded.
+func noChargeWhy(a Answer) string {
+	switch a.Outcome {
+	case provider.NotFound:
+		return "the provider holds no payment for the purchase: nothing was charged"
+	case provider.Pending:
+		return fmt.Sprintf("the provider's payment %s is still pending: it has not taken the money yet", orNone(a.PaymentID))
+	case provider.Declined:
+		return fmt.Sprintf("the provider's payment %s is declined: it took no money", orNone(a.PaymentID))
+	}
+	return fmt.Sprintf("the provider could not show a payment that took the money (%s)", a.Outcome)
 }
 
 // resolvePath returns the moves that settle p as r says, or why it may

@@ -429,7 +429,9 @@ const (
 	// succeeded.
 	FindingStateDisagreement FindingKind = "state_disagreement"
 	// FindingMissingAtProvider: a succeeded purchase whose payment the
-	// provider does not have.
+	// provider does not have, or which names no payment while the provider
+	// holds none for it that took money (PaymentID NoPaymentID). Its
+	// Amount is the purchase's: what the books count as taken.
 	FindingMissingAtProvider FindingKind = "missing_at_provider"
 	// FindingOrphanRefund: a refund at the provider with no refund in the
 	// books (made in the dashboard, or under an id the books do not know).
@@ -470,6 +472,12 @@ type Finding struct {
 	ClosedBy  string
 	CloseNote string
 }
+
+// NoPaymentID is the PaymentID of a missing_at_provider finding about a
+// purchase the books hold succeeded without any payment id: "none:" and
+// the purchase id. A finding is unique by (Provider, PaymentID, Kind), so
+// the audit reports such a purchase once, whichever run sees it.
+func NoPaymentID(purchaseID string) string { return "none:" + purchaseID }
 
 // Open reports whether no operator has closed the finding.
 func (f Finding) Open() bool { return f.ClosedAt.IsZero() }

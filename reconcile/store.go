@@ -270,6 +270,13 @@ type Tx interface {
 	// every purchase of the window.
 	ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State, listed []string) ([]Purchase, error)
 
+	// ListSucceededWithoutPayment returns the succeeded purchases that hold
+	// no provider payment id and whose SettledAt falls in [from, until),
+	// oldest SettledAt first (then by id). The books say such a purchase
+	// took the money yet name no payment: the audit asks the provider for
+	// one in the chunk that holds the settlement.
+	ListSucceededWithoutPayment(ctx context.Context, from, until time.Time) ([]Purchase, error)
+
 	// FindPurchaseByReference returns the customer's purchase with that
 	// reference, or ErrNotFound.
 	FindPurchaseByReference(ctx context.Context, customer, reference string) (Purchase, error)

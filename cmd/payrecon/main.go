@@ -129,7 +129,7 @@ func commands() []command {
 		{name: "ops resolve", args: "ID (--succeeded | --declined) --evidence TEXT [--override-provider REASON] [--yes] [--operator NAME]",
 			summary: "resolve a purchase by hand, after the provider's live view (needs --provider stripe)",
 			about: "Resolves an escalated purchase to succeeded or declined. The provider's live view is fetched, shown and judged: a view that contradicts the resolution refuses it, " +
-				"unless --override-provider gives the reason to go against it. The provider's answer is recorded with the action. Needs --provider stripe (Stripe, or a payrecon fakeprovider).",
+				"as does one that shows no payment that took the money for --succeeded, unless --override-provider gives the reason to go against it. The provider's answer is recorded with the action. Needs --provider stripe (Stripe, or a payrecon fakeprovider).",
 			settings: askSettings, run: runOpsResolve},
 		{name: "ops note", args: "ID --text TEXT [--close] [--operator NAME]", summary: "add a note to a case (--close takes a final one off the list)",
 			settings: readSettings, run: runOpsNote},

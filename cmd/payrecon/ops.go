@@ -406,7 +406,7 @@ func runOpsResolve(ctx context.Context, e *env, args []string) error {
 		fs.StringVar(&evidence, "evidence", "", "what the decision rests on (required)")
 		operatorFlag(fs, &operator)
 		fs.BoolVar(&yes, "yes", false, "do not ask for confirmation after showing the provider's view")
-		fs.StringVar(&override, "override-provider", "", "REASON: resolve even though the provider's live view contradicts it; the provider's answer and the reason are both recorded")
+		fs.StringVar(&override, "override-provider", "", "REASON: resolve even though the provider's live view contradicts it (or, for --succeeded, shows no payment that took the money); the provider's answer and the reason are both recorded")
 	})
 	if err != nil {
 		return err

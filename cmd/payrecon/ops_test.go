@@ -901,3 +901,54 @@ func TestOpsResolveOverride(t *testing.T) {
 		t.Errorf("ops show does not show the override and the provider's answer:\n%s", out)
 	}
 }
+
+// TestOpsResolveSucceededWithoutCharge: calling succeeded a purchase the
+// provider holds no charge for is refused, naming --override-provider;
+// with it, the resolution and its reason are recorded, and the audit then
+// reports the purchase as missing at the provider.
+func TestOpsResolveSucceededWithoutCharge(t *testing.T) {
+	f := newOpsFixture(t)
+	id := f.escalated(t, true, fakeprovider.Timeout) // the create never reached the provider
+	before := f.inspect(t, id)
+	args := append([]string{"ops", "resolve", id, "--succeeded", "--evidence", "the customer says they paid", "--yes",
+		"--operator", "alice", "--database-url", f.db}, f.stripeArgs()...)
+	code, out, stderr := run(t, stripeEnv, args...)
+	if code != 1 {
+		t.Fatalf("exit %d, want 1:\n%s\n%s", code, out, stderr)
+	}
+	for _, want := range []string{"ops resolve refused", "no payment", "not_found", "--override-provider \"REASON\"", "nothing changed"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("the refusal lacks %q:\n%s", want, stderr)
+		}
+	}
+	after := f.inspect(t, id)
+	if after.Purchase.Version != before.Purchase.Version || after.Purchase.State != statemachine.Uncertain ||
+		len(after.Transitions) != len(before.Transitions) || len(after.Actions) != 0 {
+		t.Fatalf("the refused resolution changed the purchase: %+v, %d transitions, actions %+v", after.Purchase, len(after.Transitions), after.Actions)
+	}
+
+	reason := "paid by bank transfer, ticket OPS-12"
+	code, out, stderr = run(t, stripeEnv, append(args, "--override-provider", reason)...)
+	if code != 0 || !strings.Contains(out, id+" is now succeeded (overriding the provider: "+reason+")") {
+		t.Fatalf("with --override-provider: exit %d: %s\n%s", code, stderr, out)
+	}
+	c := f.inspect(t, id)
+	if c.Purchase.State != statemachine.Succeeded || c.Purchase.ProviderPaymentID != "" || len(c.Actions) != 1 ||
+		!strings.Contains(c.Actions[0].Did, "override: "+reason) || !strings.Contains(c.Actions[0].Saw, "outcome=not_found") {
+		t.Fatalf("after the override: %+v, actions %+v", c.Purchase, c.Actions)
+	}
+	if n := f.fake.MoneyTaken(id); n != 0 {
+		t.Fatalf("%d charges, want none", n)
+	}
+
+	svc, _, done := f.serviceAt(t, true, time.Now)
+	defer done()
+	now := time.Now().UTC()
+	rep, err := svc.Audit(context.Background(), provider.Window{From: now.Add(-2 * time.Hour), Until: now.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.New) != 1 || rep.New[0].Kind != reconcile.FindingMissingAtProvider || rep.New[0].PurchaseID != id || rep.New[0].Amount != 300 {
+		t.Fatalf("findings %+v, want one missing_at_provider for %s, 300 at risk", rep.New, id)
+	}
+}

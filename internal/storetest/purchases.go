@@ -673,3 +673,38 @@ func testListSubmittedBetween(t *testing.T, s *testStore) {
 	equal(t, "succeeded in [1h, 2h), both payments listed", list(from, until, statemachine.Succeeded, "pi_late", "pi_mid"),
 		[]reconcile.Purchase{atFrom})
 }
+
+func testListSucceededWithoutPayment(t *testing.T, s *testStore) {
+	list := func(from, until time.Time) []reconcile.Purchase {
+		t.Helper()
+		var out []reconcile.Purchase
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			out, err = tx.ListSucceededWithoutPayment(t.Context(), from, until)
+			return err
+		})
+		return out
+	}
+	// set moves a purchase to state, settled at settled, with payment.
+	set := func(id string, state statemachine.State, settled time.Duration, payment string) reconcile.Purchase {
+		t.Helper()
+		p := createIn(t, s, id, state)
+		p.SettledAt, p.ProviderPaymentID = at(settled), payment
+		return update(t, s, p, state)
+	}
+	from, until := at(time.Hour), at(2*time.Hour)
+	if got := list(from, until); len(got) != 0 {
+		t.Fatalf("ListSucceededWithoutPayment on an empty store: %+v", got)
+	}
+	late := set("pur_late", statemachine.Succeeded, 90*time.Minute, "")
+	set("pur_until", statemachine.Succeeded, 2*time.Hour, "") // at the end: outside [from, until)
+	atFrom := set("pur_from", statemachine.Succeeded, time.Hour, "")
+	set("pur_before", statemachine.Succeeded, time.Hour-time.Microsecond, "")
+	set("pur_paid", statemachine.Succeeded, 80*time.Minute, "pi_paid") // holds a payment id
+	set("pur_declined", statemachine.Declined, 80*time.Minute, "")
+	mid := set("pur_mid", statemachine.Succeeded, 80*time.Minute, "")
+	createIn(t, s, "pur_open", statemachine.Uncertain) // never settled
+
+	equal(t, "succeeded without payment, settled in [1h, 2h), oldest first", list(from, until), []reconcile.Purchase{atFrom, mid, late})
+	equal(t, "an empty window", len(list(from, from)), 0)
+}

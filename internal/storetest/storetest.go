@@ -98,6 +98,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"OldestUncertainSince", withStore(testOldestUncertainSince)},
 		{"ListOverdueUncertain", withStore(testListOverdueUncertain)},
 		{"ListSubmittedBetween", withStore(testListSubmittedBetween)},
+		{"ListSucceededWithoutPayment", withStore(testListSucceededWithoutPayment)},
 		// audit_trail.go
 		{"Transitions", withStore(testTransitions)},
 		{"Attempts", withStore(testAttempts)},

@@ -64,10 +64,6 @@ var (
 	// ErrAPIVersion: the event was rendered in an API version incompatible
 	// with WebhookConfig.APIVersion (see there).
 	ErrAPIVersion = errors.New("stripe webhook: unexpected API version")
-	// ErrNoPurchaseRef: a payment_intent event whose PaymentIntent has no
-	// metadata purchase_id. payrecon only acts on payments it created, and
-	// it tags every one of them.
-	ErrNoPurchaseRef = errors.New("stripe webhook: payment intent has no purchase_id metadata")
 )
 
 // WebhookConfig configures a WebhookVerifier. The zero value of every
@@ -179,9 +175,10 @@ func (v *WebhookVerifier) SignatureHeader() string { return WebhookSignatureHead
 //     api_version (ErrAPIVersion).
 //
 // The event becomes a provider.Event with ID, Type and Created. For a
-// payment_intent.* event, whose PaymentIntent must carry metadata
-// purchase_id (ErrNoPurchaseRef), PaymentID is the PaymentIntent's id,
-// PurchaseID its purchase_id, Amount and Currency its amount and currency
+// payment_intent.* event, PaymentID is the PaymentIntent's id, PurchaseID
+// its metadata purchase_id ("" when it has none: a payment made in the
+// Dashboard or by another system on the account, which payrecon stores
+// and has its audit judge, never refuses), Amount and Currency its amount and currency
 // as the event's object carries them (0 and "" if absent), and Outcome, by
 // the event type first and otherwise by the status table the API calls use
 // (statusOutcomes):
@@ -279,9 +276,6 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 	ev.PurchaseID = pi.Metadata[MetadataPurchaseID]
 	ev.Amount = pi.Amount
 	ev.Currency = string(pi.Currency)
-	if ev.PurchaseID == "" {
-		return provider.Event{}, fmt.Errorf("%w: %s: payment intent %s has no metadata %s, so payrecon did not create it", ErrNoPurchaseRef, where, pi.ID, MetadataPurchaseID)
-	}
 	outcome, err := eventOutcome(ev.Type, pi.Status)
 	if err != nil {
 		return provider.Event{}, fmt.Errorf("%w: %s: payment intent %s: %w", ErrMalformedEvent, where, pi.ID, err)

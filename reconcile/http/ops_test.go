@@ -1105,3 +1105,69 @@ func TestOpsCloseContradictionWithNote(t *testing.T) {
 		t.Errorf("after closing: escalated %v, %s, %+v", rec.Purchase.Escalated(), rec.Purchase.State, rec.Actions)
 	}
 }
+
+// TestOpsResolveSucceededWithoutCharge: calling succeeded a purchase the
+// provider holds no charge for is 409 provider_disagrees, naming the
+// override (the form's field for a browser, override_provider for a
+// script), and changes nothing; with a reason it is accepted and
+// recorded, and the audit then reports the purchase as missing at the
+// provider.
+func TestOpsResolveSucceededWithoutCharge(t *testing.T) {
+	f := setupOps(t)
+	start := f.clock.Now()
+	p := f.run("cus-nocharge", fakeprovider.Timeout) // the create never reached the provider
+	if p.State != statemachine.Uncertain || !p.Escalated() || f.fake.MoneyTaken(p.ID) != 0 {
+		t.Fatalf("setup: purchase %s is %s, escalated %v, %d charges", p.ID, p.State, p.Escalated(), f.fake.MoneyTaken(p.ID))
+	}
+	before := f.snapshot(p.ID)
+
+	// A browser: refused, with the override field open.
+	session, _ := f.login("frank")
+	page := f.do("GET", "/ops/purchases/"+p.ID, nil, nil, session)
+	form := url.Values{"csrf": {opsFormToken(t, page.body)}, "to": {"succeeded"}, "evidence": {"the customer says they paid"}, "version": {fmt.Sprint(p.Version)}}
+	r := f.do("POST", "/ops/purchases/"+p.ID+"/resolve", form, map[string]string{"Origin": f.srv.URL}, session)
+	flash := regexp.MustCompile(`(?s)<div class="flash error" id="flash" role="alert">(.*?)</div>`).FindStringSubmatch(r.body)
+	if r.status != http.StatusConflict || flash == nil || !strings.Contains(flash[1], "no payment") || !strings.Contains(flash[1], "Override the provider") ||
+		!strings.Contains(r.body, `<details class="override" id="override" open>`) {
+		t.Fatalf("browser resolve succeeded with no charge: %d, want 409 saying no payment and how to override\n%s", r.status, r.body)
+	}
+	f.unchangedBooks(before, "a resolution to succeeded with no charge")
+
+	// A script: refused, naming override_provider.
+	js := url.Values{"operator": {"ops-script"}, "to": {"succeeded"}, "evidence": {"the customer says they paid"}, "version": {fmt.Sprint(p.Version)}}
+	r = f.do("POST", "/ops/purchases/"+p.ID+"/resolve", js, opsBearer)
+	if code, msg := r.errCode(t); r.status != http.StatusConflict || code != "provider_disagrees" || !strings.Contains(msg, "override_provider") ||
+		!strings.Contains(msg, "no payment") {
+		t.Fatalf("resolve succeeded with no charge: %d %s %q, want 409 provider_disagrees naming override_provider", r.status, code, msg)
+	}
+	f.unchangedBooks(before, "a resolution to succeeded with no charge")
+
+	const reason = "paid by bank transfer outside Stripe, ticket OPS-31"
+	js.Set("override_provider", reason)
+	r = f.do("POST", "/ops/purchases/"+p.ID+"/resolve", js, opsBearer)
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"state": "succeeded"`) {
+		t.Fatalf("resolve with override_provider: %d %s", r.status, r.body)
+	}
+	rec := f.record(p.ID)
+	if rec.Purchase.State != statemachine.Succeeded || len(rec.Actions) != 1 || !strings.Contains(rec.Actions[0].Did, "override: "+reason) ||
+		!strings.Contains(rec.Actions[0].Saw, "outcome=not_found") {
+		t.Fatalf("after the override: %s, actions %+v", rec.Purchase.State, rec.Actions)
+	}
+	if last := rec.Transitions[len(rec.Transitions)-1]; last.To != statemachine.Succeeded || !strings.Contains(last.Evidence, reason) {
+		t.Errorf("last transition: %+v, want the override in its evidence", last)
+	}
+
+	f.clock.Advance(10 * time.Minute)
+	rep, err := f.svc.Audit(context.Background(), provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.New) != 1 || rep.New[0].Kind != reconcile.FindingMissingAtProvider || rep.New[0].PurchaseID != p.ID ||
+		rep.New[0].Amount != p.Amount {
+		t.Fatalf("findings %+v, want one missing_at_provider for %s", rep.New, p.ID)
+	}
+	list := f.do("GET", "/ops", nil, nil, session)
+	if !strings.Contains(list.body, "missing_at_provider") && !strings.Contains(list.body, "missing at provider") {
+		t.Errorf("the operator list does not show the finding:\n%s", list.body)
+	}
+}

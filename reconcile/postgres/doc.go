@@ -54,7 +54,8 @@
 //   - purchases.go: InsertPurchase, GetPurchase, FindPurchaseByPaymentID,
 //     FindPurchaseByReference, UpdatePurchase, ListEscalated,
 //     CountByState, CountEscalated, OldestUncertainSince,
-//     ListOverdueUncertain, ListSubmittedBetween, scanPurchase.
+//     ListOverdueUncertain, ListSubmittedBetween, ListSucceededWithoutPayment,
+//     scanPurchase.
 //   - audit_trail.go: InsertTransition, ListTransitions,
 //     ListRefundTransitions, InsertAttempt, ListAttempts,
 //     ListRefundAttempts.

@@ -210,6 +210,19 @@ WHERE state = ?1 AND first_attempt_at >= ?2 AND first_attempt_at < ?3
   AND (provider_payment_id IS NULL OR provider_payment_id NOT IN (SELECT value FROM json_each(?4)))
 ORDER BY first_attempt_at, id`
 
+// ListSucceededWithoutPayment implements reconcile.Tx, read from the
+// partial index purchases_succeeded_no_payment_idx (migration 00015).
+func (t *txn) ListSucceededWithoutPayment(ctx context.Context, from, until time.Time) ([]reconcile.Purchase, error) {
+	what := fmt.Sprintf("list succeeded purchases without payment settled in [%s, %s)", sqlstore.Stamp(from), sqlstore.Stamp(until))
+	return queryAll(ctx, t, scanPurchase, what, listSucceededWithoutPaymentSQL, from.UnixMicro(), until.UnixMicro())
+}
+
+// listSucceededWithoutPaymentSQL is ListSucceededWithoutPayment's query
+// ([?1, ?2) the window of settlement times).
+const listSucceededWithoutPaymentSQL = `SELECT ` + purchaseColumns + ` FROM purchases
+WHERE state = 'succeeded' AND provider_payment_id IS NULL AND settled_at >= ?1 AND settled_at < ?2
+ORDER BY settled_at, id`
+
 // scanPurchase reads one row of purchaseColumns.
 func scanPurchase(row sqlstore.Row) (reconcile.Purchase, error) {
 	var p reconcile.Purchase
