@@ -211,7 +211,7 @@ WHERE state = ?1 AND first_attempt_at >= ?2 AND first_attempt_at < ?3
 ORDER BY first_attempt_at, id`
 
 // ListSucceededWithoutPayment implements reconcile.Tx, read from the
-// partial index purchases_succeeded_no_payment_idx (migration 00015).
+// partial index purchases_succeeded_no_payment_idx (migration 00013).
 func (t *txn) ListSucceededWithoutPayment(ctx context.Context, from, until time.Time) ([]reconcile.Purchase, error) {
 	what := fmt.Sprintf("list succeeded purchases without payment settled in [%s, %s)", sqlstore.Stamp(from), sqlstore.Stamp(until))
 	return queryAll(ctx, t, scanPurchase, what, listSucceededWithoutPaymentSQL, from.UnixMicro(), until.UnixMicro())
