@@ -200,6 +200,7 @@ func TestStandardSchedules(t *testing.T) {
 		{"defaults", cron.SweepConfig{}, map[string]string{
 			cron.SweepRescueLeases: "@every 30s", cron.SweepEscalate: "@every 1m", cron.SweepUnmatched: "@every 1m",
 			cron.SweepRetention: "@hourly", cron.SweepAudit: "@hourly", cron.SweepRefreshGauges: "@every 15s",
+			cron.SweepEvents: "@every 5m",
 		}},
 		{"audit every 10 minutes", cron.SweepConfig{AuditSchedule: "*/10 * * * *"}, map[string]string{
 			cron.SweepAudit: "*/10 * * * *", cron.SweepRetention: "@hourly",
@@ -395,7 +396,7 @@ func TestSweepLockTTL(t *testing.T) {
 	}
 	for _, sw := range sweeps {
 		want := time.Duration(0)
-		if sw.Name == cron.SweepAudit {
+		if sw.Name == cron.SweepAudit || sw.Name == cron.SweepEvents {
 			want = cron.AuditLockTTL
 		}
 		if sw.LockTTL != want {
