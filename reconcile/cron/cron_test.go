@@ -178,7 +178,7 @@ func TestInboxRetentionFloor(t *testing.T) {
 		t.Fatalf("48h inbox retention accepted: %v", err)
 	}
 	sweeps, err := cron.Sweeps(svc, nil, cron.SweepConfig{})
-	if err != nil || len(sweeps) != 5 {
+	if err != nil || len(sweeps) != 6 {
 		t.Fatalf("defaults: %d sweeps, %v", len(sweeps), err)
 	}
 }
