@@ -432,3 +432,46 @@ func TestOutboxRetentionFloor(t *testing.T) {
 		})
 	}
 }
+
+// TestEventSweep: the event sweep reads the provider's event log through
+// the inbox, counts the events it read as its items, and runs on one
+// replica at a time under its lock.
+func TestEventSweep(t *testing.T) {
+	st := newStore(t)
+	fake := fakeprovider.New(fakeprovider.Config{})
+	fake.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: "pur_elsewhere", Amount: 4200, Currency: "eur"})
+	svc, err := reconcile.New(st, fake, reconcile.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeps, err := cron.Sweeps(svc, nil, cron.SweepConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	a, err := cron.New(st, sweeps, cron.Config{Owner: "replica-a", Logger: quiet(), Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if ran, n, err := a.RunSweep(ctx, cron.SweepEvents); err != nil || !ran || n != 1 {
+		t.Fatalf("event sweep: ran=%v events=%d err=%v, want it to read 1 event", ran, n, err)
+	}
+	if w, err := svc.EventWatermark(ctx); err != nil || w.IsZero() {
+		t.Fatalf("watermark %v, %v; want one stored", w, err)
+	}
+	holder := "replica-b#run"
+	err = st.InTx(ctx, func(tx reconcile.Tx) error {
+		_, err := tx.AcquireSweepLock(ctx, cron.SweepEvents, holder, time.Minute)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, _, err := a.RunSweep(ctx, cron.SweepEvents); err != nil || ran {
+		t.Fatalf("the event sweep ran while another replica held its lock: ran=%v err=%v", ran, err)
+	}
+	if rec.count("events/ok") != 1 || rec.count("events/skipped") != 1 {
+		t.Fatalf("runs: %v", rec.runs)
+	}
+}
