@@ -40,6 +40,7 @@ func exportedFamilies(t *testing.T) map[string]family {
 	m.BudgetRate(reconcile.ClassCreate, 23.75)
 	m.BudgetThrottled(reconcile.ClassCreate)
 	m.BudgetWait(reconcile.ClassCreate, 40*time.Millisecond)
+	m.EventsSwept(reconcile.EventSweepReport{Outcomes: map[reconcile.EventOutcome]int{reconcile.EventDuplicate: 2}, Watermark: time.Now()})
 
 	gathered, err := m.Registry().Gather()
 	if err != nil {

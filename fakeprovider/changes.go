@@ -5,7 +5,8 @@ import (
 	"time"
 )
 
-// The change log of the ledger, which a Server turns into webhooks, and
+// The change log of the ledger, which the event log keeps and a Server
+// turns into webhooks, and
 // the settling of charges and refunds that are not final yet.
 
 // add appends e, just made, to the ledger and logs its creation. Call with
@@ -19,28 +20,27 @@ func (f *Fake) add(e *entry, silent bool) {
 	f.record(e, e.CreatedAt, true, silent)
 }
 
-// record logs e's change to its current status for every Server that
-// watches. Call with f.mu held.
+// record logs e's change to its current status in the event log, and for
+// every Server that watches. Call with f.mu held.
 func (f *Fake) record(e *entry, at time.Time, created, silent bool) {
+	events := f.logCharge(e.Charge, e.Status, at, created)
 	for _, l := range f.watchers {
-		l.changes = append(l.changes, change{c: e.Charge, status: e.Status, at: at, created: created, silent: silent})
+		l.changes = append(l.changes, change{c: e.Charge, status: e.Status, at: at, created: created, silent: silent, events: events})
 	}
 }
 
-// recordRefund logs e's change to its current status for every Server
-// that watches. Call with f.mu held.
+// recordRefund logs e's change to its current status in the event log,
+// and for every Server that watches. Call with f.mu held.
 func (f *Fake) recordRefund(e *refundEntry, at time.Time, created, silent bool) {
-	if len(f.watchers) == 0 {
-		return
-	}
 	r := e.Refund
 	var pay Charge
 	if p := f.byID[r.PaymentID]; p != nil {
 		pay = p.Charge
 	}
 	refunds := f.refundsOf(r.PaymentID)
+	events := f.logRefund(r, pay, refunds, at, created)
 	for _, l := range f.watchers {
-		l.changes = append(l.changes, change{c: pay, r: &r, refunds: refunds, status: r.Status, at: at, created: created, silent: silent})
+		l.changes = append(l.changes, change{c: pay, r: &r, refunds: refunds, status: r.Status, at: at, created: created, silent: silent, events: events})
 	}
 }
 

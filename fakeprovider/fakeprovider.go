@@ -59,8 +59,12 @@
 //
 // Ids: a payment id is "pi_fake", the fake's Config.Instance, "_" and a
 // sequence number counting from 1 ("pi_fake3f09a2c1_00000000000000000001",
-// ...); refund ids ("re_fake...") and a Server's event ids ("evt_fake...")
-// are built the same way, each with a sequence of its own. The
+// ...); refund ids ("re_fake...") and event ids ("evt_fake...") are built
+// the same way, each with a sequence of its own.
+//
+// The Fake keeps an event log, as Stripe does (events.go): an event for
+// every change of a charge or a refund, announced by a webhook or not,
+// listed newest first by ListEvents and a Server's GET /v1/events. The
 // default Instance is random, so that fakes in several processes sharing
 // one database (whose payment ids and webhook inbox keys are unique) do not
 // collide; a test that needs the same ids on every run sets it.
@@ -169,7 +173,7 @@ type Config struct {
 	// deterministic. Default 0.
 	Seed int64
 	// Instance tells this fake's ids from other fakes': payment ids are
-	// "pi_fake<Instance>_<n>" and a Server's event ids
+	// "pi_fake<Instance>_<n>" and event ids
 	// "evt_fake<Instance>_<n>". Letters and digits only. Default 8 random
 	// hex digits, drawn by each New, so that fakes in several processes
 	// writing to one database never reuse each other's ids. Set it where a
@@ -309,6 +313,12 @@ type Fake struct {
 	unsettledRefunds []*refundEntry
 
 	limiter *limiter
+
+	// The event log (events.go): every change of a charge or a refund,
+	// oldest first, and its events by id.
+	eventLog  []*loggedEvent
+	eventByID map[string]*loggedEvent
+	eventSeq  int
 }
 
 // changeLog is the changes one Server has yet to announce.
@@ -335,6 +345,9 @@ type change struct {
 	// silent: the change is not announced (ChargeOutside, SetStatus,
 	// RefundOutside or SetRefundStatus through a Server without webhooks).
 	silent bool
+	// events are the change's events in the event log, in order: what a
+	// Server's webhooks send.
+	events []*loggedEvent
 }
 
 // saved is the response Stripe saves for an idempotency key. Keys are
@@ -392,6 +405,7 @@ func New(cfg Config) *Fake {
 		refundByID:     make(map[string]*refundEntry),
 		refundKeyCalls: make(map[string]int),
 		limiter:        newLimiter(),
+		eventByID:      make(map[string]*loggedEvent),
 	}
 }
 

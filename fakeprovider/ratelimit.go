@@ -80,7 +80,7 @@ func RateClassOf(op provider.Op) string {
 		return "retrieve"
 	case provider.OpSearch:
 		return "search"
-	case provider.OpList:
+	case provider.OpList, provider.OpEventList:
 		return "list"
 	}
 	return "refund"
@@ -197,6 +197,8 @@ func routeOp(r *http.Request) provider.Op {
 			return provider.OpRefundCreate
 		}
 		return provider.OpRefundGet
+	case p == "/v1/events":
+		return provider.OpEventList
 	case p == "/v1/payment_intents" && r.Method == http.MethodPost:
 		return provider.OpCreate
 	case p == "/v1/payment_intents":

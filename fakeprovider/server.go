@@ -349,6 +349,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if r.URL.Path == "/v1/events" && r.Method == http.MethodGet {
+		s.listEvents(w, r)
+		return
+	}
 	const base = "/v1/payment_intents"
 	switch rest, ok := strings.CutPrefix(r.URL.Path, base); {
 	case ok && rest == "" && r.Method == http.MethodPost:

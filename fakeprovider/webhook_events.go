@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -113,7 +114,8 @@ func refundEventTypes(status string, created bool) []string {
 	return types
 }
 
-// newPIEvent records the event of c in status. Call with w.mu held.
+// newPIEvent makes the event of c in status, a stale follower: not in
+// the event log. Call with w.mu held.
 func (w *webhooks) newPIEvent(c Charge, status string, at time.Time, withKey bool) *event {
 	key := ""
 	if withKey {
@@ -128,15 +130,10 @@ func (w *webhooks) newPIEvent(c Charge, status string, at time.Time, withKey boo
 	}, renderPI(c, status), key)
 }
 
-// newRefundEvent records the event of type typ of ch's refund in status:
-// the refund's object, or for charge.refunded its payment's charge with
-// its refunds. Call with w.mu held.
+// newRefundEvent makes the event of type typ of ch's refund in status, a
+// stale follower: not in the event log. Call with w.mu held.
 func (w *webhooks) newRefundEvent(typ string, ch change, status string, at time.Time, withKey bool) *event {
 	r := *ch.r
-	var object any = renderRefund(r, status)
-	if typ == chargeRefunded {
-		object = renderCharge(ch.c, ch.refunds)
-	}
 	key := ""
 	if withKey {
 		key = r.IdempotencyKey
@@ -148,35 +145,38 @@ func (w *webhooks) newRefundEvent(typ string, ch change, status string, at time.
 		RefundID:   r.ID,
 		Status:     status,
 		Created:    at,
-	}, object, key)
+	}, renderRefund(r, status), key)
 }
 
-// newEvent records the event ev (its ID and Payload to fill) whose object
-// is object, carrying the idempotency key key (none when ""). Call with
-// w.mu held.
+// newEvent makes the event info (its ID and Payload to fill) whose
+// object is object, carrying the idempotency key key (none when ""), with
+// an id of the Fake's event ids but outside its log. Call with w.mu held.
 func (w *webhooks) newEvent(info WebhookEvent, object any, key string) *event {
-	w.nextID++
-	w.stats.Emitted++
-	info.ID = w.s.fake.newID("evt_", w.nextID)
-	ev := &event{WebhookEvent: info}
-	body := stripeEvent{
-		ID:              ev.ID,
-		Object:          "event",
-		APIVersion:      APIVersion,
-		Created:         info.Created.Unix(),
-		Livemode:        false,
-		PendingWebhooks: 1,
-		Type:            ev.Type,
-	}
-	body.Data.Object = object
-	if key != "" {
-		body.Request.IdempotencyKey = &key
-	}
-	b, err := json.Marshal(body)
+	f := w.s.fake
+	f.mu.Lock()
+	info.ID = f.nextEventID()
+	f.mu.Unlock()
+	obj, err := json.Marshal(object)
 	if err != nil { // plain structs: cannot fail
-		panic(fmt.Sprintf("fakeprovider: marshal event: %v", err))
+		panic(fmt.Sprintf("fakeprovider: marshal event object: %v", err))
 	}
-	ev.Payload = b
+	info.Payload = renderEvent(info, obj, key)
+	return w.record(info)
+}
+
+// adopt makes the webhook of the logged event l: a copy, same id and
+// payload. Call with w.mu held.
+func (w *webhooks) adopt(l *loggedEvent) *event {
+	info := l.WebhookEvent
+	info.Payload = slices.Clone(l.Payload)
+	return w.record(info)
+}
+
+// record counts the event info, made, among the server's. Call with w.mu
+// held.
+func (w *webhooks) record(info WebhookEvent) *event {
+	w.stats.Emitted++
+	ev := &event{WebhookEvent: info}
 	w.events = append(w.events, ev)
 	return ev
 }

@@ -37,6 +37,10 @@ import (
 //	refund settles or moves to failed        refund.failed
 //	refund moves to another status           refund.updated
 //
+// Each webhook is a copy of its event in the Fake's event log (events.go),
+// same id and payload; only a stale follower (WebhookStaleProcessing) is
+// not in the log, being no change of the ledger.
+//
 // The Fake logs every change of its ledger while a Server with webhooks
 // watches it: a charge's creation (by a create, or by ChargeOutside), its
 // settlement, a move by SetStatus. The server turns the log into events
@@ -248,7 +252,6 @@ type webhooks struct {
 	log        *changeLog // the Fake's changes to announce; guarded by Fake.mu
 	mu         sync.Mutex // guards the rest; taken before Fake.mu
 	rngs       map[string]*rand.Rand
-	nextID     int
 	events     []*event
 	delayed    []*event                  // until the next Tick
 	reordered  map[string][]*event       // by PaymentIntent, until its next event
@@ -336,7 +339,7 @@ func (w *webhooks) emit(ch change) {
 	}
 	// An outside charge's events take none of the purchase's scripts.
 	u, scripted := w.draw(w.scripts, ch.c.PurchaseID, !ch.c.Outside, func() *rand.Rand { return w.rng(ch.c) })
-	ev := w.newPIEvent(ch.c, ch.status, ch.at, ch.created)
+	ev := w.adopt(ch.events[0])
 	final := ch.status != StatusProcessing && ch.status != StatusRequiresAction
 	w.send(ev, ch.c.ID, final, u, scripted, func() *event {
 		return w.newPIEvent(ch.c, StatusProcessing, ch.c.CreatedAt, true)
@@ -349,10 +352,11 @@ func (w *webhooks) emit(ch change) {
 func (w *webhooks) emitRefund(ch change) {
 	r := *ch.r
 	final := ch.status != RefundStatusPending && ch.status != RefundStatusRequiresAction
-	for _, typ := range refundEventTypes(ch.status, ch.created) {
+	for _, logged := range ch.events {
+		typ := logged.Type
 		// An outside refund's events take none of the refund scripts.
 		u, scripted := w.draw(w.refundScripts, r.RefundID, !r.Outside && r.RefundID != "", func() *rand.Rand { return w.refundRNG(r) })
-		ev := w.newRefundEvent(typ, ch, ch.status, ch.at, ch.created)
+		ev := w.adopt(logged)
 		var stale func() *event
 		if typ != chargeRefunded {
 			stale = func() *event { return w.newRefundEvent("refund.updated", ch, RefundStatusPending, r.CreatedAt, false) }

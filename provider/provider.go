@@ -287,6 +287,79 @@ type Provider interface {
 	// w, oldest first, reading every page, for the audit from the
 	// provider's side. A failure returns an error and no refunds.
 	ListRefundsCreated(ctx context.Context, w Window) ([]RefundResult, error)
+
+	// ListEvents returns one page of the provider's event log: the events
+	// q selects, newest first, each translated exactly as the adapter's
+	// webhook verifier translates the same event delivered as a webhook
+	// (same ID, Type, Outcome, Refund, Created and Digest), so that a
+	// listed event and its webhook are one event to the inbox. It makes
+	// one request to the provider, so that a caller can take one token
+	// of its rate budget per page. A failure returns an error and no
+	// page: the caller lists the page again.
+	ListEvents(ctx context.Context, q EventQuery) (EventPage, error)
+}
+
+// EventQuery selects one page of a provider's event log
+// (Provider.ListEvents).
+type EventQuery struct {
+	// Since selects the events created at or after it. Required: an
+	// adapter refuses a zero Since (ErrRejected).
+	Since time.Time
+	// Types selects the events of these types (the provider's names,
+	// Event.Type). Empty: every type of EventTypes, the payment and
+	// refund events the inbox acts on.
+	Types []string
+	// After is the cursor: the ID of the last event of the previous page
+	// (EventPage.Next), "" for the first page.
+	After string
+	// Limit is the most events of the page, 1 to MaxEventPage; 0 means
+	// MaxEventPage.
+	Limit int
+}
+
+// MaxEventPage is the most events one page of an event listing holds:
+// Stripe's limit.
+const MaxEventPage = 100
+
+// EventTypes are the event types an event listing selects by default:
+// the payment and refund events whose webhooks the inbox acts on (Stripe's
+// names, which the fake provider speaks too). Stripe accepts at most 20
+// types in one listing.
+var EventTypes = []string{
+	"payment_intent.succeeded",
+	"payment_intent.payment_failed",
+	"payment_intent.canceled",
+	"payment_intent.processing",
+	"payment_intent.requires_action",
+	"refund.created",
+	"refund.updated",
+	"refund.failed",
+	"charge.refunded",
+}
+
+// EventPage is one page of an event listing, newest first.
+type EventPage struct {
+	// Events are the page's events that the adapter translated, newest
+	// first.
+	Events []Event
+	// Refused are the page's events the adapter could not translate, as
+	// its webhook verifier would have refused them (a payment of no
+	// purchase of payrecon's, a malformed object): the inbox never sees
+	// them, by either path.
+	Refused []RefusedEvent
+	// HasMore reports whether older events remain beyond this page.
+	HasMore bool
+	// Next is the cursor of the next page (EventQuery.After): the ID of
+	// the page's oldest event, refused ones included; "" for an empty
+	// page.
+	Next string
+}
+
+// RefusedEvent is an event of a listing that its adapter refused.
+type RefusedEvent struct {
+	ID   string
+	Type string
+	Err  error
 }
 
 // RefundRequest is everything sent to create a refund. payrecon stores
@@ -374,6 +447,9 @@ const (
 	OpRefundCreate Op = "refund_create"
 	OpRefundGet    Op = "refund_get"
 	OpRefundList   Op = "refund_list"
+
+	// OpEventList lists a page of the provider's event log.
+	OpEventList Op = "event_list"
 )
 
 // Event is a provider's notification about a payment, verified and
@@ -411,4 +487,8 @@ type Event struct {
 	// messages under one id with different digests are a conflict. Empty
 	// when the adapter has none; the raw payload's hash stands in.
 	Digest string
+	// Payload is the event as the provider's listing returned it (its
+	// JSON), for the inbox's record; "" from a webhook verifier, whose
+	// caller holds the body. A string, so that an Event stays comparable.
+	Payload string
 }

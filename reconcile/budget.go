@@ -40,7 +40,7 @@ func ClassOf(op provider.Op) BudgetClass {
 		return ClassRetrieve
 	case provider.OpSearch:
 		return ClassSearch
-	case provider.OpList:
+	case provider.OpList, provider.OpEventList:
 		return ClassList
 	case provider.OpRefundCreate, provider.OpRefundGet, provider.OpRefundList:
 		return ClassRefund

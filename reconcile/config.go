@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"time"
+
+	"github.com/payrecon/payrecon/provider"
 )
 
 // Config configures a Service. The zero value of every field means its
@@ -117,6 +119,27 @@ type Config struct {
 	// this much. Default 10m.
 	RestoreSkew time.Duration
 
+	// EventSweepOverlap is how far back before its watermark the event
+	// sweep (SweepEvents) lists the provider's events, so that an event
+	// created before the watermark but listed late is still read; the
+	// inbox stores each event once. Default 10m.
+	EventSweepOverlap time.Duration
+
+	// EventSweepFirstWindow is how far back the first event sweep lists
+	// the provider's events, with no watermark yet. At most the provider's
+	// retention of events (Stripe's 30 days, 720h). Default 24h.
+	EventSweepFirstWindow time.Duration
+
+	// EventSweepChunk is how many listed events the event sweep applies
+	// per transaction, with its watermark. Default 100.
+	EventSweepChunk int
+
+	// EventSweepPage is how many events the event sweep asks for per page
+	// of the provider's log, each page one call and one token of the rate
+	// budget: 1 to provider.MaxEventPage. Default provider.MaxEventPage
+	// (100).
+	EventSweepPage int
+
 	// GroupCommitMax caps how many concurrent webhooks and purchase API
 	// requests share one transaction (group commit, groupcommit.go).
 	// Default 64.
@@ -155,33 +178,37 @@ type Config struct {
 // Unlimited.
 func DefaultConfig() Config {
 	return Config{
-		WorkerID:             DefaultWorkerID(),
-		LeaseDuration:        30 * time.Second,
-		ProviderTimeout:      10 * time.Second,
-		Backoff:              []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour},
-		MaxAttempts:          10,
-		MaxUncertainAge:      24 * time.Hour,
-		EscalatedInterval:    6 * time.Hour,
-		KeyRetention:         24 * time.Hour,
-		KeyReplayMargin:      time.Hour,
-		BatchSize:            16,
-		Concurrency:          4,
-		ApplyWindow:          2 * time.Millisecond,
-		PollInterval:         time.Second,
-		ShutdownGrace:        15 * time.Second,
-		MaxAmount:            99_999_999,
-		DefaultPaymentMethod: "pm_card_visa",
-		ProviderName:         "stripe",
-		AuditChunk:           15 * time.Minute,
-		AuditOverlap:         time.Hour,
-		AuditSettle:          5 * time.Minute,
-		AuditFirstWindow:     25 * time.Hour,
-		AuditListTimeout:     2 * time.Minute,
-		RestoreSkew:          10 * time.Minute,
-		GroupCommitMax:       64,
-		GroupCommitLeaders:   2,
-		Now:                  time.Now,
-		Logger:               slog.Default(),
+		WorkerID:              DefaultWorkerID(),
+		LeaseDuration:         30 * time.Second,
+		ProviderTimeout:       10 * time.Second,
+		Backoff:               []time.Duration{30 * time.Second, 2 * time.Minute, 10 * time.Minute, time.Hour},
+		MaxAttempts:           10,
+		MaxUncertainAge:       24 * time.Hour,
+		EscalatedInterval:     6 * time.Hour,
+		KeyRetention:          24 * time.Hour,
+		KeyReplayMargin:       time.Hour,
+		BatchSize:             16,
+		Concurrency:           4,
+		ApplyWindow:           2 * time.Millisecond,
+		PollInterval:          time.Second,
+		ShutdownGrace:         15 * time.Second,
+		MaxAmount:             99_999_999,
+		DefaultPaymentMethod:  "pm_card_visa",
+		ProviderName:          "stripe",
+		AuditChunk:            15 * time.Minute,
+		AuditOverlap:          time.Hour,
+		AuditSettle:           5 * time.Minute,
+		AuditFirstWindow:      25 * time.Hour,
+		AuditListTimeout:      2 * time.Minute,
+		RestoreSkew:           10 * time.Minute,
+		EventSweepOverlap:     10 * time.Minute,
+		EventSweepFirstWindow: 24 * time.Hour,
+		EventSweepChunk:       100,
+		EventSweepPage:        provider.MaxEventPage,
+		GroupCommitMax:        64,
+		GroupCommitLeaders:    2,
+		Now:                   time.Now,
+		Logger:                slog.Default(),
 	}
 }
 
@@ -228,6 +255,14 @@ func (c Config) withDefaults() (Config, error) {
 	setDuration(&c.AuditFirstWindow, def.AuditFirstWindow)
 	setDuration(&c.AuditListTimeout, def.AuditListTimeout)
 	setDuration(&c.RestoreSkew, def.RestoreSkew)
+	setDuration(&c.EventSweepOverlap, def.EventSweepOverlap)
+	setDuration(&c.EventSweepFirstWindow, def.EventSweepFirstWindow)
+	if c.EventSweepChunk == 0 {
+		c.EventSweepChunk = def.EventSweepChunk
+	}
+	if c.EventSweepPage == 0 {
+		c.EventSweepPage = def.EventSweepPage
+	}
 	if c.GroupCommitMax == 0 {
 		c.GroupCommitMax = def.GroupCommitMax
 	}
@@ -266,7 +301,7 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("key replay margin %s must be longer than the lease duration %s", c.KeyReplayMargin, c.LeaseDuration))
 	}
 	for name, v := range map[string]int{"max attempts": c.MaxAttempts, "batch size": c.BatchSize, "concurrency": c.Concurrency,
-		"group commit max": c.GroupCommitMax, "group commit leaders": c.GroupCommitLeaders} {
+		"group commit max": c.GroupCommitMax, "group commit leaders": c.GroupCommitLeaders, "event sweep chunk": c.EventSweepChunk} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d: must be positive", name, v))
 		}
@@ -278,11 +313,18 @@ func (c Config) withDefaults() (Config, error) {
 		"poll interval": c.PollInterval, "shutdown grace": c.ShutdownGrace, "apply window": c.ApplyWindow,
 		"audit chunk": c.AuditChunk, "audit overlap": c.AuditOverlap, "audit settle": c.AuditSettle,
 		"audit first window": c.AuditFirstWindow, "audit list timeout": c.AuditListTimeout,
-		"restore skew": c.RestoreSkew,
+		"restore skew":        c.RestoreSkew,
+		"event sweep overlap": c.EventSweepOverlap, "event sweep first window": c.EventSweepFirstWindow,
 	} {
 		if d < 0 {
 			errs = append(errs, fmt.Errorf("%s %s: must be positive", name, d))
 		}
+	}
+	if c.EventSweepFirstWindow > providerEventRetention {
+		errs = append(errs, fmt.Errorf("event sweep first window %s: the provider keeps its events %s, at most that", c.EventSweepFirstWindow, providerEventRetention))
+	}
+	if c.EventSweepPage < 0 || c.EventSweepPage > provider.MaxEventPage {
+		errs = append(errs, fmt.Errorf("event sweep page %d: must be 1 to %d", c.EventSweepPage, provider.MaxEventPage))
 	}
 	if c.MaxAmount < 0 {
 		errs = append(errs, fmt.Errorf("max amount %d: must be positive", c.MaxAmount))

@@ -168,6 +168,9 @@ func (noProvider) ListRefunds(context.Context, string) ([]provider.RefundResult,
 func (noProvider) ListRefundsCreated(context.Context, provider.Window) ([]provider.RefundResult, error) {
 	return nil, errNoProvider
 }
+func (noProvider) ListEvents(context.Context, provider.EventQuery) (provider.EventPage, error) {
+	return provider.EventPage{}, errNoProvider
+}
 
 func runPurchase(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {

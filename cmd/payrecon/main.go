@@ -57,12 +57,12 @@ var (
 	storeSettings    = []string{"database-url", "database-url-file", "sqlite-synchronous"}
 	protocolSettings = []string{"worker-id", "lease-duration", "provider-timeout", "backoff", "max-attempts", "max-uncertain-age",
 		"escalated-interval", "key-retention", "key-replay-margin", "batch-size", "concurrency", "apply-window", "poll-interval", "shutdown-grace",
-		"max-amount", "audit-overlap", "audit-settle"}
+		"max-amount", "audit-overlap", "audit-settle", "event-sweep-overlap", "event-sweep-first-window"}
 	providerSettings = []string{"provider", "fake-faults", "stripe-api-base", "stripe-secret-key", "stripe-secret-key-file",
 		"budget", "budget-account", "budget-global", "budget-create", "budget-retrieve", "budget-search", "budget-list", "budget-refund"}
 	httpSettings = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
 		"api", "api-token", "api-token-file", "ops-token", "ops-token-file", "group-commit", "group-commit-max", "group-commit-leaders"}
-	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit",
+	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit", "sweep-events",
 		"inbox-retention", "idempotency-key-retention", "outbox-retry-window", "outbox-retention"}
 	// readSettings are those of a command that reads or writes the books
 	// and never asks the provider.

@@ -193,6 +193,9 @@ func newSettings() *settings {
 	plain("sweep-audit", "PAYRECON_SWEEP_AUDIT", sw.AuditSchedule, kindSchedule, "cron schedule: the audit from the provider's side (lists the provider's payments and matches them to the books)")
 	plain("audit-overlap", "PAYRECON_AUDIT_OVERLAP", formatDuration(rc.AuditOverlap), kindDuration, "how far before the last audit's end the scheduled audit starts, so that windows overlap")
 	plain("audit-settle", "PAYRECON_AUDIT_SETTLE", formatDuration(rc.AuditSettle), kindDuration, "how long before now the scheduled audit's window ends, leaving payments still being created to the next run")
+	plain("sweep-events", "PAYRECON_SWEEP_EVENTS", sw.EventsSchedule, kindSchedule, "cron schedule: the event sweep (lists the provider's payment and refund events and applies through the webhook inbox those whose webhooks were lost)")
+	plain("event-sweep-overlap", "PAYRECON_EVENT_SWEEP_OVERLAP", formatDuration(rc.EventSweepOverlap), kindDuration, "how far before its watermark the event sweep lists the provider's events, for events listed late")
+	plain("event-sweep-first-window", "PAYRECON_EVENT_SWEEP_FIRST_WINDOW", formatDuration(rc.EventSweepFirstWindow), kindDuration, "how far back the first event sweep lists the provider's events, at most 720h (Stripe keeps them 30 days)")
 	plain("inbox-retention", "PAYRECON_INBOX_RETENTION", formatDuration(sw.InboxRetention), kindDuration, "how long webhook inbox rows are kept; at least "+
 		formatDuration(cron.MinInboxRetention)+" (Stripe's 3-day redelivery plus a replay margin)")
 	plain("outbox-retry-window", "PAYRECON_OUTBOX_RETRY_WINDOW", formatDuration(sw.OutboxRetryWindow), kindDuration, "how long the relay retries delivering an event to a subscription that fails, before it is dead (replay it from /ops or with payrecon events replay)")

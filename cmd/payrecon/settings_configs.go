@@ -42,6 +42,8 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	dur(&cfg.ShutdownGrace, "shutdown-grace")
 	dur(&cfg.AuditOverlap, "audit-overlap")
 	dur(&cfg.AuditSettle, "audit-settle")
+	dur(&cfg.EventSweepOverlap, "event-sweep-overlap")
+	dur(&cfg.EventSweepFirstWindow, "event-sweep-first-window")
 	backoff, err := s.durations("backoff")
 	if err != nil {
 		errs = append(errs, err)
@@ -112,6 +114,7 @@ func (s *settings) sweepConfig() (cron.SweepConfig, error) {
 		UnmatchedSchedule:       s.str("sweep-unmatched"),
 		RetentionSchedule:       s.str("sweep-retention"),
 		AuditSchedule:           s.str("sweep-audit"),
+		EventsSchedule:          s.str("sweep-events"),
 		InboxRetention:          inbox,
 		IdempotencyKeyRetention: keys,
 	}, nil

@@ -26,6 +26,9 @@
 // nothing; an unknown refund id is not found (never failed); a payment's
 // refunds list oldest first, and a listing of a window of creation times
 // holds the refunds created in it.
+// Events: a succeeded charge and its refund are in the provider's event
+// log, newest first, translated as their webhooks are, and pages of one
+// event list the same events as one page.
 // Hooks the provider cannot offer (a simulated clock, a readable ledger)
 // are optional; the checks that need them are skipped without them.
 package providertest
@@ -132,6 +135,7 @@ func Run(t *testing.T, h Harness) {
 		{"GetRefundOfUnknownIDIsNotFound", testGetRefundUnknown},
 		{"ListRefundsOfPayment", testListRefundsOfPayment},
 		{"ListRefundsCreatedInItsWindow", testListRefundsCreated},
+		{"EventsListedNewestFirst", testEventsListed},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -127,6 +127,10 @@ type Config struct {
 // safe for concurrent use.
 type Provider struct {
 	client *stripego.Client
+	// api and key make the calls stripe-go's services have no page-level
+	// form of (ListEvents).
+	api stripego.Backend
+	key string
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -185,7 +189,7 @@ func New(cfg Config) (*Provider, error) {
 		Uploads:     backend(stripego.UploadsBackend, nil),
 		MeterEvents: backend(stripego.MeterEventsBackend, nil),
 	}
-	return &Provider{client: stripego.NewClient(key, stripego.WithBackends(backends))}, nil
+	return &Provider{client: stripego.NewClient(key, stripego.WithBackends(backends)), api: backends.API, key: key}, nil
 }
 
 // maxKeyLength is Stripe's limit on an idempotency key.

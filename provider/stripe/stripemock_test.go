@@ -143,6 +143,37 @@ func TestStripeMock(t *testing.T) {
 	checkRefused(t, "GET with a malformed created filter", bad)
 
 	t.Run("Refunds", func(t *testing.T) { checkStripeMockRefunds(t, base, p) })
+	t.Run("Events", func(t *testing.T) { checkStripeMockEvents(t, p) })
+}
+
+// checkStripeMockEvents runs ListEvents against stripe-mock: its request
+// (created[gte], types[], limit, starting_after) must pass the spec's
+// validation. stripe-mock answers with its fixture event whatever the
+// filters, of a type payrecon does not act on: it must come back
+// translated as Verify would (no outcome), or refused, never fail the
+// page.
+func checkStripeMockEvents(t *testing.T, p *stripe.Provider) {
+	ctx := t.Context()
+	since := time.Now().Add(-time.Hour)
+	page, err := p.ListEvents(ctx, provider.EventQuery{Since: since, Limit: 10})
+	if err != nil {
+		t.Fatalf("ListEvents: %v", err)
+	}
+	if len(page.Events)+len(page.Refused) == 0 || page.Next == "" {
+		t.Fatalf("ListEvents: %+v, want stripe-mock's fixture and a cursor", page)
+	}
+	for _, ev := range page.Events {
+		if ev.ID == "" || ev.Type == "" || ev.Created.IsZero() || ev.Digest == "" || ev.Payload == "" {
+			t.Errorf("listed event %+v: want id, type, creation time, digest and payload", ev)
+		}
+	}
+	next, err := p.ListEvents(ctx, provider.EventQuery{Since: since, After: page.Next, Types: []string{"refund.updated"}})
+	if err != nil {
+		t.Fatalf("ListEvents after %s: %v", page.Next, err)
+	}
+	if len(next.Events)+len(next.Refused) == 0 {
+		t.Errorf("ListEvents after %s: %+v, want the fixture again", page.Next, next)
+	}
 }
 
 // checkStripeMockRefunds runs CreateRefund, GetRefund, ListRefunds and

@@ -226,6 +226,13 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 	if err := v.verifySignature(payload, header); err != nil {
 		return provider.Event{}, err
 	}
+	return translateEvent(payload, v.apiVersion)
+}
+
+// translateEvent translates the event payload carries, rendered for an
+// endpoint (or a client) of API version apiVersion, as Verify describes:
+// the one translation of a webhook and of a listed event alike.
+func translateEvent(payload []byte, apiVersion string) (provider.Event, error) {
 	var e stripego.Event
 	if err := json.Unmarshal(payload, &e); err != nil {
 		return provider.Event{}, fmt.Errorf("%w: payload is not a JSON event: %w", ErrMalformedEvent, err)
@@ -233,9 +240,9 @@ func (v *WebhookVerifier) Verify(payload []byte, header string) (provider.Event,
 	if e.Object != "event" {
 		return provider.Event{}, fmt.Errorf("%w: object is %q, want \"event\"", ErrMalformedEvent, e.Object)
 	}
-	if !compatibleAPIVersion(v.apiVersion, e.APIVersion) {
+	if !compatibleAPIVersion(apiVersion, e.APIVersion) {
 		return provider.Event{}, fmt.Errorf("%w: event %s has api_version %q, expected %q%s: align the Stripe webhook endpoint's API version and WebhookConfig.APIVersion",
-			ErrAPIVersion, e.ID, e.APIVersion, v.apiVersion, trainNote(v.apiVersion))
+			ErrAPIVersion, e.ID, e.APIVersion, apiVersion, trainNote(apiVersion))
 	}
 	switch {
 	case e.ID == "":

@@ -178,7 +178,7 @@ func TestInboxRetentionFloor(t *testing.T) {
 		t.Fatalf("48h inbox retention accepted: %v", err)
 	}
 	sweeps, err := cron.Sweeps(svc, nil, cron.SweepConfig{})
-	if err != nil || len(sweeps) != 5 {
+	if err != nil || len(sweeps) != 6 {
 		t.Fatalf("defaults: %d sweeps, %v", len(sweeps), err)
 	}
 }
@@ -200,6 +200,7 @@ func TestStandardSchedules(t *testing.T) {
 		{"defaults", cron.SweepConfig{}, map[string]string{
 			cron.SweepRescueLeases: "@every 30s", cron.SweepEscalate: "@every 1m", cron.SweepUnmatched: "@every 1m",
 			cron.SweepRetention: "@hourly", cron.SweepAudit: "@hourly", cron.SweepRefreshGauges: "@every 15s",
+			cron.SweepEvents: "@every 5m",
 		}},
 		{"audit every 10 minutes", cron.SweepConfig{AuditSchedule: "*/10 * * * *"}, map[string]string{
 			cron.SweepAudit: "*/10 * * * *", cron.SweepRetention: "@hourly",
@@ -395,7 +396,7 @@ func TestSweepLockTTL(t *testing.T) {
 	}
 	for _, sw := range sweeps {
 		want := time.Duration(0)
-		if sw.Name == cron.SweepAudit {
+		if sw.Name == cron.SweepAudit || sw.Name == cron.SweepEvents {
 			want = cron.AuditLockTTL
 		}
 		if sw.LockTTL != want {
@@ -429,5 +430,48 @@ func TestOutboxRetentionFloor(t *testing.T) {
 				t.Fatalf("Sweeps(%+v): %v; want ok=%v", tc.cfg, err, tc.ok)
 			}
 		})
+	}
+}
+
+// TestEventSweep: the event sweep reads the provider's event log through
+// the inbox, counts the events it read as its items, and runs on one
+// replica at a time under its lock.
+func TestEventSweep(t *testing.T) {
+	st := newStore(t)
+	fake := fakeprovider.New(fakeprovider.Config{})
+	fake.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: "pur_elsewhere", Amount: 4200, Currency: "eur"})
+	svc, err := reconcile.New(st, fake, reconcile.Config{Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sweeps, err := cron.Sweeps(svc, nil, cron.SweepConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &recorder{}
+	a, err := cron.New(st, sweeps, cron.Config{Owner: "replica-a", Logger: quiet(), Observer: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if ran, n, err := a.RunSweep(ctx, cron.SweepEvents); err != nil || !ran || n != 1 {
+		t.Fatalf("event sweep: ran=%v events=%d err=%v, want it to read 1 event", ran, n, err)
+	}
+	if w, err := svc.EventWatermark(ctx); err != nil || w.IsZero() {
+		t.Fatalf("watermark %v, %v; want one stored", w, err)
+	}
+	holder := "replica-b#run"
+	err = st.InTx(ctx, func(tx reconcile.Tx) error {
+		_, err := tx.AcquireSweepLock(ctx, cron.SweepEvents, holder, time.Minute)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, _, err := a.RunSweep(ctx, cron.SweepEvents); err != nil || ran {
+		t.Fatalf("the event sweep ran while another replica held its lock: ran=%v err=%v", ran, err)
+	}
+	if rec.count("events/ok") != 1 || rec.count("events/skipped") != 1 {
+		t.Fatalf("runs: %v", rec.runs)
 	}
 }

@@ -16,11 +16,13 @@ const (
 	SweepUnmatched     = "apply_unmatched_webhooks"
 	SweepRetention     = "retention"
 	SweepAudit         = "audit"
+	SweepEvents        = "events"
 )
 
-// AuditLockTTL bounds one run of the audit sweep, which may page through
-// many of the provider's list calls: longer than the other sweeps' lock.
-// A run cut off by it resumes from its watermark at the next run.
+// AuditLockTTL bounds one run of the audit sweep, and of the event sweep,
+// which may page through many of the provider's list calls: longer than
+// the other sweeps' lock. A run cut off by it resumes from its watermark
+// at the next run.
 const AuditLockTTL = 30 * time.Minute
 
 // ProviderRedeliveryWindow is how long Stripe keeps redelivering an
@@ -50,6 +52,11 @@ type SweepConfig struct {
 	// (reconcile.Service.AuditDue), over a window that overlaps the last
 	// one. Default "@hourly".
 	AuditSchedule string
+	// EventsSchedule: the event sweep (reconcile.Service.SweepEvents),
+	// which catches up from the provider's event log the changes whose
+	// webhooks were lost: a lost webhook is applied, or flagged, within
+	// one interval. Default "@every 5m".
+	EventsSchedule string
 
 	// InboxRetention is how long webhook inbox rows are kept, so that a
 	// redelivered or replayed event is still recognised as a duplicate. It
@@ -86,6 +93,7 @@ func DefaultSweepConfig() SweepConfig {
 		UnmatchedSchedule:       "@every 1m",
 		RetentionSchedule:       "@hourly",
 		AuditSchedule:           "@hourly",
+		EventsSchedule:          "@every 5m",
 		InboxRetention:          7 * 24 * time.Hour,
 		IdempotencyKeyRetention: 72 * time.Hour,
 		OutboxRetention:         7 * 24 * time.Hour,
@@ -107,6 +115,7 @@ func (c SweepConfig) withDefaults() (SweepConfig, error) {
 	def(&c.UnmatchedSchedule, d.UnmatchedSchedule)
 	def(&c.RetentionSchedule, d.RetentionSchedule)
 	def(&c.AuditSchedule, d.AuditSchedule)
+	def(&c.EventsSchedule, d.EventsSchedule)
 	if c.InboxRetention == 0 {
 		c.InboxRetention = d.InboxRetention
 	}
@@ -138,7 +147,8 @@ func (c SweepConfig) withDefaults() (SweepConfig, error) {
 
 // Sweeps returns the standard sweeps over svc. refresh reads the gauges
 // (reconcile/prometheus's Metrics.Refresh); nil leaves that sweep out.
-// The audit sweep counts the provider's payments it matched as its items.
+// The audit sweep counts the provider's payments it matched as its items,
+// the event sweep the provider's events it read.
 func Sweeps(svc *reconcile.Service, refresh func(context.Context) error, cfg SweepConfig) ([]Sweep, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
@@ -174,6 +184,10 @@ func Sweeps(svc *reconcile.Service, refresh func(context.Context) error, cfg Swe
 		{Name: SweepAudit, Schedule: cfg.AuditSchedule, Run: func(ctx context.Context) (int, error) {
 			rep, err := svc.AuditDue(ctx)
 			return rep.Payments, err
+		}, LockTTL: AuditLockTTL},
+		{Name: SweepEvents, Schedule: cfg.EventsSchedule, Run: func(ctx context.Context) (int, error) {
+			rep, err := svc.SweepEvents(ctx)
+			return rep.Read, err
 		}, LockTTL: AuditLockTTL},
 	}
 	if refresh != nil {

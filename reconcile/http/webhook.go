@@ -1,8 +1,6 @@
 package http
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"github.com/payrecon/payrecon/internal/crashpoint"
 	"io"
@@ -45,12 +43,7 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			return
 		}
 		crashpoint.Hit(crashpoint.WebhookVerified)
-		digest := ev.Digest
-		if digest == "" {
-			sum := sha256.Sum256(body)
-			digest = hex.EncodeToString(sum[:])
-		}
-		outcome, err := s.svc.ApplyEvent(r.Context(), eventOf(name, ev, digest, body))
+		outcome, err := s.svc.ApplyEvent(r.Context(), reconcile.EventFromProvider(name, ev, "", body))
 		switch {
 		case reconcile.KindOf(err) == reconcile.KindEventConflict:
 			s.observeWebhook(ev.Type, reconcile.EventConflict)
@@ -80,35 +73,4 @@ func (s *Server) observeWebhook(eventType string, outcome reconcile.EventOutcome
 	if s.cfg.Observer != nil {
 		s.cfg.Observer.Webhook(eventType, outcome)
 	}
-}
-
-// eventOf translates a verified provider event into the protocol's terms:
-// an event about a refund names the provider's refund (and the refund id
-// and refunded payment its object carries), any other the payment.
-func eventOf(name string, ev provider.Event, digest string, body []byte) reconcile.Event {
-	out := reconcile.Event{
-		Provider:    name,
-		ID:          ev.ID,
-		Type:        ev.Type,
-		Outcome:     ev.Outcome,
-		PaymentID:   ev.PaymentID,
-		PurchaseID:  ev.PurchaseID,
-		Amount:      ev.Amount,
-		Currency:    ev.Currency,
-		Created:     ev.Created,
-		PayloadHash: digest,
-		Payload:     body,
-	}
-	if rf := ev.Refund; rf != nil {
-		out.Refund = true
-		out.Outcome = rf.Outcome
-		out.PaymentID = rf.ID
-		out.RefundID = rf.RefundID
-		out.Refunded = rf.PaymentID
-		out.Amount, out.Currency = rf.Amount, rf.Currency
-		if rf.PurchaseID != "" {
-			out.PurchaseID = rf.PurchaseID
-		}
-	}
-	return out
 }

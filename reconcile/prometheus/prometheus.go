@@ -57,6 +57,8 @@ type Metrics struct {
 	budgetRate      *prometheus.GaugeVec
 	budgetThrottled *prometheus.CounterVec
 	budgetWait      *prometheus.HistogramVec
+	sweptEvents     *prometheus.CounterVec
+	eventWatermark  prometheus.Gauge
 }
 
 var (
@@ -64,6 +66,8 @@ var (
 	_ reconcile.RelayObserver  = (*Metrics)(nil)
 	_ reconcile.Observer       = (*Metrics)(nil)
 	_ reconcile.BudgetObserver = (*Metrics)(nil)
+
+	_ reconcile.EventSweepObserver = (*Metrics)(nil)
 )
 
 // New returns Metrics registered on a fresh registry, with Go runtime and
@@ -167,6 +171,14 @@ func New() *Metrics {
 			Name: "payrecon_provider_wait_seconds", Help: "How long provider calls waited for the rate budget, by class.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"class"}),
+		sweptEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_event_sweep_events_total",
+			Help: "Provider events the event sweep read from the provider's event log, by what became of them in the inbox (duplicate: a webhook brought it first; refused: the adapter refused it, as its webhook would be).",
+		}, []string{"outcome"}),
+		eventWatermark: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_event_sweep_watermark_timestamp_seconds",
+			Help: "Unix time of the event sweep's watermark, as this process last left it: every provider event created before it has been through the inbox; 0 until this process ran the sweep.",
+		}),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -175,7 +187,7 @@ func New() *Metrics {
 		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
 		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK, m.opsLogins,
 		m.outboxPending, m.outboxDead, m.outboxOldest, m.outboxDelivered, m.outboxLatency,
-		m.budgetRate, m.budgetThrottled, m.budgetWait,
+		m.budgetRate, m.budgetThrottled, m.budgetWait, m.sweptEvents, m.eventWatermark,
 	)
 	for _, o := range reconcile.DeliveryOutcomes {
 		m.outboxDelivered.WithLabelValues(string(o))
@@ -308,6 +320,20 @@ func (m *Metrics) Sweep(name, result string, took time.Duration, items int, at t
 	m.sweepItems.WithLabelValues(name).Add(float64(items))
 	if result == "ok" {
 		m.sweepLastOK.WithLabelValues(name).Set(float64(at.Unix()))
+	}
+}
+
+// EventsSwept implements reconcile.EventSweepObserver: it counts the
+// events of the run by outcome, and sets the watermark.
+func (m *Metrics) EventsSwept(rep reconcile.EventSweepReport) {
+	for o, n := range rep.Outcomes {
+		m.sweptEvents.WithLabelValues(string(o)).Add(float64(n))
+	}
+	if rep.Refused > 0 {
+		m.sweptEvents.WithLabelValues("refused").Add(float64(rep.Refused))
+	}
+	if !rep.Watermark.IsZero() {
+		m.eventWatermark.Set(float64(rep.Watermark.Unix()))
 	}
 }
 
