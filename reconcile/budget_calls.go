@@ -43,6 +43,23 @@ func (s *Service) awaitBudget(ctx context.Context, op provider.Op, priority Prio
 	return fmt.Errorf("reconcile: %s call: wait for the provider's budget: %w", op, err)
 }
 
+// pageGate returns the gate a listing of op at priority passes before
+// each page's request: every page waits for a token of its own, the
+// provider counting each page as a request. When firstTaken, the caller
+// already waited for the first page's token (as for any call under a
+// lease), and only the later pages wait. The later pages' waits are
+// bounded by the listing's context.
+func (s *Service) pageGate(op provider.Op, priority Priority, firstTaken bool) provider.PageGate {
+	pages := 0 // a listing passes its gate one page at a time
+	return func(ctx context.Context) error {
+		pages++
+		if pages == 1 && firstTaken {
+			return nil
+		}
+		return s.awaitBudget(ctx, op, priority, 0, false)
+	}
+}
+
 // leaseBudgetWait is how long a call under l may wait for budget: half
 // the lease's time left before its commit margin, so that the call itself
 // keeps the other half.

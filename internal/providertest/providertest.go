@@ -26,6 +26,9 @@
 // nothing; an unknown refund id is not found (never failed); a payment's
 // refunds list oldest first, and a listing of a window of creation times
 // holds the refunds created in it.
+// Listings: each listing passes its PageGate once before every request it
+// sends, one per page, and a gate's error stops it with that error and
+// no items.
 // Hooks the provider cannot offer (a simulated clock, a readable ledger)
 // are optional; the checks that need them are skipped without them.
 package providertest
@@ -92,6 +95,16 @@ type Target struct {
 	// provider holds whose metadata names payrecon's refund refundID. Nil
 	// when its ledger cannot be read.
 	Refunds func(refundID string) int
+	// PageSize is how many objects one request of a listing returns at
+	// most, for the checks of listings of several pages; 0 when unknown
+	// (they are skipped). Keep it small: the checks make 2·PageSize+1
+	// charges and refunds.
+	PageSize int
+	// Requests returns how many requests of op (provider.OpList,
+	// provider.OpRefundList) the provider has served, throttled ones
+	// excluded. Nil when it cannot be read: the checks of listings then
+	// count the gate's passes only.
+	Requests func(op provider.Op) int
 }
 
 // Run runs the conformance suite against the provider h describes.
@@ -132,6 +145,8 @@ func Run(t *testing.T, h Harness) {
 		{"GetRefundOfUnknownIDIsNotFound", testGetRefundUnknown},
 		{"ListRefundsOfPayment", testListRefundsOfPayment},
 		{"ListRefundsCreatedInItsWindow", testListRefundsCreated},
+		{"ListingsPassTheGatePerPage", testListingsGatedPerPage},
+		{"ListingStopsAtItsGate", testListingStopsAtGate},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
