@@ -348,14 +348,17 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	slices.SortFunc(charged, time.Time.Compare)
-	var tail time.Duration
+	var tail, gap time.Duration
 	if k := len(charged); k >= 2 {
 		tail = charged[k-1].Sub(charged[k-2])
+	}
+	for i := 1; i < len(charged); i++ {
+		gap = max(gap, charged[i].Sub(charged[i-1]))
 	}
 	writeBacklogReport(e.stdout, backlogReport{
 		n: n, workers: workers, rate: rate, limit: limits.Create, global: limits.Global, headroom: bcfg.Headroom, fresh: fresh,
 		drain: dur, calls: calls, throttled: throttled, newLatencies: lat, charges: len(fake.Charges()),
-		leaseLost: int(leaseLost.n.Load()), peak: maxPerSecond(fake.AdmittedTimes("create")), tail: tail,
+		leaseLost: int(leaseLost.n.Load()), peak: maxPerSecond(fake.AdmittedTimes("create")), tail: tail, gap: gap,
 	})
 	if got, want := len(fake.Charges()), n+len(newIDs); got != want {
 		return fmt.Errorf("THE LEDGER CHECK FAILED: %d charges for %d purchases", got, want)
@@ -385,9 +388,9 @@ type backlogReport struct {
 	// leaseLost counts the transitions of cause lease_lost during the
 	// drain; peak is the most creates the provider admitted in any
 	// 1-second window; tail the time between the last two charges of the
-	// backlog.
+	// backlog, gap the longest between two consecutive ones.
 	leaseLost, peak int
-	tail            time.Duration
+	tail, gap       time.Duration
 }
 
 // leaseLostCounter is the bench workers' Observer: it counts the
@@ -437,7 +440,8 @@ func writeBacklogReport(w io.Writer, r backlogReport) {
 	fmt.Fprintf(w, "  answered 429:    %d (%.2f%% of calls)\n", r.throttled, 100*float64(r.throttled)/float64(max(1, r.calls+r.throttled)))
 	fmt.Fprintf(w, "  creates/s:       at most %d in any 1-second window\n", r.peak)
 	fmt.Fprintf(w, "  lease_lost:      %d transitions\n", r.leaseLost)
-	fmt.Fprintf(w, "  tail:            %s from the backlog's last-but-one charge to its last\n", r.tail.Round(time.Millisecond))
+	fmt.Fprintf(w, "  tail:            %s from the backlog's last-but-one charge to its last; longest gap between two charges %s\n",
+		r.tail.Round(time.Millisecond), r.gap.Round(time.Millisecond))
 	fmt.Fprintf(w, "  new purchases:   %d, created → final p50 %s, p99 %s\n", len(r.newLatencies), q(0.50), q(0.99))
 	fmt.Fprintf(w, "  ledger:          %d charges\n", r.charges)
 }
