@@ -21,8 +21,8 @@ import (
 
 // runBatch works the claimed leases: the ones whose next step is a
 // provider call through the batched path, the others one by one. Each
-// first create takes one of the tokens g reserved for the claim (nil:
-// none), and the tokens left over go back to the budget. spawn runs a
+// create takes one of the tokens g reserved for the claim (nil: none),
+// and the tokens left over go back to the budget. spawn runs a
 // member's work, bounded by the caller's concurrency; ap applies answers
 // in groups.
 func (s *Service) runBatch(ctx context.Context, leases []Lease, g *grants, ap *applier, spawn func(func())) {
@@ -42,7 +42,7 @@ func (s *Service) runBatch(ctx context.Context, leases []Lease, g *grants, ap *a
 	s.ready(g)
 	for i := range intents {
 		in := &intents[i]
-		if written[i] && in.op == provider.OpCreate && priorityOf(in.p, in.op) == PriorityNew {
+		if written[i] && in.op == provider.OpCreate {
 			in.due, in.reserved = g.next()
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/payrecon/payrecon/provider"
@@ -82,7 +83,7 @@ type Budget interface {
 
 // Reserver is a Budget that hands out several tokens at once, each with
 // the time its call may be sent: a worker takes the tokens of its next
-// claim's first creates before it claims (see Service.claim), so that it
+// claim's creates before it claims (see Service.claim), so that it
 // never claims more purchases than the budget serves within their leases.
 type Reserver interface {
 	Budget
@@ -94,6 +95,10 @@ type Reserver interface {
 	// Tokens taken count against the budget whether or not their calls
 	// are made: give back the ones no call will use (Unreserve).
 	Reserve(ctx context.Context, class BudgetClass, priority Priority, n int, lead, horizon time.Duration) (Reservation, error)
+	// Send waits until the call of a token of class reserved with a due
+	// time of due (by the budget's clock: now plus its delay when
+	// reserved) may be sent, or ctx ends.
+	Send(ctx context.Context, class BudgetClass, due time.Time) error
 	// Unreserve gives back the last k tokens of r, which no call will
 	// use. The budget takes them back only while nobody took a token after
 	// r's (their slots are still the last handed out); otherwise they are
@@ -674,6 +679,7 @@ func (b *SharedBudget) Reserve(ctx context.Context, class BudgetClass, priority 
 	var rates [2]float64
 	err := b.store.UpdateBuckets(ctx, b.cfg.Account, names, func(now time.Time, bks []*Bucket) error {
 		r.Delays, r.Retry = r.Delays[:0], 0
+		now = settledNow(now, bks)
 		for i, bk := range bks {
 			b.refill(bk, classes[i], now)
 		}
@@ -726,12 +732,66 @@ func (b *SharedBudget) Reserve(ctx context.Context, class BudgetClass, priority 
 	return r, nil
 }
 
+// settledNow is the time a reservation's delays count from: the store's
+// now, or the latest time the buckets were brought up to, if later. A
+// transaction's clock is read when it starts (PostgreSQL's now()), and it
+// may get the rows only after a transaction that started later wrote
+// them: counted from its own earlier now, its delays would come that much
+// early, and a deep reservation's every call with them.
+func settledNow(now time.Time, bks []*Bucket) time.Time {
+	for _, bk := range bks {
+		if bk.Stored && bk.UpdatedAt.After(now) {
+			now = bk.UpdatedAt
+		}
+	}
+	return now
+}
+
 // tailOf is where bk's last handed-out slot stands at now: now less its
 // tokens' worth of time. Refills at an unchanged rate leave it where it
 // is, and each token taken moves it one interval later, so an unchanged
 // tail means that nobody took a token since.
 func tailOf(bk *Bucket, now time.Time) time.Time {
 	return now.Add(-time.Duration(bk.Tokens / bk.Rate * float64(time.Second)))
+}
+
+// sendPacers hold, by account and class, when the last reserved call of
+// this process went out (see Send). Every SharedBudget of the process
+// shares them: its workers stall together.
+var sendPacers sync.Map // account + "/" + class → *sendPacer
+
+type sendPacer struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+// Send implements Reserver: it waits until due, and until one interval of
+// class's pace (and the global one's: the limits less the headroom) after
+// the previous reserved call of class this process sent. Reserved tokens
+// are spoken for ahead of time, so a stall of the process (a pause, a busy
+// CPU) would otherwise let every call that fell due during it go at once;
+// paced, they go on at the budget's pace, late. On time, the reserved
+// calls are an interval apart already.
+func (b *SharedBudget) Send(ctx context.Context, class BudgetClass, due time.Time) error {
+	v, _ := sendPacers.LoadOrStore(b.cfg.Account+"/"+string(class), &sendPacer{})
+	p := v.(*sendPacer)
+	gap := time.Duration(float64(time.Second) / min(b.pace(class), b.pace(ClassGlobal)))
+	p.mu.Lock()
+	at := due
+	if next := p.last.Add(gap); next.After(at) {
+		at = next
+	}
+	if now := b.cfg.Now(); now.After(at) {
+		at = now
+	}
+	p.last = at
+	p.mu.Unlock()
+	if d := at.Sub(b.cfg.Now()); d > 0 {
+		if err := b.cfg.Sleep(ctx, d); err != nil {
+			return fmt.Errorf("reconcile: budget %s: send: %w", class, err)
+		}
+	}
+	return nil
 }
 
 // tailSlack is how far a bucket's tail may move by rounding alone: the
@@ -753,6 +813,7 @@ func (b *SharedBudget) Unreserve(ctx context.Context, r Reservation, k int) erro
 	k = min(k, len(r.Delays))
 	classes := []BudgetClass{class, ClassGlobal}
 	err := b.store.UpdateBuckets(ctx, b.cfg.Account, []string{string(class), string(ClassGlobal)}, func(now time.Time, bks []*Bucket) error {
+		now = settledNow(now, bks)
 		for i, bk := range bks {
 			b.refill(bk, classes[i], now)
 			// tailSlack absorbs the rounding of the stored times and tokens.

@@ -83,27 +83,28 @@ func (s *Service) noteThrottle(ctx context.Context, op provider.Op, err error) {
 
 // A worker never waits for the budget while holding a lease longer than
 // the lease allows. The waits that overran a lease were those of the
-// first creates: a claim of many purchases wrote their created →
-// submitted intents in one transaction and then had every call wait for
-// a token, so that under several workers sharing the budget the last of
-// them waited past half their lease, gave up (ErrLeaseLost) and left
-// their purchases submitted with a create nobody sent, to be taken over
-// as uncertain. So a claim reserves first: before claiming, the worker
-// takes from the shared budget, in one transaction of the bucket rows,
-// the tokens of as many first creates as the budget serves within
-// reserveHorizon (Reserver.Reserve), and claims that many jobs at most.
-// Each first create of the claim gets one of the tokens and is sent when
-// it is due; tokens left over (a job that was no first create, an intent
-// not written) go back at once, if nobody reserved after them (else their
-// slots stay unused: a slot is never handed out twice). This is exact under any number of
-// workers: every token is a committed decrement of the same rows, so the
-// workers together reserve at most what the budget refills within the
-// horizon, and no reserved call waits beyond it, whoever reserved first.
-// The other calls (reconciliation, refunds, the audit) are few, keep
-// their priorities, and wait as before (awaitBudget). A budget that does
-// not reserve (Unlimited: no budget) costs a type assertion.
+// creates: a claim of many purchases wrote their created → submitted
+// intents in one transaction and then had every call wait for a token,
+// so that under several workers sharing the budget the last of them
+// waited past half their lease, gave up (ErrLeaseLost) and left their
+// purchases submitted with a create nobody sent, to be taken over as
+// uncertain. So a claim reserves first: before claiming, the worker takes
+// from the shared budget, in one transaction of the bucket rows, the
+// tokens of as many creates as the budget serves within reserveHorizon
+// (Reserver.Reserve), and claims that many jobs at most. Each create of
+// the claim (a first create, or a replay of an uncertain purchase's) gets
+// one of the tokens and is sent when it is due; tokens left over (a job
+// whose call is of another class, an intent not written) go back at once,
+// if nobody reserved after them (else their slots stay unused: a slot is
+// never handed out twice). This is exact under any number of workers:
+// every token is a committed decrement of the same rows, so the workers
+// together reserve at most what the budget refills within the horizon,
+// and no reserved call waits beyond it, whoever reserved first. The other
+// calls (status queries and searches, refunds, the audit) wait as before
+// (awaitBudget), with their priorities. A budget that does not reserve
+// (Unlimited: no budget) costs a type assertion.
 
-// grants are the tokens a claim reserved for its first creates: when each
+// grants are the tokens a claim reserved for its creates: when each
 // call may be sent, by the worker's clock, soonest first.
 type grants struct {
 	r Reservation
@@ -145,7 +146,7 @@ func (s *Service) reserveHorizon() time.Duration {
 	return (s.cfg.LeaseDuration - s.leaseCommitMargin()) / 4
 }
 
-// reserve reserves the tokens of up to n first creates (see grants): nil
+// reserve reserves the tokens of up to n creates (see grants): nil
 // when the budget does not reserve.
 func (s *Service) reserve(ctx context.Context, n int) (*grants, error) {
 	r, ok := s.cfg.Budget.(Reserver)
@@ -195,11 +196,11 @@ func (s *Service) ready(g *grants) {
 // awaitDue waits until due, the time of a token reserved for the call
 // (see grants).
 func (s *Service) awaitDue(ctx context.Context, op provider.Op, due time.Time) error {
-	d := due.Sub(s.cfg.Now())
-	if d <= 0 {
+	r, ok := s.cfg.Budget.(Reserver)
+	if !ok {
 		return nil
 	}
-	if err := sleepCtx(ctx, d); err != nil {
+	if err := r.Send(ctx, ClassOf(op), due); err != nil {
 		return fmt.Errorf("reconcile: %s call: wait for its reserved token: %w", op, err)
 	}
 	return nil

@@ -165,8 +165,10 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 		for _, c := range []string{"create", "retrieve", "search", "list", "refund"} {
 			throttled += fake.ThrottledCalls(c)
 		}
-		t.Logf("%d purchases, %d charges, %d creates, %d lease_lost transitions, %d answered 429, at most %d creates in any second",
-			n, charges, fake.Calls(provider.OpCreate), leaseLost, throttled, maxInWindow(fake.AdmittedTimes("create"), time.Second))
+		times := fake.AdmittedTimes("create")
+		t.Logf("%d purchases, %d charges, %d creates (%.1f/s), %d lease_lost transitions, %d answered 429, at most %d creates in any second",
+			n, charges, fake.Calls(provider.OpCreate), float64(len(times)-1)/times[len(times)-1].Sub(times[0]).Seconds(),
+			leaseLost, throttled, maxInWindow(times, time.Second))
 		if leaseLost != 0 {
 			t.Errorf("%d transitions of cause lease_lost, want none", leaseLost)
 		}
