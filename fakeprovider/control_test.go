@@ -240,7 +240,7 @@ func TestServerList(t *testing.T) {
 		// The Stripe adapter pages through the server (its page size
 		// is its own) and agrees with the in-process List.
 		w := provider.Window{From: t0, Until: t0.Add(3 * time.Second)}
-		got, err := s.adapter.List(t.Context(), w)
+		got, err := s.adapter.List(t.Context(), w, nil)
 		if err != nil {
 			t.Fatalf("adapter list: %v", err)
 		}

@@ -203,7 +203,17 @@ type Config struct {
 	// RateLimits are the per-class rate limits the fake enforces, in
 	// calls per second. Default none.
 	RateLimits RateLimits
+	// ListPageSize is how many objects one call of an in-process listing
+	// (List, ListRefunds, ListRefundsCreated) reads: a listing of more
+	// reads several pages, each one call (counted, rate limited and
+	// gated as such), as the Stripe adapter reads Stripe's. Default
+	// DefaultListPageSize.
+	ListPageSize int
 }
+
+// DefaultListPageSize is Config.ListPageSize's default: the page the
+// Stripe adapter asks for.
+const DefaultListPageSize = 100
 
 // Charge is one charge in the ledger, as Stripe records a PaymentIntent:
 // declined charges are recorded too.
@@ -379,6 +389,12 @@ func New(cfg Config) *Fake {
 	if cfg.KeyRetention < 0 || cfg.SettleAfter < 0 || cfg.SearchLag < 0 || cfg.ListLag < 0 {
 		panic(fmt.Sprintf("fakeprovider: negative duration in config (key retention %v, settle after %v, search lag %v, list lag %v)",
 			cfg.KeyRetention, cfg.SettleAfter, cfg.SearchLag, cfg.ListLag))
+	}
+	if cfg.ListPageSize < 0 {
+		panic(fmt.Sprintf("fakeprovider: list page size %d is negative", cfg.ListPageSize))
+	}
+	if cfg.ListPageSize == 0 {
+		cfg.ListPageSize = DefaultListPageSize
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now

@@ -110,17 +110,21 @@ func TestConformance(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			providertest.Run(t, providertest.Harness{
 				New: func(t *testing.T) providertest.Target {
+					cfg := c.cfg
+					cfg.ListPageSize = 2 // listings of several pages
 					if c.realClock {
-						f := fakeprovider.New(c.cfg)
-						return providertest.Target{Provider: f}
+						f := fakeprovider.New(cfg)
+						return providertest.Target{Provider: f, PageSize: 2, Requests: f.Calls}
 					}
-					f, clk := newFake(t, c.cfg)
+					f, clk := newFake(t, cfg)
 					return providertest.Target{
 						Provider:   f,
 						Advance:    clk.Advance,
 						Charges:    func(p string) int { return len(f.ChargesFor(p)) },
 						MoneyTaken: f.MoneyTaken,
 						Refunds:    func(r string) int { return len(f.RefundsFor(r)) },
+						PageSize:   2,
+						Requests:   f.Calls,
 					}
 				},
 			})

@@ -15,7 +15,7 @@ import (
 
 func mustList(t *testing.T, f *fakeprovider.Fake, w provider.Window) []provider.Payment {
 	t.Helper()
-	ps, err := f.List(t.Context(), w)
+	ps, err := f.List(t.Context(), w, nil)
 	if err != nil {
 		t.Fatalf("list %+v: %v", w, err)
 	}
@@ -114,7 +114,7 @@ func TestListSettlesAndLags(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	before := f.Calls(provider.OpList)
-	if ps, err := f.List(ctx, all); !errors.Is(err, context.Canceled) || ps != nil {
+	if ps, err := f.List(ctx, all, nil); !errors.Is(err, context.Canceled) || ps != nil {
 		t.Errorf("list with a cancelled context = (%+v, %v), want context.Canceled", ps, err)
 	}
 	if got := f.Calls(provider.OpList); got != before+1 {

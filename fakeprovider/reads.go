@@ -128,27 +128,61 @@ func searchRank(status string) int {
 // inclusive, Until exclusive), outside charges included, oldest first
 // (creation order), settled as of now, except those created less than
 // Config.ListLag ago. It reads the ledger, not a lagging index: no
-// SearchLag, no stale reads. It counts as one OpList call. An empty or
-// reversed window lists nothing.
-func (f *Fake) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
-	if err := f.admit(ctx, provider.OpList); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[provider.OpList]++
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("fakeprovider: list [%s, %s): not sent: %w",
-			w.From.Format(time.RFC3339Nano), w.Until.Format(time.RFC3339Nano), err)
-	}
-	now := f.cfg.Now()
-	var out []provider.Payment
-	for _, e := range f.ledger {
-		if !f.listable(e.CreatedAt, now) || e.CreatedAt.Before(w.From) || !e.CreatedAt.Before(w.Until) {
-			continue
+// SearchLag, no stale reads. It reads Config.ListPageSize charges a call:
+// each page is one OpList call, gate passed before it (see listPages). An
+// empty or reversed window lists nothing.
+func (f *Fake) List(ctx context.Context, w provider.Window, gate provider.PageGate) ([]provider.Payment, error) {
+	what := fmt.Sprintf("list [%s, %s)", w.From.Format(time.RFC3339Nano), w.Until.Format(time.RFC3339Nano))
+	return listPages(f, ctx, gate, provider.OpList, what, func(from int, now time.Time, add func(provider.Payment) bool) (int, error) {
+		for i := from; i < len(f.ledger); i++ {
+			e := f.ledger[i]
+			if !f.listable(e.CreatedAt, now) || e.CreatedAt.Before(w.From) || !e.CreatedAt.Before(w.Until) {
+				continue
+			}
+			f.settle(e, now)
+			if !add(e.payment()) {
+				return i + 1, nil
+			}
 		}
-		f.settle(e, now)
-		out = append(out, e.payment())
+		return -1, nil
+	})
+}
+
+// listPages reads a listing of the ledger page by page, as Stripe serves
+// one: before each page it passes gate, then admits one call of op
+// against the rate limits, counts it, and, under the fake's lock, has
+// scan add the objects that follow place from (0 for the first page)
+// until add says the page is full. scan returns the place the next page
+// starts from, or -1 when none is left. A failure of gate, of the rate
+// limits or of ctx stops the listing: no objects, and the error.
+func listPages[T any](f *Fake, ctx context.Context, gate provider.PageGate, op provider.Op, what string,
+	scan func(from int, now time.Time, add func(T) bool) (int, error)) ([]T, error) {
+	var out []T
+	for from := 0; from >= 0; {
+		if err := gate.Pass(ctx); err != nil {
+			return nil, fmt.Errorf("fakeprovider: %s: page not sent: %w", what, err)
+		}
+		if err := f.admit(ctx, op); err != nil {
+			return nil, err
+		}
+		var err error
+		from, err = func() (int, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			f.calls[op]++
+			if err := ctx.Err(); err != nil {
+				return 0, fmt.Errorf("fakeprovider: %s: not sent: %w", what, err)
+			}
+			n := 0
+			return scan(from, f.cfg.Now(), func(x T) bool {
+				out = append(out, x)
+				n++
+				return n < f.cfg.ListPageSize
+			})
+		}()
+		if err != nil {
+			return nil, err
+		}
 	}
 	return out, nil
 }

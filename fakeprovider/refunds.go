@@ -462,59 +462,49 @@ func (f *Fake) GetRefund(ctx context.Context, refundID string) (provider.RefundR
 // created less than Config.ListLag ago; none for a payment without
 // refunds. It reads the ledger: no stale reads. An unknown payment is an
 // error wrapping ErrNoSuchPayment and ErrInvalidRequest, as Stripe
-// refuses to list the refunds of a PaymentIntent it does not have. It
-// counts as one OpRefundList call.
-func (f *Fake) ListRefunds(ctx context.Context, paymentID string) ([]provider.RefundResult, error) {
-	if err := f.admit(ctx, provider.OpRefundList); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[provider.OpRefundList]++
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("fakeprovider: list refunds of %s: not sent: %w", paymentID, err)
-	}
-	if f.byID[paymentID] == nil {
-		return nil, fmt.Errorf("fakeprovider: list refunds of %s: %w: %w", paymentID, ErrInvalidRequest, ErrNoSuchPayment)
-	}
-	now := f.cfg.Now()
-	var out []provider.RefundResult
-	for _, e := range f.refunds {
-		if e.PaymentID != paymentID || !f.listable(e.CreatedAt, now) {
-			continue
+// refuses to list the refunds of a PaymentIntent it does not have. Each
+// page of Config.ListPageSize refunds is one OpRefundList call, gate
+// passed before it.
+func (f *Fake) ListRefunds(ctx context.Context, paymentID string, gate provider.PageGate) ([]provider.RefundResult, error) {
+	return listPages(f, ctx, gate, provider.OpRefundList, "list refunds of "+paymentID, func(from int, now time.Time, add func(provider.RefundResult) bool) (int, error) {
+		if f.byID[paymentID] == nil {
+			return 0, fmt.Errorf("fakeprovider: list refunds of %s: %w: %w", paymentID, ErrInvalidRequest, ErrNoSuchPayment)
 		}
-		f.settleRefund(e, now)
-		out = append(out, e.result())
-	}
-	return out, nil
+		for i := from; i < len(f.refunds); i++ {
+			e := f.refunds[i]
+			if e.PaymentID != paymentID || !f.listable(e.CreatedAt, now) {
+				continue
+			}
+			f.settleRefund(e, now)
+			if !add(e.result()) {
+				return i + 1, nil
+			}
+		}
+		return -1, nil
+	})
 }
 
 // ListRefundsCreated implements provider.Provider: every refund created
 // within w (From inclusive, Until exclusive), outside ones included,
 // oldest first, settled as of now, except those created less than
-// Config.ListLag ago. It counts as one OpRefundList call. An empty or
-// reversed window lists nothing.
-func (f *Fake) ListRefundsCreated(ctx context.Context, w provider.Window) ([]provider.RefundResult, error) {
-	if err := f.admit(ctx, provider.OpRefundList); err != nil {
-		return nil, err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.calls[provider.OpRefundList]++
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("fakeprovider: list refunds created in [%s, %s): not sent: %w",
-			w.From.Format(time.RFC3339Nano), w.Until.Format(time.RFC3339Nano), err)
-	}
-	now := f.cfg.Now()
-	var out []provider.RefundResult
-	for _, e := range f.refunds {
-		if !f.listable(e.CreatedAt, now) || e.CreatedAt.Before(w.From) || !e.CreatedAt.Before(w.Until) {
-			continue
+// Config.ListLag ago. Each page of Config.ListPageSize refunds is one
+// OpRefundList call, gate passed before it. An empty or reversed window
+// lists nothing.
+func (f *Fake) ListRefundsCreated(ctx context.Context, w provider.Window, gate provider.PageGate) ([]provider.RefundResult, error) {
+	what := fmt.Sprintf("list refunds created in [%s, %s)", w.From.Format(time.RFC3339Nano), w.Until.Format(time.RFC3339Nano))
+	return listPages(f, ctx, gate, provider.OpRefundList, what, func(from int, now time.Time, add func(provider.RefundResult) bool) (int, error) {
+		for i := from; i < len(f.refunds); i++ {
+			e := f.refunds[i]
+			if !f.listable(e.CreatedAt, now) || e.CreatedAt.Before(w.From) || !e.CreatedAt.Before(w.Until) {
+				continue
+			}
+			f.settleRefund(e, now)
+			if !add(e.result()) {
+				return i + 1, nil
+			}
 		}
-		f.settleRefund(e, now)
-		out = append(out, e.result())
-	}
-	return out, nil
+		return -1, nil
+	})
 }
 
 // RefundOutside records a refund payrecon did not make, as a dashboard or

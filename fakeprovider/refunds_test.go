@@ -558,7 +558,7 @@ func TestListRefunds(t *testing.T) {
 	}
 	list := func(pi string) []string {
 		t.Helper()
-		rs, err := f.ListRefunds(t.Context(), pi)
+		rs, err := f.ListRefunds(t.Context(), pi, nil)
 		if err != nil {
 			t.Fatalf("ListRefunds(%s): %v", pi, err)
 		}
@@ -575,11 +575,11 @@ func TestListRefunds(t *testing.T) {
 	if got := list(charged(t, f, "pur_3")); len(got) != 0 {
 		t.Errorf("ListRefunds of a payment without refunds = %v, want none", got)
 	}
-	if _, err := f.ListRefunds(t.Context(), "pi_nope"); !errors.Is(err, fakeprovider.ErrNoSuchPayment) || !errors.Is(err, provider.ErrRejected) {
+	if _, err := f.ListRefunds(t.Context(), "pi_nope", nil); !errors.Is(err, fakeprovider.ErrNoSuchPayment) || !errors.Is(err, provider.ErrRejected) {
 		t.Errorf("ListRefunds(unknown) error %v, want ErrNoSuchPayment and provider.ErrRejected", err)
 	}
 	w := provider.Window{From: start.Add(2 * time.Second), Until: start.Add(4 * time.Second)}
-	rs, err := f.ListRefundsCreated(t.Context(), w)
+	rs, err := f.ListRefundsCreated(t.Context(), w, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -685,10 +685,10 @@ func TestRefundCallsWithCanceledContext(t *testing.T) {
 	if _, err := f.GetRefund(ctx, "re_1"); !errors.Is(err, context.Canceled) {
 		t.Errorf("GetRefund: %v, want context.Canceled", err)
 	}
-	if _, err := f.ListRefunds(ctx, pi); !errors.Is(err, context.Canceled) {
+	if _, err := f.ListRefunds(ctx, pi, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("ListRefunds: %v, want context.Canceled", err)
 	}
-	if _, err := f.ListRefundsCreated(ctx, provider.Window{}); !errors.Is(err, context.Canceled) {
+	if _, err := f.ListRefundsCreated(ctx, provider.Window{}, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("ListRefundsCreated: %v, want context.Canceled", err)
 	}
 	wantRefunds(t, f, pi, 0, 0)

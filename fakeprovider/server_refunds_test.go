@@ -58,11 +58,11 @@ func TestServerRefunds(t *testing.T) {
 		t.Errorf("GetRefund = (%+v, %v), want %+v", got, err, want)
 	}
 	second := adapterRefund(t, s.adapter, refundRequest("ref_2", "pur_1", pi, 700))
-	listed, err := s.adapter.ListRefunds(t.Context(), pi)
+	listed, err := s.adapter.ListRefunds(t.Context(), pi, nil)
 	if err != nil || len(listed) != 2 || listed[0] != want || listed[1] != second {
 		t.Errorf("ListRefunds = (%+v, %v), want the two refunds, oldest first", listed, err)
 	}
-	created, err := s.adapter.ListRefundsCreated(t.Context(), provider.Window{From: start, Until: s.clk.Now().Add(time.Second)})
+	created, err := s.adapter.ListRefundsCreated(t.Context(), provider.Window{From: start, Until: s.clk.Now().Add(time.Second)}, nil)
 	if err != nil || len(created) != 2 || created[0].ID != res.ID || created[1].ID != second.ID {
 		t.Errorf("ListRefundsCreated = (%+v, %v), want the two refunds", created, err)
 	}
@@ -99,7 +99,7 @@ func TestServerRefunds(t *testing.T) {
 	if got, err := s.adapter.GetRefund(t.Context(), "re_nope"); err != nil || got.Outcome != provider.NotFound {
 		t.Errorf("GetRefund(unknown) = (%+v, %v), want NotFound", got, err)
 	}
-	if _, err := s.adapter.ListRefunds(t.Context(), "pi_nope"); !errors.Is(err, provider.ErrRejected) {
+	if _, err := s.adapter.ListRefunds(t.Context(), "pi_nope", nil); !errors.Is(err, provider.ErrRejected) {
 		t.Errorf("ListRefunds(unknown) = %v, want rejected", err)
 	}
 	wantRefunds(t, s.fake, pi, 3, 1250)
@@ -414,7 +414,7 @@ func TestServerLedgerShowsRefunds(t *testing.T) {
 	if _, err := s.adapter.GetRefund(t.Context(), res.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.adapter.ListRefunds(t.Context(), pi); err != nil {
+	if _, err := s.adapter.ListRefunds(t.Context(), pi, nil); err != nil {
 		t.Fatal(err)
 	}
 	code, b := call(t, "GET", s.http.URL+"/_fake/ledger", "", "", "")

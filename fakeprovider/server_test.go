@@ -66,11 +66,19 @@ func serve(t *testing.T, fcfg fakeprovider.Config, scfg fakeprovider.ServerConfi
 
 func newAdapter(t *testing.T, base string) *stripe.Provider {
 	t.Helper()
+	return newAdapterPaged(t, base, 0)
+}
+
+// newAdapterPaged is newAdapter whose listings read pages of pageSize
+// (0: the adapter's default).
+func newAdapterPaged(t *testing.T, base string, pageSize int64) *stripe.Provider {
+	t.Helper()
 	p, err := stripe.New(stripe.Config{
-		SecretKey:  testSecretKey,
-		APIBase:    base,
-		HTTPClient: &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}},
-		Logger:     quiet,
+		SecretKey:    testSecretKey,
+		APIBase:      base,
+		HTTPClient:   &http.Client{Timeout: time.Minute, Transport: &http.Transport{DisableKeepAlives: true}},
+		Logger:       quiet,
+		ListPageSize: pageSize,
 	})
 	if err != nil {
 		t.Fatalf("stripe.New: %v", err)
@@ -104,11 +112,13 @@ func TestServerConformance(t *testing.T) {
 				New: func(t *testing.T) providertest.Target {
 					s := serve(t, c.cfg, fakeprovider.ServerConfig{}, nil)
 					return providertest.Target{
-						Provider:   s.adapter,
+						Provider:   newAdapterPaged(t, s.http.URL, 2),
 						Advance:    s.clk.Advance,
 						Charges:    func(p string) int { return len(s.fake.ChargesFor(p)) },
 						MoneyTaken: s.fake.MoneyTaken,
 						Refunds:    func(r string) int { return len(s.fake.RefundsFor(r)) },
+						PageSize:   2,
+						Requests:   s.fake.Calls,
 					}
 				},
 			})

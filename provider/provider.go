@@ -265,10 +265,11 @@ type Provider interface {
 	// lag behind writes: NotFound is not proof that no charge exists.
 	Search(ctx context.Context, purchaseID string) (Result, error)
 	// List returns every payment the provider created within w, oldest
-	// first, reading every page. Unlike Search it reads the provider's
-	// records directly rather than a lagging index. A failure returns an
-	// error and no payments: the caller lists the window again.
-	List(ctx context.Context, w Window) ([]Payment, error)
+	// first, reading every page, and passes gate before each request it
+	// sends (see PageGate). Unlike Search it reads the provider's records
+	// directly rather than a lagging index. A failure returns an error
+	// and no payments: the caller lists the window again.
+	List(ctx context.Context, w Window, gate PageGate) ([]Payment, error)
 
 	// CreateRefund refunds req.Amount of payment req.PaymentID under
 	// req.IdempotencyKey. Sending the same key and parameters again must
@@ -280,13 +281,14 @@ type Provider interface {
 	// id gives Outcome NotFound, never Failed.
 	GetRefund(ctx context.Context, refundID string) (RefundResult, error)
 	// ListRefunds returns every refund of payment paymentID, oldest first,
-	// reading every page; none for a payment with no refunds. A failure
-	// returns an error and no refunds.
-	ListRefunds(ctx context.Context, paymentID string) ([]RefundResult, error)
+	// reading every page and passing gate before each request; none for a
+	// payment with no refunds. A failure returns an error and no refunds.
+	ListRefunds(ctx context.Context, paymentID string, gate PageGate) ([]RefundResult, error)
 	// ListRefundsCreated returns every refund the provider created within
-	// w, oldest first, reading every page, for the audit from the
-	// provider's side. A failure returns an error and no refunds.
-	ListRefundsCreated(ctx context.Context, w Window) ([]RefundResult, error)
+	// w, oldest first, reading every page and passing gate before each
+	// request, for the audit from the provider's side. A failure returns
+	// an error and no refunds.
+	ListRefundsCreated(ctx context.Context, w Window, gate PageGate) ([]RefundResult, error)
 
 	// ListEvents returns one page of the provider's event log: the events
 	// q selects, newest first, each translated exactly as the adapter's
@@ -343,9 +345,8 @@ type EventPage struct {
 	// first.
 	Events []Event
 	// Refused are the page's events the adapter could not translate, as
-	// its webhook verifier would have refused them (a payment of no
-	// purchase of payrecon's, a malformed object): the inbox never sees
-	// them, by either path.
+	// its webhook verifier would have refused them (a malformed object,
+	// another API version): the inbox never sees them, by either path.
 	Refused []RefusedEvent
 	// HasMore reports whether older events remain beyond this page.
 	HasMore bool
@@ -360,6 +361,24 @@ type RefusedEvent struct {
 	ID   string
 	Type string
 	Err  error
+}
+
+// PageGate is what a listing passes before each request it sends for a
+// page, the first included: the caller's rate budget takes one call's
+// token there, so that a listing of N pages costs N tokens, as the
+// provider counts N requests. Every listing of a Provider takes one, and
+// calls it once per request, with the listing's context, just before
+// sending it. An error stops the listing before that request: the listing
+// returns an error wrapping it, and no items. A nil PageGate lets every
+// page go at once.
+type PageGate func(ctx context.Context) error
+
+// Pass calls g, if any, before a page's request: nil from a nil PageGate.
+func (g PageGate) Pass(ctx context.Context) error {
+	if g == nil {
+		return nil
+	}
+	return g(ctx)
 }
 
 // RefundRequest is everything sent to create a refund. payrecon stores

@@ -26,11 +26,24 @@ func (s *Service) callAndApply(ctx context.Context, l Lease, p Purchase, op prov
 // records it and the answer for the judge. It returns ErrLeaseLost,
 // without calling, when the lease has no time left for the call.
 func (s *Service) call(ctx context.Context, l Lease, p Purchase, op provider.Op, src Source) (Attempt, Answer, error) {
+	return s.callDue(ctx, l, p, op, src, time.Time{}, false)
+}
+
+// callDue is call whose token, when reserved, the claim reserved (see
+// grants): it is sent when due, without waiting for the budget again.
+func (s *Service) callDue(ctx context.Context, l Lease, p Purchase, op provider.Op, src Source, due time.Time, reserved bool) (Attempt, Answer, error) {
 	// The call must end while the lease still holds, with time left to
 	// commit its answer: a call that outlived its lease could race the
 	// worker that took the job over. The wait for the provider's budget
-	// comes first, and leaves the call half the lease's time left.
-	if err := s.awaitBudget(ctx, op, priorityOf(p, op), s.leaseBudgetWait(l), true); err != nil {
+	// comes first, and leaves the call half the lease's time left; a
+	// reserved token is due within reserveHorizon, a quarter of it.
+	var err error
+	if reserved {
+		err = s.awaitDue(ctx, op, due)
+	} else {
+		err = s.awaitBudget(ctx, op, priorityOf(p, op), s.leaseBudgetWait(l), true)
+	}
+	if err != nil {
 		return Attempt{}, Answer{}, fmt.Errorf("reconcile: purchase %s: %w", p.ID, err)
 	}
 	start := s.leaseNow(l)

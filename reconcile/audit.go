@@ -206,13 +206,10 @@ type listed struct{ payments, refunds int }
 func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
-	// One token for the listing's first page: the audit waits behind
+	// One token for each page of the listing: the audit waits behind
 	// every other call.
-	if err := s.awaitBudget(callCtx, provider.OpList, PriorityAudit, 0, false); err != nil {
-		return nil, fmt.Errorf("list the provider's payments: %w", err)
-	}
 	start := s.cfg.Now()
-	payments, err := s.provider.List(callCtx, w)
+	payments, err := s.provider.List(callCtx, w, s.pageGate(provider.OpList, PriorityAudit, false))
 	s.cfg.Observer.ProviderCall(provider.OpList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, provider.OpList, err)
 	if err != nil {

@@ -236,11 +236,11 @@ type crashingList struct {
 
 var errCrash = errors.New("crash in the middle of the audit")
 
-func (c *crashingList) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+func (c *crashingList) List(ctx context.Context, w provider.Window, gate provider.PageGate) ([]provider.Payment, error) {
 	if c.calls.Add(1) == c.failOn.Load() {
 		return nil, errCrash
 	}
-	return c.Fake.List(ctx, w)
+	return c.Fake.List(ctx, w, gate)
 }
 
 // TestAuditResumesAfterACrash: a run that dies midway resumes from its

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
@@ -19,10 +20,12 @@ import (
 // goes the single way (Process), which reads it again and decides again.
 
 // runBatch works the claimed leases: the ones whose next step is a
-// provider call through the batched path, the others one by one. spawn
-// runs a member's work, bounded by the caller's concurrency; ap applies
-// answers in groups.
-func (s *Service) runBatch(ctx context.Context, leases []Lease, ap *applier, spawn func(func())) {
+// provider call through the batched path, the others one by one. Each
+// create takes one of the tokens g reserved for the claim (nil: none),
+// and the tokens left over go back to the budget. spawn runs a
+// member's work, bounded by the caller's concurrency; ap applies answers
+// in groups.
+func (s *Service) runBatch(ctx context.Context, leases []Lease, g *grants, ap *applier, spawn func(func())) {
 	var intents []intent
 	var single []Lease
 	for _, l := range leases {
@@ -36,6 +39,14 @@ func (s *Service) runBatch(ctx context.Context, leases []Lease, ap *applier, spa
 		single = append(single, l)
 	}
 	written := s.writeIntents(ctx, intents)
+	s.ready(g)
+	for i := range intents {
+		in := &intents[i]
+		if written[i] && in.op == provider.OpCreate {
+			in.due, in.reserved = g.next()
+		}
+	}
+	s.unreserve(ctx, g, g.left())
 	for i, in := range intents {
 		if !written[i] {
 			l := in.l
@@ -91,7 +102,7 @@ func (s *Service) finishIntent(ctx context.Context, in intent, ap *applier) {
 	before := in.next
 	before.Version++
 	ap.expect()
-	a, ans, err := s.call(ctx, in.l, before, in.op, in.src)
+	a, ans, err := s.callDue(ctx, in.l, before, in.op, in.src, in.due, in.reserved)
 	if err != nil {
 		ap.cancelExpected()
 		_ = s.runFailed(in.l, err)

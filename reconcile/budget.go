@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/payrecon/payrecon/provider"
@@ -78,6 +79,46 @@ type Budget interface {
 	// 429, asking for retryAfter of silence (0: not said). The budget of
 	// class shrinks, and grows back slowly.
 	Throttled(ctx context.Context, class BudgetClass, retryAfter time.Duration) error
+}
+
+// Reserver is a Budget that hands out several tokens at once, each with
+// the time its call may be sent: a worker takes the tokens of its next
+// claim's creates before it claims (see Service.claim), so that it
+// never claims more purchases than the budget serves within their leases.
+type Reserver interface {
+	Budget
+	// Reserve takes up to n tokens of class at priority, each for a call
+	// that may be sent within horizon of now, and none due sooner than
+	// lead: the caller cannot send a call sooner, and a token it could not
+	// use on time would bunch its call with the next ones. It takes fewer
+	// than n, or none, when the budget cannot serve more within horizon.
+	// Tokens taken count against the budget whether or not their calls
+	// are made: give back the ones no call will use (Unreserve).
+	Reserve(ctx context.Context, class BudgetClass, priority Priority, n int, lead, horizon time.Duration) (Reservation, error)
+	// Send waits until the call of a token of class reserved with a due
+	// time of due (by the budget's clock: now plus its delay when
+	// reserved) may be sent, or ctx ends.
+	Send(ctx context.Context, class BudgetClass, due time.Time) error
+	// Unreserve gives back the last k tokens of r, which no call will
+	// use. The budget takes them back only while nobody took a token after
+	// r's (their slots are still the last handed out); otherwise they are
+	// lost, so that no slot is ever handed out twice.
+	Unreserve(ctx context.Context, r Reservation, k int) error
+}
+
+// Reservation is what Reserve took.
+type Reservation struct {
+	// Class is the class the tokens are of.
+	Class BudgetClass
+	// Delays are, soonest first, how long after the reservation each
+	// token's call must wait before it is sent: one per token.
+	Delays []time.Duration
+	// Retry is, when no token was taken, how long to wait before asking
+	// again.
+	Retry time.Duration
+	// tails are where the class's and the global bucket's last handed-out
+	// slot stood after the reservation (see tailOf).
+	tails [2]time.Time
 }
 
 // Unlimited is the Budget that never waits: a provider without limits.
@@ -394,7 +435,7 @@ type SharedBudget struct {
 	cfg   BudgetConfig
 }
 
-var _ Budget = (*SharedBudget)(nil)
+var _ Reserver = (*SharedBudget)(nil)
 
 // NewSharedBudget returns the budget of cfg.Account kept in store, or an
 // error naming the first invalid field of cfg.
@@ -479,6 +520,15 @@ func active(bk *Bucket, q Priority, now time.Time) bool { return !bk.Demand[q-1]
 // decide says whether bk may give a token to priority p now; if not, how
 // long to wait before trying again. It does not take the token.
 func (b *SharedBudget) decide(bk *Bucket, p Priority, now time.Time) (ok, viaCredit bool, wait time.Duration) {
+	return b.decideDeep(bk, p, now, 0)
+}
+
+// decideDeep is decide for a reservation that may look deep tokens ahead
+// (Reserve), while no other priority waits: a waiter of another priority
+// keeps every taker to decide's shallow lookahead, so that the bucket
+// drains within the reservations' horizon and the priorities and the
+// reserved share work as for Wait.
+func (b *SharedBudget) decideDeep(bk *Bucket, p Priority, now time.Time, deep float64) (ok, viaCredit bool, wait time.Duration) {
 	if now.Before(bk.BlockedUntil) {
 		return false, false, bk.BlockedUntil.Sub(now)
 	}
@@ -495,6 +545,9 @@ func (b *SharedBudget) decide(bk *Bucket, p Priority, now time.Time) (ok, viaCre
 	depth := lookahead
 	if p == PriorityNew || owed {
 		depth = firstLookahead
+	}
+	if !higher && !lower {
+		depth = max(depth, deep)
 	}
 	if bk.Tokens < 1-depth {
 		return false, false, b.sleepFor(bk.Rate, 1-depth-bk.Tokens)
@@ -599,6 +652,184 @@ func (b *SharedBudget) TryTake(ctx context.Context, class BudgetClass, priority 
 	b.cfg.Observer.BudgetRate(class, rates[0])
 	b.cfg.Observer.BudgetRate(ClassGlobal, rates[1])
 	return granted, delay, wait, nil
+}
+
+// Reserve implements Reserver: in one transaction, as TryTake takes one
+// token, it takes up to n tokens of class and of the global budget, each
+// due within horizon. Every token it hands out is a committed decrement of
+// the buckets' rows, as TryTake's, so the workers of every process
+// together reserve at most what the buckets refill within horizon: a
+// worker that claims only what it reserved never waits for the budget
+// beyond horizon, however many workers share it. The lookahead goes as
+// deep as horizon only while no other priority waits (decideDeep). The
+// tokens of a bucket due sooner than lead, which only an idle bucket
+// holds, are left unused when the first is taken: a slot goes by, rather
+// than carry a late call into the next one.
+func (b *SharedBudget) Reserve(ctx context.Context, class BudgetClass, priority Priority, n int, lead, horizon time.Duration) (Reservation, error) {
+	r := Reservation{Class: class}
+	if class == ClassGlobal || b.cfg.Limits.of(class) == 0 {
+		return r, fmt.Errorf("reconcile: budget: no such class %q", class)
+	}
+	if n <= 0 {
+		return r, nil
+	}
+	priority = min(max(priority, PriorityNew), maxPriority)
+	names := []string{string(class), string(ClassGlobal)}
+	classes := []BudgetClass{class, ClassGlobal}
+	var rates [2]float64
+	err := b.store.UpdateBuckets(ctx, b.cfg.Account, names, func(now time.Time, bks []*Bucket) error {
+		r.Delays, r.Retry = r.Delays[:0], 0
+		now = settledNow(now, bks)
+		for i, bk := range bks {
+			b.refill(bk, classes[i], now)
+		}
+		for len(r.Delays) < n {
+			granted, wait := true, time.Duration(0)
+			credit := [2]bool{}
+			for i, bk := range bks {
+				// A token down to 1-deep is due within horizon.
+				ok, via, w := b.decideDeep(bk, priority, now, bk.Rate*horizon.Seconds())
+				credit[i] = via
+				if !ok {
+					granted = false
+					wait = max(wait, w)
+				}
+			}
+			if !granted {
+				r.Retry = wait
+				break
+			}
+			var delay time.Duration
+			for i, bk := range bks {
+				if len(r.Delays) == 0 {
+					bk.Tokens = min(bk.Tokens, 1-bk.Rate*lead.Seconds())
+				}
+				delay = max(delay, b.take(bk, priority, credit[i], now))
+			}
+			r.Delays = append(r.Delays, delay)
+		}
+		if len(r.Delays) == 0 {
+			until := now.Add(r.Retry*3/2 + time.Millisecond)
+			for _, bk := range bks {
+				if until.After(bk.Demand[priority-1]) {
+					bk.Demand[priority-1] = until
+				}
+			}
+		} else {
+			r.Retry = 0
+		}
+		for i, bk := range bks {
+			r.tails[i] = tailOf(bk, now)
+			rates[i] = bk.Rate
+		}
+		return nil
+	})
+	if err != nil {
+		return Reservation{Class: class}, fmt.Errorf("reconcile: budget %s: reserve: %w", class, err)
+	}
+	b.cfg.Observer.BudgetRate(class, rates[0])
+	b.cfg.Observer.BudgetRate(ClassGlobal, rates[1])
+	return r, nil
+}
+
+// settledNow is the time a reservation's delays count from: the store's
+// now, or the latest time the buckets were brought up to, if later. A
+// transaction's clock is read when it starts (PostgreSQL's now()), and it
+// may get the rows only after a transaction that started later wrote
+// them: counted from its own earlier now, its delays would come that much
+// early, and a deep reservation's every call with them.
+func settledNow(now time.Time, bks []*Bucket) time.Time {
+	for _, bk := range bks {
+		if bk.Stored && bk.UpdatedAt.After(now) {
+			now = bk.UpdatedAt
+		}
+	}
+	return now
+}
+
+// tailOf is where bk's last handed-out slot stands at now: now less its
+// tokens' worth of time. Refills at an unchanged rate leave it where it
+// is, and each token taken moves it one interval later, so an unchanged
+// tail means that nobody took a token since.
+func tailOf(bk *Bucket, now time.Time) time.Time {
+	return now.Add(-time.Duration(bk.Tokens / bk.Rate * float64(time.Second)))
+}
+
+// sendPacers hold, by account and class, when the last reserved call of
+// this process went out (see Send). Every SharedBudget of the process
+// shares them: its workers stall together.
+var sendPacers sync.Map // account + "/" + class → *sendPacer
+
+type sendPacer struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+// Send implements Reserver: it waits until due, and until one interval of
+// class's pace (and the global one's: the limits less the headroom) after
+// the previous reserved call of class this process sent. Reserved tokens
+// are spoken for ahead of time, so a stall of the process (a pause, a busy
+// CPU) would otherwise let every call that fell due during it go at once;
+// paced, they go on at the budget's pace, late. On time, the reserved
+// calls are an interval apart already.
+func (b *SharedBudget) Send(ctx context.Context, class BudgetClass, due time.Time) error {
+	v, _ := sendPacers.LoadOrStore(b.cfg.Account+"/"+string(class), &sendPacer{})
+	p := v.(*sendPacer)
+	gap := time.Duration(float64(time.Second) / min(b.pace(class), b.pace(ClassGlobal)))
+	p.mu.Lock()
+	at := due
+	if next := p.last.Add(gap); next.After(at) {
+		at = next
+	}
+	if now := b.cfg.Now(); now.After(at) {
+		at = now
+	}
+	p.last = at
+	p.mu.Unlock()
+	if d := at.Sub(b.cfg.Now()); d > 0 {
+		if err := b.cfg.Sleep(ctx, d); err != nil {
+			return fmt.Errorf("reconcile: budget %s: send: %w", class, err)
+		}
+	}
+	return nil
+}
+
+// tailSlack is how far a bucket's tail may move by rounding alone: the
+// stores keep times to the microsecond. A token taken moves it by one
+// interval, 1/rate, far more.
+const tailSlack = 10 * time.Microsecond
+
+// Unreserve implements Reserver: the last k tokens of r go back to its
+// class's bucket and the global one, in one transaction, if both buckets'
+// tails are still r's; else they are lost.
+func (b *SharedBudget) Unreserve(ctx context.Context, r Reservation, k int) error {
+	class := r.Class
+	if class == ClassGlobal || b.cfg.Limits.of(class) == 0 {
+		return fmt.Errorf("reconcile: budget: no such class %q", class)
+	}
+	if k <= 0 {
+		return nil
+	}
+	k = min(k, len(r.Delays))
+	classes := []BudgetClass{class, ClassGlobal}
+	err := b.store.UpdateBuckets(ctx, b.cfg.Account, []string{string(class), string(ClassGlobal)}, func(now time.Time, bks []*Bucket) error {
+		now = settledNow(now, bks)
+		for i, bk := range bks {
+			b.refill(bk, classes[i], now)
+			// tailSlack absorbs the rounding of the stored times and tokens.
+			if d := tailOf(bk, now).Sub(r.tails[i]); d > tailSlack || d < -tailSlack {
+				return nil // taken after r, or refilled past it: keep the slots spent
+			}
+		}
+		for _, bk := range bks {
+			bk.Tokens = min(bk.Tokens+float64(k), b.cfg.Burst)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: budget %s: unreserve: %w", class, err)
+	}
+	return nil
 }
 
 // Wait implements Budget: it tries TryTake until granted, sleeping

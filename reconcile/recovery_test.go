@@ -467,11 +467,11 @@ type failingList struct {
 	down *atomic.Bool
 }
 
-func (p failingList) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+func (p failingList) List(ctx context.Context, w provider.Window, gate provider.PageGate) ([]provider.Payment, error) {
 	if p.down.Load() {
 		return nil, errors.New("provider unreachable")
 	}
-	return p.Fake.List(ctx, w)
+	return p.Fake.List(ctx, w, gate)
 }
 
 // TestWaitRestoreCheck: a process that could not list the provider at

@@ -22,11 +22,8 @@ import (
 func (s *Service) listRefunds(ctx context.Context, w provider.Window) ([]provider.RefundResult, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
-	if err := s.awaitBudget(callCtx, provider.OpRefundList, PriorityAudit, 0, false); err != nil {
-		return nil, fmt.Errorf("list the provider's refunds: %w", err)
-	}
 	start := s.cfg.Now()
-	refunds, err := s.provider.ListRefundsCreated(callCtx, w)
+	refunds, err := s.provider.ListRefundsCreated(callCtx, w, s.pageGate(provider.OpRefundList, PriorityAudit, false))
 	s.cfg.Observer.ProviderCall(provider.OpRefundList, provider.RefundOutcomeOf(provider.RefundResult{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, provider.OpRefundList, err)
 	if err != nil {

@@ -366,7 +366,9 @@ func (s *Service) callRefundProvider(ctx context.Context, op provider.Op, r Refu
 		res, err := s.provider.GetRefund(ctx, r.ProviderRefundID)
 		return res, 0, err
 	case provider.OpRefundList:
-		all, err := s.provider.ListRefunds(ctx, r.PaymentID)
+		// callRefund took the first page's token; each later page takes
+		// its own.
+		all, err := s.provider.ListRefunds(ctx, r.PaymentID, s.pageGate(op, PriorityReconcile, true))
 		if err != nil {
 			return provider.RefundResult{}, 0, err
 		}

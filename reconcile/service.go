@@ -26,6 +26,10 @@ type Service struct {
 	// recovery is the open recovery epoch's guard as last read (see
 	// refreshRecovery); nil before the first read.
 	recovery atomic.Pointer[recoveryGuard]
+	// reserveLead is how long, in nanoseconds, a claim's first call may
+	// take to be ready after its tokens were reserved (see reserveLeadOf);
+	// 0 before the first claim.
+	reserveLead atomic.Int64
 	// restoreHorizon is the books' send horizon as the first
 	// CheckRestore read it; nil before.
 	restoreMu      sync.Mutex

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/payrecon/payrecon/internal/crashpoint"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -56,20 +57,30 @@ func (s *Service) Work(ctx context.Context) error {
 		if free > s.cfg.BatchSize {
 			free = s.cfg.BatchSize
 		}
-		var leases []Lease
+		var (
+			leases []Lease
+			g      *grants
+		)
 		if free > 0 {
 			var err error
-			leases, err = s.claim(ctx, free)
+			leases, g, err = s.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
 				log.Error("claim jobs", "err", err)
 			}
 		}
 		// Every lease takes one slot: there are free of them.
-		s.runBatch(workCtx, leases, ap, spawn)
+		s.runBatch(workCtx, leases, g, ap, spawn)
 		if len(leases) == free && free > 0 {
 			continue // more may be due: claim again at once
 		}
-		timer.Reset(s.cfg.PollInterval)
+		wait := s.cfg.PollInterval
+		if g != nil && len(g.due) == 0 && g.retry > 0 {
+			// The budget is spoken for beyond the horizon: ask again when
+			// it has room, or when a slot frees. Jitter spreads the
+			// workers over the next token's interval.
+			wait = min(wait, time.Duration(float64(g.retry)*(0.5+rand.Float64())))
+		}
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 		case <-timer.C:
@@ -101,22 +112,28 @@ func (s *Service) Work(ctx context.Context) error {
 // RunOnce claims up to Config.BatchSize due jobs and works each to its next
 // wait, Config.Concurrency at a time. It returns how many jobs it claimed.
 // Tests and benchmarks use it; Work is the loop.
+//
+// With a budget that reserves (a Reserver: the shared budget), it claims
+// only as many jobs as the budget serves within their leases (see claim),
+// and none while the budget is spoken for: 0 then does not mean that no
+// job is due.
 func (s *Service) RunOnce(ctx context.Context) (int, error) {
-	leases, err := s.claim(ctx, s.cfg.BatchSize)
+	leases, g, err := s.claim(ctx, s.cfg.BatchSize)
 	if err != nil {
 		return 0, err
 	}
-	s.processAll(ctx, leases)
+	s.processAll(ctx, leases, g)
 	return len(leases), nil
 }
 
 // processAll works leases, Config.Concurrency at a time, so that none
-// waits in line while its lease runs out, the batched way (runBatch).
-func (s *Service) processAll(ctx context.Context, leases []Lease) {
+// waits in line while its lease runs out, the batched way (runBatch),
+// with the budget's tokens g reserved for them (nil: none).
+func (s *Service) processAll(ctx context.Context, leases []Lease, g *grants) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.Concurrency)
 	ap := s.startApplier()
-	s.runBatch(ctx, leases, ap, func(f func()) {
+	s.runBatch(ctx, leases, g, ap, func(f func()) {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
@@ -129,17 +146,32 @@ func (s *Service) processAll(ctx context.Context, leases []Lease) {
 	ap.stop()
 }
 
-func (s *Service) claim(ctx context.Context, n int) ([]Lease, error) {
+// claim leases up to n due jobs. With a budget that reserves (Reserver),
+// it first reserves the tokens of the creates the claim may make, each due
+// within reserveHorizon, and claims only as many jobs as it reserved
+// tokens: see grants. The grants are nil without such a budget.
+func (s *Service) claim(ctx context.Context, n int) ([]Lease, *grants, error) {
 	if err := s.refreshRecovery(ctx); err != nil && s.recovery.Load() == nil {
 		// Never read: claim nothing rather than work unguarded.
-		return nil, err
+		return nil, nil, err
+	}
+	g, err := s.reserve(ctx, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	if g != nil {
+		n = len(g.due)
+		if n == 0 {
+			return nil, g, nil
+		}
 	}
 	leases, err := s.store.ClaimJobs(ctx, s.cfg.WorkerID, n, s.cfg.LeaseDuration)
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: claim: %w", err)
+		s.unreserve(ctx, g, g.left())
+		return nil, nil, fmt.Errorf("reconcile: claim: %w", err)
 	}
 	s.claimed(leases)
-	return leases, nil
+	return leases, g, nil
 }
 
 // claimed notes the worker's own clock reading of a claim on each lease
@@ -410,6 +442,10 @@ type intent struct {
 	op       provider.Op
 	src      Source
 	answer   Cause // the cause of the move that applies the answer
+	// due is when the call's token, reserved by the claim, is due; valid
+	// when reserved, else the call waits for the budget (see grants).
+	due      time.Time
+	reserved bool
 }
 
 // intentOf returns the intent of the step that moves p under l when that
@@ -629,7 +665,7 @@ func (s *Service) RescueExpired(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("reconcile: rescue expired leases: %w", err)
 	}
 	s.claimed(leases)
-	s.processAll(ctx, leases)
+	s.processAll(ctx, leases, nil)
 	return len(leases), nil
 }
 

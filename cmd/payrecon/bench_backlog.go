@@ -15,6 +15,7 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
 )
 
 // The defaults of bench backlog.
@@ -64,11 +65,13 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	var (
 		n, workers int
 		rate       float64
+		fresh      bool
 	)
 	rest, err := e.parse("bench backlog", args, func(fs *flag.FlagSet) {
 		fs.IntVar(&n, "n", backlogDefaultN, "purchases made uncertain by the outage: the backlog")
 		fs.Float64Var(&rate, "rate", backlogDefaultRate, "new purchases a second while the backlog drains")
 		fs.IntVar(&workers, "workers", backlogDefaultWorkers, "worker processes (each a service with its own view of the shared budget)")
+		fs.BoolVar(&fresh, "fresh", false, "the backlog is new purchases, created and never sent (a burst of orders), drained by their first creates: no outage")
 	})
 	if err != nil {
 		return err
@@ -78,8 +81,8 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 		return usageError(fmt.Errorf("unexpected arguments %q: bench backlog takes only flags", rest))
 	case n <= 0 || n > benchMaxN:
 		return usageError(fmt.Errorf("--n %d: want 1 to %d purchases", n, benchMaxN))
-	case !(rate > 0) || math.IsInf(rate, 0):
-		return usageError(fmt.Errorf("--rate %v: want a positive number of purchases a second", rate))
+	case !(rate >= 0) || math.IsInf(rate, 0):
+		return usageError(fmt.Errorf("--rate %v: want a number of purchases a second, 0 for none", rate))
 	case workers <= 0 || workers > 64:
 		return usageError(fmt.Errorf("--workers %d: want 1 to 64", workers))
 	}
@@ -141,22 +144,28 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 
 	fake := fakeprovider.New(fakeprovider.Config{})
 	prov := &outage{Provider: fake}
+	leaseLost := &leaseLostCounter{}
 	newService := func(id string, budget reconcile.Budget, backoff time.Duration) (*reconcile.Service, error) {
 		cfg := base
-		cfg.WorkerID, cfg.Logger, cfg.Budget = id, e.log, budget
+		cfg.WorkerID, cfg.Logger, cfg.Budget, cfg.Observer = id, e.log, budget, leaseLost
 		cfg.Backoff = []time.Duration{backoff}
 		cfg.MaxAttempts = 1000
 		cfg.PollInterval = min(cfg.PollInterval, 50*time.Millisecond)
 		return reconcile.New(st.Store, prov, cfg)
 	}
 
-	// The outage: every purchase's create fails, outcome unknown.
+	// The outage: every purchase's create fails, outcome unknown. A
+	// fresh backlog is only created.
 	prov.down.Store(true)
 	down, err := newService("bench-outage", nil, time.Hour)
 	if err != nil {
 		return usageError(err)
 	}
-	fmt.Fprintf(e.stderr, "outage: making %d purchases uncertain\n", n)
+	if fresh {
+		fmt.Fprintf(e.stderr, "creating %d purchases, none sent\n", n)
+	} else {
+		fmt.Fprintf(e.stderr, "outage: making %d purchases uncertain\n", n)
+	}
 	backlog := make(map[string]bool, n)
 	for i := range n {
 		p, err := down.CreatePurchase(ctx, benchPurchase(i))
@@ -165,7 +174,7 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 		}
 		backlog[p.ID] = true
 	}
-	for {
+	for !fresh {
 		k, err := down.RunOnce(ctx)
 		if err != nil {
 			return err
@@ -174,6 +183,7 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 			break
 		}
 	}
+	leaseLost.n.Store(0)
 
 	// The outage lifts: the fake enforces the budget's limits, the
 	// backlog is due, new purchases keep arriving.
@@ -210,6 +220,9 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	defer stopArrivals()
 	var awg sync.WaitGroup
 	awg.Go(func() {
+		if rate == 0 {
+			return
+		}
 		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
 		defer tick.Stop()
 		for i := n; ; i++ {
@@ -328,9 +341,24 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	for _, c := range []string{"create", "retrieve", "search", "list", "refund"} {
 		throttled += fake.ThrottledCalls(c)
 	}
+	var charged []time.Time
+	for _, c := range fake.Charges() {
+		if backlog[c.PurchaseID] {
+			charged = append(charged, c.CreatedAt)
+		}
+	}
+	slices.SortFunc(charged, time.Time.Compare)
+	var tail, gap time.Duration
+	if k := len(charged); k >= 2 {
+		tail = charged[k-1].Sub(charged[k-2])
+	}
+	for i := 1; i < len(charged); i++ {
+		gap = max(gap, charged[i].Sub(charged[i-1]))
+	}
 	writeBacklogReport(e.stdout, backlogReport{
-		n: n, workers: workers, rate: rate, limit: limits.Create, global: limits.Global, headroom: bcfg.Headroom,
+		n: n, workers: workers, rate: rate, limit: limits.Create, global: limits.Global, headroom: bcfg.Headroom, fresh: fresh,
 		drain: dur, calls: calls, throttled: throttled, newLatencies: lat, charges: len(fake.Charges()),
+		leaseLost: int(leaseLost.n.Load()), peak: maxPerSecond(fake.AdmittedTimes("create")), tail: tail, gap: gap,
 	})
 	if got, want := len(fake.Charges()), n+len(newIDs); got != want {
 		return fmt.Errorf("THE LEDGER CHECK FAILED: %d charges for %d purchases", got, want)
@@ -356,6 +384,41 @@ type backlogReport struct {
 	calls, throttled    int
 	newLatencies        []time.Duration
 	charges             int
+	fresh               bool
+	// leaseLost counts the transitions of cause lease_lost during the
+	// drain; peak is the most creates the provider admitted in any
+	// 1-second window; tail the time between the last two charges of the
+	// backlog, gap the longest between two consecutive ones.
+	leaseLost, peak int
+	tail, gap       time.Duration
+}
+
+// leaseLostCounter is the bench workers' Observer: it counts the
+// transitions of cause lease_lost.
+type leaseLostCounter struct{ n atomic.Int64 }
+
+func (c *leaseLostCounter) Transition(_, _ statemachine.State, cause reconcile.Cause) {
+	if cause == reconcile.CauseLeaseLost {
+		c.n.Add(1)
+	}
+}
+func (*leaseLostCounter) ProviderCall(provider.Op, provider.Outcome, time.Duration)                {}
+func (*leaseLostCounter) JobsClaimed(int)                                                          {}
+func (*leaseLostCounter) LeaseLost()                                                               {}
+func (*leaseLostCounter) Resolved(time.Duration)                                                   {}
+func (*leaseLostCounter) RefundTransition(statemachine.State, statemachine.State, reconcile.Cause) {}
+
+// maxPerSecond returns the most of the sorted times within any 1-second
+// window (half-open).
+func maxPerSecond(ts []time.Time) int {
+	worst, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) >= time.Second {
+			j++
+		}
+		worst = max(worst, i-j+1)
+	}
+	return worst
 }
 
 func writeBacklogReport(w io.Writer, r backlogReport) {
@@ -366,11 +429,19 @@ func writeBacklogReport(w io.Writer, r backlogReport) {
 		i := int(math.Ceil(f*float64(len(r.newLatencies)))) - 1
 		return r.newLatencies[min(max(i, 0), len(r.newLatencies)-1)].Round(time.Millisecond)
 	}
-	fmt.Fprintf(w, "bench backlog: %d purchases uncertain after an outage, %d workers, budget %.0f creates/s (global %.0f, headroom %.0f%%), %.1f new purchases/s during the drain\n",
-		r.n, r.workers, r.limit, r.global, 100*r.headroom, r.rate)
+	what := "uncertain after an outage"
+	if r.fresh {
+		what = "created, none sent"
+	}
+	fmt.Fprintf(w, "bench backlog: %d purchases %s, %d workers, budget %.0f creates/s (global %.0f, headroom %.0f%%), %.1f new purchases/s during the drain\n",
+		r.n, what, r.workers, r.limit, r.global, 100*r.headroom, r.rate)
 	fmt.Fprintf(w, "  drain:           %s (%.1f backlog purchases/s)\n", r.drain.Round(time.Millisecond), float64(r.n)/r.drain.Seconds())
 	fmt.Fprintf(w, "  budget used:     %d creates at the provider = %.1f%% of the budget\n", r.calls, 100*float64(r.calls)/(r.limit*r.drain.Seconds()))
 	fmt.Fprintf(w, "  answered 429:    %d (%.2f%% of calls)\n", r.throttled, 100*float64(r.throttled)/float64(max(1, r.calls+r.throttled)))
+	fmt.Fprintf(w, "  creates/s:       at most %d in any 1-second window\n", r.peak)
+	fmt.Fprintf(w, "  lease_lost:      %d transitions\n", r.leaseLost)
+	fmt.Fprintf(w, "  tail:            %s from the backlog's last-but-one charge to its last; longest gap between two charges %s\n",
+		r.tail.Round(time.Millisecond), r.gap.Round(time.Millisecond))
 	fmt.Fprintf(w, "  new purchases:   %d, created → final p50 %s, p99 %s\n", len(r.newLatencies), q(0.50), q(0.99))
 	fmt.Fprintf(w, "  ledger:          %d charges\n", r.charges)
 }

@@ -153,7 +153,7 @@ func (noProvider) Status(context.Context, string) (provider.Result, error) {
 func (noProvider) Search(context.Context, string) (provider.Result, error) {
 	return provider.Result{}, errNoProvider
 }
-func (noProvider) List(context.Context, provider.Window) ([]provider.Payment, error) {
+func (noProvider) List(context.Context, provider.Window, provider.PageGate) ([]provider.Payment, error) {
 	return nil, errNoProvider
 }
 func (noProvider) CreateRefund(context.Context, provider.RefundRequest) (provider.RefundResult, error) {
@@ -162,10 +162,10 @@ func (noProvider) CreateRefund(context.Context, provider.RefundRequest) (provide
 func (noProvider) GetRefund(context.Context, string) (provider.RefundResult, error) {
 	return provider.RefundResult{}, errNoProvider
 }
-func (noProvider) ListRefunds(context.Context, string) ([]provider.RefundResult, error) {
+func (noProvider) ListRefunds(context.Context, string, provider.PageGate) ([]provider.RefundResult, error) {
 	return nil, errNoProvider
 }
-func (noProvider) ListRefundsCreated(context.Context, provider.Window) ([]provider.RefundResult, error) {
+func (noProvider) ListRefundsCreated(context.Context, provider.Window, provider.PageGate) ([]provider.RefundResult, error) {
 	return nil, errNoProvider
 }
 func (noProvider) ListEvents(context.Context, provider.EventQuery) (provider.EventPage, error) {

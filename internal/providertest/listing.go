@@ -99,7 +99,7 @@ func coveringWindow(tg Target) provider.Window {
 // w to the seconds covering it, as Stripe's filter does), ids unique.
 func list(t *testing.T, tg Target, w provider.Window) []provider.Payment {
 	t.Helper()
-	payments, err := tg.Provider.List(t.Context(), w)
+	payments, err := tg.Provider.List(t.Context(), w, nil)
 	if err != nil {
 		t.Fatalf("list [%v, %v): %v", w.From, w.Until, err)
 	}

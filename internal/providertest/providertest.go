@@ -29,6 +29,9 @@
 // Events: a succeeded charge and its refund are in the provider's event
 // log, newest first, translated as their webhooks are, and pages of one
 // event list the same events as one page.
+// Listings: each listing passes its PageGate once before every request it
+// sends, one per page, and a gate's error stops it with that error and
+// no items.
 // Hooks the provider cannot offer (a simulated clock, a readable ledger)
 // are optional; the checks that need them are skipped without them.
 package providertest
@@ -95,6 +98,16 @@ type Target struct {
 	// provider holds whose metadata names payrecon's refund refundID. Nil
 	// when its ledger cannot be read.
 	Refunds func(refundID string) int
+	// PageSize is how many objects one request of a listing returns at
+	// most, for the checks of listings of several pages; 0 when unknown
+	// (they are skipped). Keep it small: the checks make 2·PageSize+1
+	// charges and refunds.
+	PageSize int
+	// Requests returns how many requests of op (provider.OpList,
+	// provider.OpRefundList) the provider has served, throttled ones
+	// excluded. Nil when it cannot be read: the checks of listings then
+	// count the gate's passes only.
+	Requests func(op provider.Op) int
 }
 
 // Run runs the conformance suite against the provider h describes.
@@ -136,6 +149,8 @@ func Run(t *testing.T, h Harness) {
 		{"ListRefundsOfPayment", testListRefundsOfPayment},
 		{"ListRefundsCreatedInItsWindow", testListRefundsCreated},
 		{"EventsListedNewestFirst", testEventsListed},
+		{"ListingsPassTheGatePerPage", testListingsGatedPerPage},
+		{"ListingStopsAtItsGate", testListingStopsAtGate},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

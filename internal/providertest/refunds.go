@@ -239,7 +239,7 @@ func testListRefundsCreated(t *testing.T, h Harness, tg Target) {
 // every refund of the payment, oldest first, ids unique.
 func listRefunds(t *testing.T, tg Target, paymentID string) []provider.RefundResult {
 	t.Helper()
-	refunds, err := tg.Provider.ListRefunds(t.Context(), paymentID)
+	refunds, err := tg.Provider.ListRefunds(t.Context(), paymentID, nil)
 	if err != nil {
 		t.Fatalf("list refunds of %s: %v", paymentID, err)
 	}
@@ -256,7 +256,7 @@ func listRefunds(t *testing.T, tg Target, paymentID string) []provider.RefundRes
 // listing, as list checks a listing of payments.
 func listRefundsCreated(t *testing.T, tg Target, w provider.Window) []provider.RefundResult {
 	t.Helper()
-	refunds, err := tg.Provider.ListRefundsCreated(t.Context(), w)
+	refunds, err := tg.Provider.ListRefundsCreated(t.Context(), w, nil)
 	if err != nil {
 		t.Fatalf("list refunds created in [%v, %v): %v", w.From, w.Until, err)
 	}

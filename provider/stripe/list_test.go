@@ -26,7 +26,7 @@ const listPrefix = "stripe: list payment intents created in [2023-11-14T22:13:20
 // returns payments.
 func listAsResult(t *testing.T, w provider.Window) func(ctx context.Context, p *stripe.Provider) (provider.Result, error) {
 	return func(ctx context.Context, p *stripe.Provider) (provider.Result, error) {
-		payments, err := p.List(ctx, w)
+		payments, err := p.List(ctx, w, nil)
 		if err != nil && payments != nil {
 			t.Errorf("List failed (%v) and returned %d payments, want none", err, len(payments))
 		}
@@ -143,7 +143,7 @@ func TestListReadsEveryPageOldestFirst(t *testing.T) {
 
 	// Bounds within seconds: widened to the seconds that cover them.
 	w := provider.Window{From: time.Unix(base, 400_000_000), Until: time.Unix(base+124, 1)}
-	payments, err := p.List(t.Context(), w)
+	payments, err := p.List(t.Context(), w, nil)
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}
@@ -212,7 +212,7 @@ func TestListWindowSeconds(t *testing.T) {
 			t.Parallel()
 			srv := newFakeStripe(t, stripeList(t, nil))
 			p := newProvider(t, srv.URL, stripe.Config{})
-			payments, err := p.List(t.Context(), tc.w)
+			payments, err := p.List(t.Context(), tc.w, nil)
 			if err != nil || len(payments) != 0 {
 				t.Fatalf("List = (%v, %v), want no payments", payments, err)
 			}
@@ -256,7 +256,7 @@ func TestListTranslatesPayments(t *testing.T) {
 	}
 	srv := newFakeStripe(t, stripeList(t, pis))
 	p := newProvider(t, srv.URL, stripe.Config{})
-	got, err := p.List(t.Context(), listWindow)
+	got, err := p.List(t.Context(), listWindow, nil)
 	if err != nil {
 		t.Fatalf("List: %v", err)
 	}

@@ -120,24 +120,23 @@ func (p *Provider) GetRefund(ctx context.Context, refundID string) (provider.Ref
 }
 
 // ListRefunds returns every Refund of the PaymentIntent paymentID (GET
-// /v1/refunds?payment_intent=…), reading every page, oldest first; none
-// for a payment without refunds. Each is translated by refundOf: a status
-// the table does not know gives that refund Outcome Unknown rather than
+// /v1/refunds?payment_intent=…), reading every page (one request per
+// page, gate passed before each: see listPages), oldest first; none for a
+// payment without refunds. Each is translated by refundOf: a status the
+// table does not know gives that refund Outcome Unknown rather than
 // failing the listing. A failure on any page returns no refunds and the
 // error, translated as for the other calls (an unknown payment, which
-// Stripe refuses with resource_missing, wraps ErrRejected). An empty
-// payment id is refused before sending (ErrRejected).
-func (p *Provider) ListRefunds(ctx context.Context, paymentID string) ([]provider.RefundResult, error) {
+// Stripe refuses with resource_missing, wraps ErrRejected); so does an
+// error of gate, wrapped. An empty payment id is refused before sending
+// (ErrRejected).
+func (p *Provider) ListRefunds(ctx context.Context, paymentID string, gate provider.PageGate) ([]provider.RefundResult, error) {
 	where := fmt.Sprintf("list refunds of payment intent %s", paymentID)
 	if paymentID == "" {
 		return nil, fmt.Errorf("stripe: %s: empty payment id: %w", where, ErrRejected)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, notSentYet(where, err)
-	}
-	params := &stripego.RefundListParams{PaymentIntent: stripego.String(paymentID)}
-	params.Limit = stripego.Int64(listPageSize)
-	return p.listRefunds(ctx, where, params)
+	return p.listRefunds(ctx, gate, where, func() *stripego.RefundListParams {
+		return &stripego.RefundListParams{PaymentIntent: stripego.String(paymentID)}
+	})
 }
 
 // ListRefundsCreated returns every Refund Stripe created within w (GET
@@ -145,35 +144,40 @@ func (p *Provider) ListRefunds(ctx context.Context, paymentID string) ([]provide
 // oldest first, for the audit from Stripe's side. The window is widened to
 // the whole seconds that cover it and refused when it has a zero bound,
 // starts before the Unix epoch or is empty, as List's (ErrRejected);
-// refunds and errors are translated as ListRefunds'.
-func (p *Provider) ListRefundsCreated(ctx context.Context, w provider.Window) ([]provider.RefundResult, error) {
+// pages, gate, refunds and errors are as ListRefunds'.
+func (p *Provider) ListRefundsCreated(ctx context.Context, w provider.Window, gate provider.PageGate) ([]provider.RefundResult, error) {
 	where := fmt.Sprintf("list refunds created in [%s, %s)", formatBound(w.From), formatBound(w.Until))
 	if err := checkWindow(where, w); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, notSentYet(where, err)
-	}
-	params := &stripego.RefundListParams{
-		CreatedRange: &stripego.RangeQueryParams{
-			GreaterThanOrEqual: w.From.Unix(),
-			LesserThan:         ceilUnix(w.Until),
-		},
-	}
-	params.Limit = stripego.Int64(listPageSize)
-	return p.listRefunds(ctx, where, params)
+	return p.listRefunds(ctx, gate, where, func() *stripego.RefundListParams {
+		return &stripego.RefundListParams{
+			CreatedRange: &stripego.RangeQueryParams{
+				GreaterThanOrEqual: w.From.Unix(),
+				LesserThan:         ceilUnix(w.Until),
+			},
+		}
+	})
 }
 
-// listRefunds reads every page of a listing of refunds and returns them
-// oldest first: by creation time, those of the same second in Stripe's
-// order reversed (Stripe lists newest first).
-func (p *Provider) listRefunds(ctx context.Context, where string, params *stripego.RefundListParams) ([]provider.RefundResult, error) {
+// listRefunds reads every page of a listing of refunds, each request's
+// parameters made by params, and returns them oldest first: by creation
+// time, those of the same second in Stripe's order reversed (Stripe lists
+// newest first).
+func (p *Provider) listRefunds(ctx context.Context, gate provider.PageGate, where string, params func() *stripego.RefundListParams) ([]provider.RefundResult, error) {
 	var refunds []provider.RefundResult
-	for r, err := range p.client.V1Refunds.List(ctx, params) {
-		if err != nil {
-			return nil, listErrorOf(provider.OpRefundList, where, err)
-		}
-		refunds = append(refunds, refundOf(r))
+	err := listPages(ctx, gate, where, provider.OpRefundList, p.pageSize,
+		func(ctx context.Context, after *string) stripego.Seq2[*stripego.Refund, error] {
+			ps := params()
+			ps.Limit, ps.StartingAfter, ps.Single = stripego.Int64(p.pageSize), after, true
+			return p.client.V1Refunds.List(ctx, ps)
+		},
+		func(r *stripego.Refund) string {
+			refunds = append(refunds, refundOf(r))
+			return r.ID
+		})
+	if err != nil {
+		return nil, err
 	}
 	slices.Reverse(refunds)
 	slices.SortStableFunc(refunds, func(a, b provider.RefundResult) int { return a.Created.Compare(b.Created) })

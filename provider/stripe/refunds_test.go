@@ -327,7 +327,7 @@ func TestListRefundsReadsEveryPageOldestFirst(t *testing.T) {
 	refunds := append(refundsAt("re_a", "pi_1", refundCreated, 150), refundsAt("re_b", "pi_2", refundCreated, 20)...)
 	srv := newFakeStripe(t, stripeListOf(t, "/v1/refunds", "refund", refunds))
 	p := newProvider(t, srv.URL, stripe.Config{})
-	got, err := p.ListRefunds(t.Context(), "pi_1")
+	got, err := p.ListRefunds(t.Context(), "pi_1", nil)
 	if err != nil {
 		t.Fatalf("ListRefunds: %v", err)
 	}
@@ -368,7 +368,7 @@ func TestListRefundsCreatedWindow(t *testing.T) {
 	srv := newFakeStripe(t, stripeListOf(t, "/v1/refunds", "refund", refunds))
 	p := newProvider(t, srv.URL, stripe.Config{})
 	w := provider.Window{From: time.Unix(refundCreated, 0), Until: time.Unix(refundCreated+9, 500_000_000)}
-	got, err := p.ListRefundsCreated(t.Context(), w)
+	got, err := p.ListRefundsCreated(t.Context(), w, nil)
 	if err != nil {
 		t.Fatalf("ListRefundsCreated: %v", err)
 	}
@@ -408,7 +408,7 @@ func TestListRefundsErrors(t *testing.T) {
 		}
 	}
 	byPayment := asResult(func(ctx context.Context, p *stripe.Provider) ([]provider.RefundResult, error) {
-		return p.ListRefunds(ctx, "pi_1")
+		return p.ListRefunds(ctx, "pi_1", nil)
 	})
 	rows := []refundRow{
 		{row: named("400 resource_missing: no such payment intent",
@@ -485,19 +485,19 @@ func TestRefundCallsRefusedBeforeSending(t *testing.T) {
 			return p.GetRefund(ctx, "")
 		}},
 		{"list of empty payment id", func(ctx context.Context, p *stripe.Provider) (provider.RefundResult, error) {
-			_, err := p.ListRefunds(ctx, "")
+			_, err := p.ListRefunds(ctx, "", nil)
 			return provider.RefundResult{}, err
 		}},
 		{"list of a zero window", func(ctx context.Context, p *stripe.Provider) (provider.RefundResult, error) {
-			_, err := p.ListRefundsCreated(ctx, provider.Window{})
+			_, err := p.ListRefundsCreated(ctx, provider.Window{}, nil)
 			return provider.RefundResult{}, err
 		}},
 		{"list of an empty window", func(ctx context.Context, p *stripe.Provider) (provider.RefundResult, error) {
-			_, err := p.ListRefundsCreated(ctx, provider.Window{From: t0, Until: t0})
+			_, err := p.ListRefundsCreated(ctx, provider.Window{From: t0, Until: t0}, nil)
 			return provider.RefundResult{}, err
 		}},
 		{"list of a window before the Unix epoch", func(ctx context.Context, p *stripe.Provider) (provider.RefundResult, error) {
-			_, err := p.ListRefundsCreated(ctx, provider.Window{From: time.Unix(-1, 0), Until: t0})
+			_, err := p.ListRefundsCreated(ctx, provider.Window{From: time.Unix(-1, 0), Until: t0}, nil)
 			return provider.RefundResult{}, err
 		}},
 	}
@@ -526,11 +526,11 @@ func TestRefundCallsWithDoneContextSendNothing(t *testing.T) {
 			return p.GetRefund(ctx, "re_1")
 		},
 		"list": func(ctx context.Context, p *stripe.Provider) (provider.RefundResult, error) {
-			_, err := p.ListRefunds(ctx, "pi_1")
+			_, err := p.ListRefunds(ctx, "pi_1", nil)
 			return provider.RefundResult{}, err
 		},
 		"list created": func(ctx context.Context, p *stripe.Provider) (provider.RefundResult, error) {
-			_, err := p.ListRefundsCreated(ctx, w)
+			_, err := p.ListRefundsCreated(ctx, w, nil)
 			return provider.RefundResult{}, err
 		},
 	}

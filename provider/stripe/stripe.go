@@ -112,6 +112,12 @@ type Config struct {
 	// key and is safe.) Negative values are refused.
 	MaxNetworkRetries int64
 
+	// ListPageSize is how many objects each request of a listing (List,
+	// ListRefunds, ListRefundsCreated) asks for: from 1 to 100. Default
+	// 100, Stripe's maximum, so that a listing costs as few requests,
+	// and so as few of the caller's rate budget's tokens, as it can.
+	ListPageSize int64
+
 	// Logger receives stripe-go's own log lines, with attribute
 	// component=stripe-go: its Info and Error lines at Debug, its Warn
 	// lines (retries, telemetry) at Warn. Its Error lines are demoted
@@ -131,6 +137,8 @@ type Provider struct {
 	// form of (ListEvents).
 	api stripego.Backend
 	key string
+	// pageSize is Config.ListPageSize, defaulted.
+	pageSize int64
 }
 
 var _ provider.Provider = (*Provider)(nil)
@@ -156,6 +164,13 @@ func New(cfg Config) (*Provider, error) {
 	}
 	if cfg.MaxNetworkRetries < 0 {
 		return nil, fmt.Errorf("stripe: Config.MaxNetworkRetries %d is negative", cfg.MaxNetworkRetries)
+	}
+	pageSize := cfg.ListPageSize
+	switch {
+	case pageSize == 0:
+		pageSize = maxListPageSize
+	case pageSize < 0 || pageSize > maxListPageSize:
+		return nil, fmt.Errorf("stripe: Config.ListPageSize %d: want 1 to %d", pageSize, maxListPageSize)
 	}
 	httpClient := cfg.HTTPClient
 	if httpClient == nil {
@@ -189,7 +204,7 @@ func New(cfg Config) (*Provider, error) {
 		Uploads:     backend(stripego.UploadsBackend, nil),
 		MeterEvents: backend(stripego.MeterEventsBackend, nil),
 	}
-	return &Provider{client: stripego.NewClient(key, stripego.WithBackends(backends)), api: backends.API, key: key}, nil
+	return &Provider{client: stripego.NewClient(key, stripego.WithBackends(backends)), api: backends.API, key: key, pageSize: pageSize}, nil
 }
 
 // maxKeyLength is Stripe's limit on an idempotency key.
@@ -406,14 +421,15 @@ func (k searchKey) before(o searchKey) bool {
 	return k.created < o.created
 }
 
-// listPageSize is how many PaymentIntents List asks for per page: Stripe's
-// maximum.
-const listPageSize = 100
+// maxListPageSize is the most objects Stripe returns in one page of a
+// listing, and Config.ListPageSize's default.
+const maxListPageSize = 100
 
 // List returns every PaymentIntent Stripe created within w, oldest first,
 // with Stripe's list API (GET /v1/payment_intents), reading every page
-// (limit listPageSize, starting_after the last one read). Unlike Search it
-// reads Stripe's records, not a lagging index.
+// (see listPages: one request per page of Config.ListPageSize, gate passed
+// before each). Unlike Search it reads Stripe's records, not a lagging
+// index.
 //
 // Stripe filters creation times in whole Unix seconds, so the request is
 // created[gte]=floor(w.From) and created[lt]=ceil(w.Until): a window whose
@@ -432,35 +448,73 @@ const listPageSize = 100
 //
 // A failure on any page returns no payments and the error, translated as
 // for the other calls (see translate; a 404 means a misconfigured API
-// base and wraps ErrRejected). A window with a zero bound, starting before
-// the Unix epoch, or whose Until is not after its From is refused before
-// sending (ErrRejected): an audit of nothing is a caller's bug.
-func (p *Provider) List(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+// base and wraps ErrRejected); so does an error of gate, wrapped. A window
+// with a zero bound, starting before the Unix epoch, or whose Until is not
+// after its From is refused before sending (ErrRejected): an audit of
+// nothing is a caller's bug.
+func (p *Provider) List(ctx context.Context, w provider.Window, gate provider.PageGate) ([]provider.Payment, error) {
 	where := fmt.Sprintf("list payment intents created in [%s, %s)", formatBound(w.From), formatBound(w.Until))
 	if err := checkWindow(where, w); err != nil {
 		return nil, err
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, notSentYet(where, err)
-	}
-	params := &stripego.PaymentIntentListParams{
-		CreatedRange: &stripego.RangeQueryParams{
-			GreaterThanOrEqual: w.From.Unix(), // floor: Go keeps nanoseconds non-negative
-			LesserThan:         ceilUnix(w.Until),
-		},
-	}
-	params.Limit = stripego.Int64(listPageSize)
-
 	var payments []provider.Payment
-	for pi, err := range p.client.V1PaymentIntents.List(ctx, params) {
-		if err != nil {
-			return nil, listError(where, err)
-		}
-		payments = append(payments, paymentOf(pi))
+	err := listPages(ctx, gate, where, provider.OpList, p.pageSize,
+		func(ctx context.Context, after *string) stripego.Seq2[*stripego.PaymentIntent, error] {
+			params := &stripego.PaymentIntentListParams{
+				CreatedRange: &stripego.RangeQueryParams{
+					GreaterThanOrEqual: w.From.Unix(), // floor: Go keeps nanoseconds non-negative
+					LesserThan:         ceilUnix(w.Until),
+				},
+			}
+			params.Limit, params.StartingAfter, params.Single = stripego.Int64(p.pageSize), after, true
+			return p.client.V1PaymentIntents.List(ctx, params)
+		},
+		func(pi *stripego.PaymentIntent) string {
+			payments = append(payments, paymentOf(pi))
+			return pi.ID
+		})
+	if err != nil {
+		return nil, err
 	}
 	slices.Reverse(payments)
 	slices.SortStableFunc(payments, func(a, b provider.Payment) int { return a.Created.Compare(b.Created) })
 	return payments, nil
+}
+
+// listPages reads a listing one request at a time: it passes gate, then
+// reads one page of at most size objects with stripe-go's iterator, made
+// single-page (ListParams.Single) so that it sends exactly one request,
+// handing each object to add, which returns its id. A full page may have
+// more after it, and the next request starts after its last object's id;
+// a page less than full was the last. (Stripe's has_more is not visible
+// through the iterator, so a listing whose last page is exactly full costs
+// one request more, for an empty page.) page returns the iterator of the
+// page starting after *after (nil: the first). An error of gate or of a
+// page stops the listing; the caller returns no objects.
+func listPages[T any](ctx context.Context, gate provider.PageGate, where string, op provider.Op, size int64,
+	page func(ctx context.Context, after *string) stripego.Seq2[T, error], add func(T) string) error {
+	var after *string
+	for n := 1; ; n++ {
+		if err := gate.Pass(ctx); err != nil {
+			return fmt.Errorf("stripe: %s: page %d not sent: %w", where, n, err)
+		}
+		if err := ctx.Err(); err != nil {
+			return notSentYet(where, err)
+		}
+		var read int64
+		var last string
+		for obj, err := range page(ctx, after) {
+			if err != nil {
+				return listErrorOf(op, where, err)
+			}
+			last = add(obj)
+			read++
+		}
+		if read < size {
+			return nil
+		}
+		after = stripego.String(last)
+	}
 }
 
 // checkWindow refuses, before sending, a window with a zero bound, one

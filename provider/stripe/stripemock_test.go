@@ -106,7 +106,7 @@ func TestStripeMock(t *testing.T) {
 	// window, so only the shape of the answer is checked.
 	now := time.Now()
 	w := provider.Window{From: now.Add(-24 * time.Hour), Until: now}
-	payments, err := p.List(ctx, w)
+	payments, err := p.List(ctx, w, nil)
 	if err != nil {
 		t.Fatalf("List(%v, %v): %v", w.From, w.Until, err)
 	}
@@ -197,7 +197,7 @@ func checkStripeMockRefunds(t *testing.T, base string, p *stripe.Provider) {
 	}
 	checkSaneRefund(t, "GetRefund", got)
 
-	refunds, err := p.ListRefunds(ctx, "pi_1")
+	refunds, err := p.ListRefunds(ctx, "pi_1", nil)
 	if err != nil {
 		t.Fatalf("ListRefunds: %v", err)
 	}
@@ -208,7 +208,7 @@ func checkStripeMockRefunds(t *testing.T, base string, p *stripe.Provider) {
 		checkSaneRefund(t, fmt.Sprintf("ListRefunds: refund %d", i), r)
 	}
 	now := time.Now()
-	refunds, err = p.ListRefundsCreated(ctx, provider.Window{From: now.Add(-24 * time.Hour), Until: now})
+	refunds, err = p.ListRefundsCreated(ctx, provider.Window{From: now.Add(-24 * time.Hour), Until: now}, nil)
 	if err != nil {
 		t.Fatalf("ListRefundsCreated: %v", err)
 	}

@@ -1,0 +1,272 @@
+package reconcile_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// waitCounter is a BudgetObserver that counts the calls each class let
+// through.
+type waitCounter struct {
+	mu    sync.Mutex
+	waits map[reconcile.BudgetClass]int
+}
+
+func (o *waitCounter) BudgetRate(reconcile.BudgetClass, float64) {}
+func (o *waitCounter) BudgetThrottled(reconcile.BudgetClass)     {}
+func (o *waitCounter) BudgetWait(c reconcile.BudgetClass, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.waits == nil {
+		o.waits = map[reconcile.BudgetClass]int{}
+	}
+	o.waits[c]++
+}
+
+func (o *waitCounter) of(c reconcile.BudgetClass) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.waits[c]
+}
+
+func TestBudgetAuditTakesATokenPerPage(t *testing.T) {
+	// The provider counts every page of a listing as a request: the audit
+	// takes one token of the budget for each, of payments and of refunds
+	// alike, and no page goes without one.
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		st := newStore(t, nil)
+		const pageSize, n = 2, 5 // 3 pages: 2, 2 and 1
+		fake := fakeprovider.New(fakeprovider.Config{ListPageSize: pageSize})
+		obs := &waitCounter{}
+		b, err := reconcile.NewSharedBudget(st.(reconcile.BudgetStore), reconcile.BudgetConfig{
+			Limits: reconcile.BudgetLimits{Global: 1000, List: 1000, Refund: 1000}, Observer: obs,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc, err := reconcile.New(st, fake, reconcile.Config{WorkerID: "auditor", Logger: discardLogger(), Budget: b})
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		var pay fakeprovider.Charge
+		for range n {
+			pay = fake.ChargeOutside(fakeprovider.OutsideCharge{Amount: 1000, Currency: "usd"})
+		}
+		for range n {
+			if _, err := fake.RefundOutside(fakeprovider.OutsideRefund{PaymentID: pay.ID, Amount: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rep, err := svc.Audit(t.Context(), provider.Window{From: start.Add(-time.Minute), Until: start.Add(time.Minute)})
+		if err != nil {
+			t.Fatalf("Audit: %v", err)
+		}
+		pages := n/pageSize + 1
+		for _, c := range []struct {
+			class reconcile.BudgetClass
+			op    provider.Op
+		}{{reconcile.ClassList, provider.OpList}, {reconcile.ClassRefund, provider.OpRefundList}} {
+			tokens, requests := obs.of(c.class), fake.Calls(c.op)
+			t.Logf("%s: %d objects a page of %d, %d requests, %d tokens", c.op, n, pageSize, requests, tokens)
+			if requests != pages || tokens != pages {
+				t.Errorf("%s of %d objects, %d a page: %d requests and %d tokens, want %d of each", c.op, n, pageSize, requests, tokens, pages)
+			}
+		}
+		if rep.Payments != n || rep.Refunds != n {
+			t.Errorf("audit listed %d payments and %d refunds, want %d of each", rep.Payments, rep.Refunds, n)
+		}
+	})
+}
+
+// finalCounter is an Observer that closes done once n purchases reached a
+// final state.
+type finalCounter struct {
+	n, final atomic.Int64
+	once     sync.Once
+	done     chan struct{}
+}
+
+func (o *finalCounter) Transition(_, to statemachine.State, _ reconcile.Cause) {
+	if to.Terminal() && o.final.Add(1) == o.n.Load() {
+		o.once.Do(func() { close(o.done) })
+	}
+}
+
+func (o *finalCounter) ProviderCall(provider.Op, provider.Outcome, time.Duration) {}
+func (o *finalCounter) JobsClaimed(int)                                           {}
+func (o *finalCounter) LeaseLost()                                                {}
+func (o *finalCounter) Resolved(time.Duration)                                    {}
+func (o *finalCounter) RefundTransition(statemachine.State, statemachine.State, reconcile.Cause) {
+}
+
+func TestBudgetDrainLosesNoLease(t *testing.T) {
+	// Four workers with large batches drain a burst of new purchases
+	// under one shared budget of test mode's limits, which the provider
+	// enforces too. A claim takes no more purchases than the budget serves
+	// within their leases, so none waits for a token past its lease: no
+	// purchase is left submitted for another worker to take over as
+	// uncertain (lease_lost), and no call is answered 429. The leases are
+	// short, so that the queue behind the budget outlasts them many times
+	// over: 4 × 32 purchases in flight are 5 s of budget, a lease 6 s.
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		st := newStore(t, nil)
+		limits := fakeprovider.RateLimits{Global: 25, Create: 25, Retrieve: 25, Search: 20, List: 25, Refund: 25}
+		fake := fakeprovider.New(fakeprovider.Config{RateLimits: limits})
+		const n = 160
+		obs := &finalCounter{done: make(chan struct{})}
+		obs.n.Store(n)
+		var workers []*reconcile.Service
+		for _, id := range []string{"w1", "w2", "w3", "w4"} {
+			b, err := reconcile.NewSharedBudget(st.(reconcile.BudgetStore), reconcile.BudgetConfig{}) // test mode
+			if err != nil {
+				t.Fatal(err)
+			}
+			svc, err := reconcile.New(st, fake, reconcile.Config{
+				WorkerID: id, Concurrency: 32, BatchSize: 64, LeaseDuration: 6 * time.Second, ProviderTimeout: 2 * time.Second,
+				PollInterval: 20 * time.Millisecond, Logger: discardLogger(), Budget: b, Observer: obs,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			workers = append(workers, svc)
+		}
+		ids := createPurchases(t, workers[0], n)
+		stop := work(t, workers)
+		select {
+		case <-obs.done:
+		case <-time.After(5 * time.Minute): // a hang, not a measure
+			t.Fatalf("%d of %d purchases final", obs.final.Load(), n)
+		}
+		stop()
+
+		leaseLost, charges := 0, 0
+		for _, id := range ids {
+			d, err := workers[0].Purchase(context.Background(), id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tr := range d.Transitions {
+				if tr.Cause == reconcile.CauseLeaseLost {
+					leaseLost++
+				}
+			}
+			charges += len(fake.ChargesFor(id))
+		}
+		throttled := 0
+		for _, c := range []string{"create", "retrieve", "search", "list", "refund"} {
+			throttled += fake.ThrottledCalls(c)
+		}
+		times := fake.AdmittedTimes("create")
+		t.Logf("%d purchases, %d charges, %d creates (%.1f/s), %d lease_lost transitions, %d answered 429, at most %d creates in any second",
+			n, charges, fake.Calls(provider.OpCreate), float64(len(times)-1)/times[len(times)-1].Sub(times[0]).Seconds(),
+			leaseLost, throttled, maxInWindow(times, time.Second))
+		if leaseLost != 0 {
+			t.Errorf("%d transitions of cause lease_lost, want none", leaseLost)
+		}
+		if throttled != 0 {
+			t.Errorf("%d calls answered 429, want none", throttled)
+		}
+		if charges != n {
+			t.Errorf("%d charges for %d purchases", charges, n)
+		}
+	})
+}
+
+func TestBudgetReserveWithinHorizon(t *testing.T) {
+	// Reserve hands out the tokens due within its horizon, one interval
+	// apart, across every worker sharing the buckets; Unreserve takes back
+	// only tokens that nobody reserved after, so that no slot is handed
+	// out twice. The store's clock stands still: only the counts matter.
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		clock := newClock()
+		st := newStore(t, clock.Now)
+		newBudget := func() *reconcile.SharedBudget {
+			b, err := reconcile.NewSharedBudget(st.(reconcile.BudgetStore), reconcile.BudgetConfig{
+				Limits: reconcile.BudgetLimits{Create: 10, Global: 10}, Headroom: -1,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		a, b := newBudget(), newBudget() // two workers' views
+		ctx := t.Context()
+		reserve := func(bud *reconcile.SharedBudget, n int) reconcile.Reservation {
+			t.Helper()
+			r, err := bud.Reserve(ctx, reconcile.ClassCreate, reconcile.PriorityNew, n, 0, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		// 10/s, a burst of 1: the token there now and 10 more within 1 s.
+		r := reserve(a, 4)
+		if len(r.Delays) != 4 {
+			t.Fatalf("reserved %d of 4 tokens, want 4", len(r.Delays))
+		}
+		for i, d := range r.Delays {
+			if want := time.Duration(i) * 100 * time.Millisecond; d < want-time.Millisecond || d > want+time.Millisecond {
+				t.Errorf("token %d due after %s, want %s", i, d, want)
+			}
+		}
+		rb := reserve(b, 100)
+		if got := len(r.Delays) + len(rb.Delays); got != 11 {
+			t.Errorf("two workers reserved %d tokens within 1 s at 10/s, want 11", got)
+		}
+		if last := rb.Delays[len(rb.Delays)-1]; last > time.Second {
+			t.Errorf("last token due after %s, beyond the horizon", last)
+		}
+		if none := reserve(a, 1); len(none.Delays) != 0 || none.Retry <= 0 {
+			t.Errorf("a full horizon reserved %d more, retry %s; want none and a time to retry", len(none.Delays), none.Retry)
+		}
+
+		// a reserved before b: a's tokens cannot go back.
+		if err := a.Unreserve(ctx, r, 2); err != nil {
+			t.Fatal(err)
+		}
+		if again := reserve(a, 1); len(again.Delays) != 0 {
+			t.Errorf("tokens of an earlier reservation went back: %d reserved again", len(again.Delays))
+		}
+		// b's last 3 are the last handed out: they go back, and are the
+		// next reserved, in the same slots.
+		if err := b.Unreserve(ctx, rb, 3); err != nil {
+			t.Fatal(err)
+		}
+		again := reserve(a, 5)
+		if len(again.Delays) != 3 {
+			t.Fatalf("reserved %d after 3 went back, want 3", len(again.Delays))
+		}
+		for i, d := range again.Delays {
+			if want := rb.Delays[len(rb.Delays)-3+i]; d < want-time.Millisecond || d > want+time.Millisecond {
+				t.Errorf("token %d given back and reserved again due after %s, want its slot %s", i, d, want)
+			}
+		}
+
+		// An idle bucket's tokens due sooner than the lead go unused: the
+		// first call is due at the lead, the next one interval later.
+		idle, err := reconcile.NewSharedBudget(st.(reconcile.BudgetStore), reconcile.BudgetConfig{
+			Account: "idle", Limits: reconcile.BudgetLimits{Create: 10, Global: 10}, Headroom: -1,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		led, err := idle.Reserve(ctx, reconcile.ClassCreate, reconcile.PriorityNew, 2, 250*time.Millisecond, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []time.Duration{250 * time.Millisecond, 350 * time.Millisecond} {
+			if i >= len(led.Delays) || led.Delays[i] < want-time.Millisecond || led.Delays[i] > want+time.Millisecond {
+				t.Errorf("with a lead of 250ms: delays %v, want token %d due after %s", led.Delays, i, want)
+			}
+		}
+	})
+}
