@@ -151,7 +151,7 @@ func newBench(e *env, sub, unit string, args []string, overHTTP bool) (*bench, e
 	if _, err := s.reconcileConfig(); err != nil {
 		return nil, usageError(err)
 	}
-	w := e.stderr // Main serializes its writes: the progress lines and the logs come from several goroutines
+	w := e.stderr // runMain serializes its writes: the progress lines and the logs come from several goroutines
 	level := s.str("log-level")
 	if s.byKey["log-level"].source == fromDefault {
 		level = "warn" // the progress lines say what happens
