@@ -28,8 +28,6 @@ type RateLimits struct {
 	RetryAfter time.Duration
 }
 
-func (l RateLimits) any() bool { return l != RateLimits{} }
-
 func (l RateLimits) of(class string) int {
 	switch class {
 	case "global":

@@ -167,9 +167,6 @@ func NewRelay(store Store, cfg RelayConfig) (*Relay, error) {
 	return &Relay{store: store, cfg: cfg}, nil
 }
 
-// Config returns the relay's configuration with defaults applied.
-func (r *Relay) Config() RelayConfig { return r.cfg }
-
 // Run delivers until ctx ends, then returns ctx's error. A round's error
 // is logged and the round retried after Idle.
 func (r *Relay) Run(ctx context.Context) error {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/dburl"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
@@ -143,14 +144,14 @@ func newBench(e *env, sub, unit string, args []string, overHTTP bool) (*bench, e
 	if raw == "" {
 		return nil, usageError(errors.New("--database-url is required: a scratch database (postgres://… or sqlite:PATH), which the bench fills with purchases"))
 	}
-	db, err := parseDatabaseURL(raw)
+	db, err := dburl.Parse(raw)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--database-url: %w", err))
 	}
 	if _, err := s.reconcileConfig(); err != nil {
 		return nil, usageError(err)
 	}
-	w := e.stderr // Main serializes its writes: the progress lines and the logs come from several goroutines
+	w := e.stderr // runMain serializes its writes: the progress lines and the logs come from several goroutines
 	level := s.str("log-level")
 	if s.byKey["log-level"].source == fromDefault {
 		level = "warn" // the progress lines say what happens
@@ -160,12 +161,12 @@ func newBench(e *env, sub, unit string, args []string, overHTTP bool) (*bench, e
 		return nil, usageError(err)
 	}
 	b := &bench{opts: o, e: &env{stdout: e.stdout, stderr: w, settings: s, log: log}}
-	b.report = &benchReport{Bench: sub, Store: db.kind, N: o.n, Unit: unit, Latency: []benchLatency{}}
+	b.report = &benchReport{Bench: sub, Store: string(db.Kind), N: o.n, Unit: unit, Latency: []benchLatency{}}
 	if overHTTP {
 		b.report.Clients, b.report.Rate = o.clients, o.rate
 	}
-	if db.kind == "postgres" {
-		b.pg = &pgStats{url: db.url}
+	if db.Kind == dburl.Postgres {
+		b.pg = &pgStats{url: db.Postgres}
 		b.rt = &roundTrips{}
 		b.e.tracer = b.rt
 	}

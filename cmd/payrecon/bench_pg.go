@@ -12,6 +12,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/payrecon/payrecon/internal/dburl"
 )
 
 // pgStats reads a Postgres database's activity counters for the bench:
@@ -126,7 +128,7 @@ func newPGStats(ctx context.Context, url string) (*pgStats, error) {
 func (p *pgStats) enableStatements(ctx context.Context, conn *pgx.Conn) (bool, []string) {
 	var libs string
 	if err := conn.QueryRow(ctx, `SELECT current_setting('shared_preload_libraries')`).Scan(&libs); err != nil {
-		return false, []string{"pg_stat_statements not read: cannot read shared_preload_libraries: " + scrubPasswords(err, p.url).Error()}
+		return false, []string{"pg_stat_statements not read: cannot read shared_preload_libraries: " + dburl.Scrub(err, p.url).Error()}
 	}
 	if !slices.Contains(strings.Split(strings.ReplaceAll(libs, " ", ""), ","), "pg_stat_statements") {
 		return false, []string{"pg_stat_statements not read: the server does not load pg_stat_statements (shared_preload_libraries)"}
@@ -134,16 +136,16 @@ func (p *pgStats) enableStatements(ctx context.Context, conn *pgx.Conn) (bool, [
 	var notes []string
 	var present bool
 	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'pg_stat_statements')`).Scan(&present); err != nil {
-		return false, []string{"pg_stat_statements not read: " + scrubPasswords(err, p.url).Error()}
+		return false, []string{"pg_stat_statements not read: " + dburl.Scrub(err, p.url).Error()}
 	}
 	if !present {
 		if _, err := conn.Exec(ctx, `CREATE EXTENSION IF NOT EXISTS pg_stat_statements`); err != nil {
-			return false, []string{"pg_stat_statements not read: the server loads pg_stat_statements, but the extension is not created in this database and creating it failed: " + scrubPasswords(err, p.url).Error()}
+			return false, []string{"pg_stat_statements not read: the server loads pg_stat_statements, but the extension is not created in this database and creating it failed: " + dburl.Scrub(err, p.url).Error()}
 		}
 		notes = append(notes, "created the extension pg_stat_statements in this database, to count statements")
 	}
 	if _, err := conn.Exec(ctx, `SELECT 1 FROM pg_stat_statements LIMIT 1`); err != nil {
-		return false, append(notes, "pg_stat_statements not read: "+scrubPasswords(err, p.url).Error())
+		return false, append(notes, "pg_stat_statements not read: "+dburl.Scrub(err, p.url).Error())
 	}
 	return true, notes
 }
@@ -153,16 +155,16 @@ func (p *pgStats) with(ctx context.Context, fn func(*pgx.Conn) error) error {
 	// Parsed as the store parses it: pool_* parameters are the pool's.
 	cfg, err := pgxpool.ParseConfig(p.url)
 	if err != nil {
-		return scrubPasswords(err, p.url)
+		return dburl.Scrub(err, p.url)
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg.ConnConfig)
 	if err != nil {
 		c := cfg.ConnConfig
-		return fmt.Errorf("postgres: cannot reach database %s:%d/%s as %s, to read its statistics: %w", c.Host, c.Port, c.Database, c.User, scrubPasswords(err, p.url))
+		return fmt.Errorf("postgres: cannot reach database %s:%d/%s as %s, to read its statistics: %w", c.Host, c.Port, c.Database, c.User, dburl.Scrub(err, p.url))
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := fn(conn); err != nil {
-		return fmt.Errorf("read the statistics: %w", scrubPasswords(err, p.url))
+		return fmt.Errorf("read the statistics: %w", dburl.Scrub(err, p.url))
 	}
 	return nil
 }

@@ -329,7 +329,7 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// TestExitCodesOfTheBinary: the process exits with Main's code.
+// TestExitCodesOfTheBinary: the process exits with runMain's code.
 func TestExitCodesOfTheBinary(t *testing.T) {
 	bin := buildBinary(t)
 	env := append(cleanEnv(), "XDG_DATA_HOME="+t.TempDir(), "HOME="+t.TempDir())
@@ -661,7 +661,7 @@ func TestSecretFiles(t *testing.T) {
 	defer cancel()
 	errOut := &cancelOn{want: "msg=listening", cancel: cancel}
 	args := []string{"serve", "--addr", "127.0.0.1:0", "--provider", "stripe", "--stripe-api-base", "http://127.0.0.1:1"}
-	if code := Main(ctx, args, io.Discard, errOut); code != 0 {
+	if code := runMain(ctx, args, io.Discard, errOut); code != 0 {
 		t.Fatalf("serve with every secret from a file: exit %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"serving POST /webhooks/stripe", "serving the purchase API", "serving the operator pages", "provider: stripe", "sqlite:" + strings.TrimPrefix(db, "sqlite:")} {

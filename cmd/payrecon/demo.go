@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/dburl"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/demo"
@@ -83,7 +84,7 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if keep {
 		// A Postgres URL's password is not printed: the commands carry
 		// it redacted.
-		shown := redactDatabaseURL(url)
+		shown := dburl.Redact(url)
 		fmt.Fprintf(out, "\nThe database is kept. Explore it with:\n  payrecon ops list --database-url %s\n", shown)
 		for _, r := range report.Results {
 			fmt.Fprintf(out, "  payrecon purchase show --database-url %s %s   # %s\n", shown, r.PurchaseID, r.Scenario)
@@ -380,7 +381,7 @@ func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout t
 		return demo.Report{}, err
 	}
 
-	report := demo.Report{OK: true, Database: redactDatabaseURL(url), Audit: audit, Simulated: demo.ClockOffset(clock.Now().Sub(start))}
+	report := demo.Report{OK: true, Database: dburl.Redact(url), Audit: audit, Simulated: demo.ClockOffset(clock.Now().Sub(start))}
 	for i, sc := range scenarios {
 		c, err := stk.svc.Case(context.WithoutCancel(ctx), results[i].PurchaseID)
 		if err != nil {

@@ -26,7 +26,7 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	os.Exit(Main(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	os.Exit(runMain(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // env carries what a command needs: its output streams and the settings.
@@ -224,18 +224,18 @@ func findCommand(name string) *command {
 	return nil
 }
 
-// errUsage marks an error in the command line or a setting; Main prints
+// errUsage marks an error in the command line or a setting; runMain prints
 // it with a pointer to the help and exits 2.
 var errUsage = errors.New("usage")
 
 // usageError marks err as a usage error.
 func usageError(err error) error { return fmt.Errorf("%w: %w", errUsage, err) }
 
-// Main runs payrecon with args (without the program name) and returns the
+// runMain runs payrecon with args (without the program name) and returns the
 // process exit code: 0 on success (and for help asked for), 2 for a bad
 // command line or setting, 1 when the command failed. Tests call it
 // directly.
-func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func runMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// A command's parts (the logger, a demo's timeline, a bench's
 	// progress) write to these from several goroutines, and a caller's
 	// writer need not be safe for that, as a file is.
@@ -526,7 +526,7 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 }
 
 // lockedWriter serializes the writes of several goroutines to w under mu,
-// which Main shares between its stdout and stderr in case they are one
+// which runMain shares between its stdout and stderr in case they are one
 // writer. Safe for concurrent use.
 type lockedWriter struct {
 	mu *sync.Mutex

@@ -28,7 +28,7 @@ import (
 	"github.com/payrecon/payrecon/statemachine"
 )
 
-// run calls Main as the command line would, returning its exit code and
+// run calls runMain as the command line would, returning its exit code and
 // output.
 func run(t *testing.T, env map[string]string, args ...string) (int, string, string) {
 	t.Helper()
@@ -36,7 +36,7 @@ func run(t *testing.T, env map[string]string, args ...string) (int, string, stri
 		t.Setenv(k, v)
 	}
 	var stdout, stderr bytes.Buffer
-	code := Main(context.Background(), args, &stdout, &stderr)
+	code := runMain(context.Background(), args, &stdout, &stderr)
 	return code, stdout.String(), stderr.String()
 }
 

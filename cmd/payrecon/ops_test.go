@@ -597,7 +597,7 @@ func TestServeStripeNeedsWebhookSecret(t *testing.T) {
 	defer cancel()
 	errOut := &cancelOn{want: "msg=listening", cancel: cancel}
 	args := append(serve, "--provider", "stripe", "--webhooks=false", "--api=false")
-	if code := Main(ctx, args, io.Discard, errOut); code != 0 || !strings.Contains(errOut.String(), "worker stopped") {
+	if code := runMain(ctx, args, io.Discard, errOut); code != 0 || !strings.Contains(errOut.String(), "worker stopped") {
 		t.Errorf("%v: exit %d: %s", args, code, errOut.String())
 	}
 }

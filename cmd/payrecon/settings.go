@@ -12,6 +12,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 
+	"github.com/payrecon/payrecon/internal/dburl"
 	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/cron"
@@ -472,7 +473,7 @@ func (s *settings) warnSecretsInArgs(log *slog.Logger) {
 		if !st.secret || st.source != fromFlag || st.value == "" {
 			continue
 		}
-		if st.kind == kindDatabaseURL && redactDatabaseURL(st.value) == st.value {
+		if st.kind == kindDatabaseURL && dburl.Redact(st.value) == st.value {
 			continue // no password in it
 		}
 		log.Warn("a secret is given on the command line, where every user of this machine can read it (ps, /proc/PID/cmdline)",

@@ -15,6 +15,7 @@ import (
 	robfig "github.com/robfig/cron/v3"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/dburl"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
@@ -119,7 +120,7 @@ func checkHTTPURL(v string) error {
 }
 
 func checkDatabaseURL(v string) error {
-	_, err := parseDatabaseURL(v)
+	_, err := dburl.Parse(v)
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/dburl"
 	"github.com/payrecon/payrecon/migrations"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/provider/stripe"
@@ -70,24 +71,24 @@ func openStoreFor(ctx context.Context, e *env, opts storeOptions) (*openedStore,
 	if err != nil {
 		return nil, usageError(err)
 	}
-	db, err := parseDatabaseURL(raw)
+	db, err := dburl.Parse(raw)
 	if err != nil {
 		return nil, usageError(fmt.Errorf("--database-url: %w", err))
 	}
 	var st *openedStore
-	shown := redactDatabaseURL(raw)
-	switch db.kind {
-	case "postgres":
-		pg, err := postgres.Open(ctx, postgres.Config{URL: db.url, Now: opts.now, Tracer: e.tracer})
+	shown := dburl.Redact(raw)
+	switch db.Kind {
+	case dburl.Postgres:
+		pg, err := postgres.Open(ctx, postgres.Config{URL: db.Postgres, Now: opts.now, Tracer: e.tracer})
 		if err != nil {
-			return nil, scrubPasswords(err, raw)
+			return nil, dburl.Scrub(err, raw)
 		}
 		st = &openedStore{Store: pg, kind: "postgres", migrate: pg.Migrate,
 			version: func(ctx context.Context) (int64, int64, error) {
-				return postgresSchemaVersion(ctx, db.url)
+				return postgresSchemaVersion(ctx, db.Postgres)
 			}}
 	default:
-		path := db.path
+		path := db.Path
 		if path == "" {
 			if path, err = defaultSQLitePath(); err != nil {
 				return nil, err
@@ -117,7 +118,7 @@ func openStoreFor(ctx context.Context, e *env, opts storeOptions) (*openedStore,
 	if opts.ready {
 		if err := st.Ready(ctx); err != nil {
 			st.Close()
-			return nil, scrubPasswords(err, raw)
+			return nil, dburl.Scrub(err, raw)
 		}
 	}
 	return st, nil
@@ -140,10 +141,10 @@ func schemaVersion(ctx context.Context, db *sql.DB, dialect migrations.Dialect) 
 func postgresSchemaVersion(ctx context.Context, url string) (int64, int64, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
-		return 0, 0, scrubPasswords(err, url)
+		return 0, 0, dburl.Scrub(err, url)
 	}
 	current, latest, err := schemaVersion(ctx, stdlib.OpenDB(*cfg.ConnConfig), migrations.Postgres)
-	return current, latest, scrubPasswords(err, url)
+	return current, latest, dburl.Scrub(err, url)
 }
 
 // defaultSQLitePath is payrecon.db in the user's data directory

@@ -376,20 +376,6 @@ func Qualified(alias, columns string) string {
 	return strings.Join(parts, ", ")
 }
 
-// After returns a Row whose Scan fills lead first and then the
-// destinations its caller gives, so that a scan function written for a
-// table's columns reads a row that has other columns before them.
-func After(row Row, lead ...any) Row { return afterRow{row, lead} }
-
-type afterRow struct {
-	row  Row
-	lead []any
-}
-
-func (r afterRow) Scan(dest ...any) error {
-	return r.row.Scan(append(append([]any{}, r.lead...), dest...)...)
-}
-
 // Around returns a Row whose Scan fills lead, then the destinations its
 // caller gives, then trail: a scan function written for one table's
 // columns reads a row that has other columns before and after them.

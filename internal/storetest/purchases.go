@@ -672,6 +672,8 @@ func testListSubmittedBetween(t *testing.T, s *testStore) {
 		[]reconcile.Purchase{atFrom, late})
 	equal(t, "succeeded in [1h, 2h), both payments listed", list(from, until, statemachine.Succeeded, "pi_late", "pi_mid"),
 		[]reconcile.Purchase{atFrom})
+	equal(t, "succeeded in [1h, 2h), pi_late listed", list(from, until, statemachine.Succeeded, "pi_late"),
+		[]reconcile.Purchase{atFrom, mid})
 }
 
 func testListSucceededWithoutPayment(t *testing.T, s *testStore) {

@@ -138,7 +138,7 @@ func testSavepoint(t *testing.T, newStore func(*testing.T) *testStore) {
 				return boom
 			})
 			if err != boom {
-				return fmt.Errorf("Savepoint returned %v, want fn's error unchanged", err)
+				return fmt.Errorf("tx.Savepoint returned %v, want fn's error unchanged", err)
 			}
 			if _, err := tx.GetPurchase(ctx, "pur_failed"); !errors.Is(err, reconcile.ErrNotFound) {
 				return fmt.Errorf("a failed member's write is still visible: %v", err)

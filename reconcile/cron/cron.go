@@ -215,9 +215,6 @@ func (s *Scheduler) observe(name, result string, took time.Duration, items int, 
 	}
 }
 
-// Names lists the scheduled sweeps in the order given to New.
-func (s *Scheduler) Names() []string { return append([]string(nil), s.order...) }
-
 // ctxBox holds the context scheduled runs use, set by Run.
 type ctxBox struct {
 	mu  sync.Mutex

@@ -9,7 +9,6 @@ import (
 
 	"github.com/payrecon/payrecon/internal/pgtest"
 	"github.com/payrecon/payrecon/internal/testclock"
-	"github.com/payrecon/payrecon/reconcile"
 )
 
 // TestMain starts one throwaway PostgreSQL cluster for the package's
@@ -20,8 +19,5 @@ func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }
 type testClock = testclock.Clock
 
 func newTestClock() *testClock { return testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)) }
-
-// newStore returns a migrated store over a fresh database.
-func newStore(t testing.TB) reconcile.Store { return pgtest.NewStore(t) }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

@@ -1,20 +1,17 @@
-package main
+package dburl
 
 import (
 	"errors"
-	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/payrecon/payrecon/internal/pgtest"
 )
 
-// TestRedactDatabaseURL: every form a database password takes is masked,
+// TestRedact: every form a database password takes is masked,
 // and nothing else is.
-func TestRedactDatabaseURL(t *testing.T) {
+func TestRedact(t *testing.T) {
 	for _, tt := range []struct{ name, in, want string }{
 		{"userinfo", "postgres://app:s3cret@db.example:5432/payrecon?sslmode=require", "postgres://app:xxxxx@db.example:5432/payrecon?sslmode=require"},
 		{"postgresql scheme", "postgresql://app:s3cret@db/payrecon", "postgresql://app:xxxxx@db/payrecon"},
@@ -47,8 +44,8 @@ func TestRedactDatabaseURL(t *testing.T) {
 		{"sqlite", "sqlite:/var/lib/pay:recon/@x/p.db", "sqlite:/var/lib/pay:recon/@x/p.db"},
 		{"empty", "", ""},
 	} {
-		if got := redactDatabaseURL(tt.in); got != tt.want {
-			t.Errorf("%s: redactDatabaseURL(%q) = %q, want %q", tt.name, tt.in, got, tt.want)
+		if got := Redact(tt.in); got != tt.want {
+			t.Errorf("%s: Redact(%q) = %q, want %q", tt.name, tt.in, got, tt.want)
 		}
 	}
 }
@@ -77,94 +74,26 @@ func TestRedactionHidesWhatPgxReads(t *testing.T) {
 		if cfg.Password == "" {
 			t.Fatalf("pgx reads no password in %q", s)
 		}
-		if got := redactDatabaseURL(s); strings.Contains(got, cfg.Password) {
-			t.Errorf("redactDatabaseURL(%q) = %q shows pgx's password %q", s, got, cfg.Password)
+		if got := Redact(s); strings.Contains(got, cfg.Password) {
+			t.Errorf("Redact(%q) = %q shows pgx's password %q", s, got, cfg.Password)
 		}
 	}
 }
 
-// TestDatabasePasswordNeverShown: wherever --database-url is refused,
-// logged or fails to connect, in every form and from every source, the
-// password is not in the output.
-func TestDatabasePasswordNeverShown(t *testing.T) {
-	unsetenv(t, settingEnvs()...)
-	const pw = "Pw0rd-never-shown"
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		url  string
-		code int
-		want string
-	}{
-		{"host=db user=app password=" + pw + " dbname=payrecon", 2, "key=value connection string is not supported"},
-		{"host=db password='" + pw + " x' dbname=payrecon", 2, "password=xxxxx"},
-		{"mysql://app:" + pw + "@db/payrecon", 2, "mysql://app:xxxxx@db/payrecon"},
-		{"postgres://app:" + pw + "@127.0.0.1:1/payrecon", 1, "cannot reach database"},
-		{"postgres://app@127.0.0.1:1/payrecon?password=" + pw, 1, "cannot reach database"},
-		{"postgres://app@127.0.0.1:1/payrecon?sslmode=disable&sslpassword=" + pw, 1, "cannot reach database"},
-		{"postgres://app:" + pw + "@127.0.0.1:notaport/payrecon", 1, "payrecon"},
-	} {
-		file := filepath.Join(dir, "db-url")
-		write(t, file, tc.url+"\n")
-		conf := filepath.Join(dir, "payrecon.conf")
-		write(t, conf, "database-url "+tc.url+"\n")
-		for source, run1 := range map[string]func() (int, string, string){
-			"flag": func() (int, string, string) { return run(t, nil, "ops", "list", "--database-url", tc.url) },
-			"env": func() (int, string, string) {
-				return run(t, map[string]string{"PAYRECON_DATABASE_URL": tc.url}, "ops", "list")
-			},
-			"file": func() (int, string, string) {
-				return run(t, map[string]string{"PAYRECON_DATABASE_URL_FILE": file}, "ops", "list")
-			},
-			"config": func() (int, string, string) { return run(t, nil, "ops", "list", "--config", conf) },
-		} {
-			code, out, stderr := run1()
-			unsetenv(t, "PAYRECON_DATABASE_URL", "PAYRECON_DATABASE_URL_FILE")
-			if strings.Contains(stderr+out, pw) {
-				t.Errorf("%s %q: the password is shown:\n%s", source, tc.url, stderr)
-			}
-			if code != tc.code || !strings.Contains(stderr, tc.want) {
-				t.Errorf("%s %q: exit %d, want %d with %q:\n%s", source, tc.url, code, tc.code, tc.want, stderr)
-			}
-		}
-	}
-
-	// The startup log names the store, its password redacted, in both
-	// forms.
-	base, err := url.Parse(pgtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	withUser := *base
-	withUser.User = url.UserPassword(base.User.Username(), pw)
-	withQuery := *base
-	q := withQuery.Query()
-	q.Set("password", pw)
-	withQuery.RawQuery = q.Encode()
-	for _, u := range []string{withUser.String(), withQuery.String()} {
-		code, out, stderr := run(t, nil, "migrate", "--database-url", u)
-		if code != 0 || !strings.Contains(stderr, `msg="store opened" store=postgres database=`) {
-			t.Fatalf("migrate %s: exit %d:\n%s%s", redactDatabaseURL(u), code, out, stderr)
-		}
-		if strings.Contains(stderr+out, pw) || !strings.Contains(stderr, "xxxxx") {
-			t.Errorf("migrate: the log shows the password, or no redacted URL:\n%s", stderr)
-		}
-	}
-}
-
-// TestScrubPasswords: an error text that holds the password (in any form
+// TestScrub: an error text that holds the password (in any form
 // it has in the URL) is masked, and the error still wraps its cause.
-func TestScrubPasswords(t *testing.T) {
+func TestScrub(t *testing.T) {
 	cause := errors.New("boom")
 	const u = "postgres://app:s3%40cret@db/payrecon?sslpassword='q'"
-	err := scrubPasswords(wrapErr("dial app:s3%40cret and s3@cret failed", cause), u)
+	err := Scrub(wrapErr("dial app:s3%40cret and s3@cret failed", cause), u)
 	if strings.Contains(err.Error(), "s3%40cret") || strings.Contains(err.Error(), "s3@cret") || !errors.Is(err, cause) {
 		t.Errorf("scrubbed: %v (wraps the cause: %v)", err, errors.Is(err, cause))
 	}
-	if scrubPasswords(nil, u) != nil {
+	if Scrub(nil, u) != nil {
 		t.Error("nil is not nil")
 	}
 	plain := errors.New("nothing secret")
-	if scrubPasswords(plain, u) != plain {
+	if Scrub(plain, u) != plain {
 		t.Error("an error without the password is not returned as it is")
 	}
 }
@@ -179,24 +108,24 @@ func (w *wrapped) Unwrap() error { return w.cause }
 
 func wrapErr(msg string, cause error) error { return &wrapped{msg, cause} }
 
-// TestParseDatabaseURL: the forms payrecon accepts, and the ones it
+// TestParse: the forms payrecon accepts, and the ones it
 // refuses.
-func TestParseDatabaseURL(t *testing.T) {
-	for in, want := range map[string]databaseURL{
-		"":                             {kind: "sqlite"},
-		"sqlite:/tmp/p.db":             {kind: "sqlite", path: "/tmp/p.db"},
-		"sqlite:rel/p.db":              {kind: "sqlite", path: "rel/p.db"},
-		"postgres://app@db/payrecon":   {kind: "postgres", url: "postgres://app@db/payrecon"},
-		"postgresql://app@db/payrecon": {kind: "postgres", url: "postgresql://app@db/payrecon"},
+func TestParse(t *testing.T) {
+	for in, want := range map[string]URL{
+		"":                             {Kind: SQLite},
+		"sqlite:/tmp/p.db":             {Kind: SQLite, Path: "/tmp/p.db"},
+		"sqlite:rel/p.db":              {Kind: SQLite, Path: "rel/p.db"},
+		"postgres://app@db/payrecon":   {Kind: Postgres, Postgres: "postgres://app@db/payrecon"},
+		"postgresql://app@db/payrecon": {Kind: Postgres, Postgres: "postgresql://app@db/payrecon"},
 	} {
-		got, err := parseDatabaseURL(in)
+		got, err := Parse(in)
 		if err != nil || got != want {
-			t.Errorf("parseDatabaseURL(%q) = %+v, %v; want %+v", in, got, err, want)
+			t.Errorf("Parse(%q) = %+v, %v; want %+v", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"sqlite:", "mysql://app@db", "host=db password=x", "db.example:5432", "postgres://app\x00@db"} {
-		if _, err := parseDatabaseURL(in); err == nil {
-			t.Errorf("parseDatabaseURL(%q) accepts it", in)
+		if _, err := Parse(in); err == nil {
+			t.Errorf("Parse(%q) accepts it", in)
 		}
 	}
 }

@@ -1,4 +1,11 @@
-package main
+// Package dburl reads payrecon's database URL, which names the store:
+// postgres://… (or postgresql://…) for Postgres, sqlite:PATH for a SQLite
+// file, empty for the default SQLite file. A Postgres URL may hold a
+// password, in its userinfo (postgres://user:PASSWORD@host/db) or as a
+// query parameter (?password=…, ?sslpassword=…), so it is a secret: it is
+// never logged or printed but through Redact, and the driver's errors
+// about it go through Scrub.
+package dburl
 
 import (
 	"errors"
@@ -6,50 +13,60 @@ import (
 	"strings"
 )
 
-// A database URL names the store: postgres://… (or postgresql://…) for
-// Postgres, sqlite:PATH for a SQLite file, empty for the default SQLite
-// file. A Postgres URL may hold a password, in its userinfo
-// (postgres://user:PASSWORD@host/db) or as a query parameter
-// (?password=…, ?sslpassword=…), so it is a secret: it is never logged or
-// printed but through redactDatabaseURL.
+// Kind is the store a database URL names.
+type Kind string
 
-// databaseURL is a parsed --database-url.
-type databaseURL struct {
-	kind string // "postgres" or "sqlite"
-	url  string // the Postgres URL, as given
-	path string // the SQLite file; empty for the default file
+// The stores a database URL can name.
+const (
+	Postgres Kind = "postgres"
+	SQLite   Kind = "sqlite"
+)
+
+// URL is a parsed database URL.
+type URL struct {
+	Kind Kind
+	// Postgres is the Postgres URL as given, password and all; empty for
+	// SQLite.
+	Postgres string
+	// Path is the SQLite file; empty for Postgres and for the default
+	// file, whose place the caller chooses.
+	Path string
 }
 
 // redactedMask replaces every password in a redacted database URL.
 const redactedMask = "xxxxx"
 
-// parseDatabaseURL checks a --database-url and says which store it names.
-// Its errors show the URL redacted, never the password.
-func parseDatabaseURL(s string) (databaseURL, error) {
+// Parse checks a database URL and says which store it names. It accepts
+// "" (the default SQLite file), sqlite:PATH with a non-empty path, and a
+// postgres:// or postgresql:// URL without a NUL byte, which it keeps as
+// given for the driver to read; it refuses anything else, a libpq
+// key=value string too. Its errors show the URL redacted, never the
+// password.
+func Parse(s string) (URL, error) {
 	switch {
 	case s == "":
-		return databaseURL{kind: "sqlite"}, nil
+		return URL{Kind: SQLite}, nil
 	case strings.HasPrefix(s, "sqlite:"):
 		path := strings.TrimPrefix(s, "sqlite:")
 		if path == "" {
-			return databaseURL{}, errors.New("want sqlite:PATH, with the path of the database file")
+			return URL{}, errors.New("want sqlite:PATH, with the path of the database file")
 		}
-		return databaseURL{kind: "sqlite", path: path}, nil
+		return URL{Kind: SQLite, Path: path}, nil
 	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
 		if strings.ContainsRune(s, 0) {
-			return databaseURL{}, fmt.Errorf("%s: a NUL byte is not allowed", redactDatabaseURL(s))
+			return URL{}, fmt.Errorf("%s: a NUL byte is not allowed", Redact(s))
 		}
-		return databaseURL{kind: "postgres", url: s}, nil
+		return URL{Kind: Postgres, Postgres: s}, nil
 	case !strings.Contains(s, "://") && strings.Contains(s, "="):
-		return databaseURL{}, fmt.Errorf("%s: a key=value connection string is not supported; "+
+		return URL{}, fmt.Errorf("%s: a key=value connection string is not supported; "+
 			"want postgres://USER:PASSWORD@HOST:PORT/DATABASE?sslmode=… (percent-encode reserved characters of the password) or sqlite:PATH",
-			redactDatabaseURL(s))
+			Redact(s))
 	default:
-		return databaseURL{}, fmt.Errorf("%s: want postgres://… or sqlite:PATH", redactDatabaseURL(s))
+		return URL{}, fmt.Errorf("%s: want postgres://… or sqlite:PATH", Redact(s))
 	}
 }
 
-// redactDatabaseURL returns s with every password replaced by xxxxx, for
+// Redact returns s with every password replaced by xxxxx, for
 // logs and error messages. It masks, whatever the form of s:
 //
 //   - the userinfo password of a URL (postgres://user:PASSWORD@host), and,
@@ -66,7 +83,7 @@ func parseDatabaseURL(s string) (databaseURL, error) {
 // It over-masks rather than leak: a malformed URL may lose its host in
 // the redacted form. A sqlite: URL holds no password and is returned as
 // it is.
-func redactDatabaseURL(s string) string {
+func Redact(s string) string {
 	if strings.HasPrefix(s, "sqlite:") {
 		return s
 	}
@@ -76,7 +93,7 @@ func redactDatabaseURL(s string) string {
 // span is a byte range [from, to) of a string.
 type span struct{ from, to int }
 
-// secretSpans returns the ranges of s that redactDatabaseURL masks.
+// secretSpans returns the ranges of s that Redact masks.
 func secretSpans(s string) []span {
 	i := schemeEnd(s)
 	if i < 0 {
@@ -385,10 +402,12 @@ type scrubbedError struct {
 func (e *scrubbedError) Error() string { return e.msg }
 func (e *scrubbedError) Unwrap() error { return e.err }
 
-// scrubPasswords returns err with every password of the database URL s
-// masked in its text: the driver's own errors are careful, this makes
-// sure.
-func scrubPasswords(err error, s string) error {
+// Scrub returns err with every password of the database URL s masked in
+// its text (a password shorter than three bytes is left: masking it would
+// garble the message); the result wraps err, for errors.Is and errors.As.
+// It returns err itself when its text holds no password, and nil for nil.
+// The driver's own errors are careful; this makes sure.
+func Scrub(err error, s string) error {
 	if err == nil {
 		return nil
 	}
