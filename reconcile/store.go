@@ -403,19 +403,15 @@ type Tx interface {
 	// were created before cutoff: those a recovery guard holds back from
 	// creates and replays.
 	CountRecoveryHeld(ctx context.Context, cutoff time.Time) (purchases, refunds int, err error)
-	// LatestWrite returns the latest time the books record a write at:
-	// the greatest updated_at of purchases and refunds, and of the
-	// recorded recovery epochs; the zero time for empty books.
-	LatestWrite(ctx context.Context) (time.Time, error)
 	// SendHorizon returns the time after which the provider created every
 	// charge and refund of a purchase or refund the books show as created
 	// or do not hold: the latest first attempt (first_attempt_at) of a
 	// purchase or refund, or the latest recorded recovery epoch, whichever
 	// is later; when the books record neither, the earliest created_at of
-	// a purchase or refund; the zero time for empty books. Unlike
-	// LatestWrite, no write but a send (created → submitted) or a recovery
-	// moves it, so a purchase or refund stored after a restore by a
-	// command that sends nothing does not move it past the backup.
+	// a purchase or refund; the zero time for empty books. No write but a
+	// send (created → submitted) or a recovery moves it, so a purchase or
+	// refund stored after a restore by a command that sends nothing does
+	// not move it past the backup.
 	SendHorizon(ctx context.Context) (time.Time, error)
 	// SystemIdentifier returns the identifier of the database cluster
 	// the store runs on now, and the one recorded by

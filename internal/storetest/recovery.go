@@ -65,15 +65,6 @@ func testRecoveries(t *testing.T, s *testStore) {
 	if held != 1 || heldRefunds != 0 {
 		t.Fatalf("CountRecoveryHeld: %d purchases, %d refunds, want 1 (created before, not final) and 0", held, heldRefunds)
 	}
-	var latest time.Time
-	inTx(t, s, func(tx reconcile.Tx) error {
-		latest, err = tx.LatestWrite(ctx)
-		return err
-	})
-	if !latest.Equal(at(3 * time.Hour)) {
-		t.Fatalf("LatestWrite: %s, want %s (the latest purchase's)", latest, at(3*time.Hour))
-	}
-
 	inTx(t, s, func(tx reconcile.Tx) error { return tx.CompleteRecovery(ctx, want.ID, 2, 3, at(4*time.Hour)) })
 	inTx(t, s, func(tx reconcile.Tx) error {
 		err = tx.CompleteRecovery(ctx, want.ID, 2, 3, at(4*time.Hour))

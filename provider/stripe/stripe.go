@@ -549,9 +549,6 @@ func formatBound(t time.Time) string {
 	return t.UTC().Format(time.RFC3339Nano)
 }
 
-// listError translates the error of a listing of PaymentIntents.
-func listError(where string, err error) error { return listErrorOf(provider.OpList, where, err) }
-
 // listErrorOf translates the error of a listing op. The answers
 // translateError turns into results without error (a decline, a key in
 // use) cannot answer a listing; should one come, the listing's outcome is

@@ -82,19 +82,6 @@ func (t *txn) CountRecoveryHeld(ctx context.Context, cutoff time.Time) (int, int
 	return p, r, nil
 }
 
-// LatestWrite implements reconcile.Tx.
-func (t *txn) LatestWrite(ctx context.Context) (time.Time, error) {
-	var at *time.Time
-	err := t.tx.QueryRow(ctx, `SELECT GREATEST(
-  (SELECT max(updated_at) FROM purchases),
-  (SELECT max(updated_at) FROM refunds),
-  (SELECT max(recorded_at) FROM recovery_epochs))`).Scan(&at)
-	if err != nil {
-		return time.Time{}, wrap(err, "latest write")
-	}
-	return derefTime(at), nil
-}
-
 // SendHorizon implements reconcile.Tx. The purchases' first attempts
 // are read from purchases_first_attempt_idx, which holds only purchases
 // sent.

@@ -80,22 +80,6 @@ func (t *txn) CountRecoveryHeld(ctx context.Context, cutoff time.Time) (int, int
 	return p, r, nil
 }
 
-// LatestWrite implements reconcile.Tx.
-func (t *txn) LatestWrite(ctx context.Context) (time.Time, error) {
-	var at *int64
-	err := t.tx.QueryRowContext(ctx, `SELECT max(
-  coalesce((SELECT max(updated_at) FROM purchases), 0),
-  coalesce((SELECT max(updated_at) FROM refunds), 0),
-  coalesce((SELECT max(recorded_at) FROM recovery_epochs), 0))`).Scan(&at)
-	if err != nil {
-		return time.Time{}, wrap(err, "latest write")
-	}
-	if at == nil || *at == 0 {
-		return time.Time{}, nil
-	}
-	return fromMicros(*at), nil
-}
-
 // SendHorizon implements reconcile.Tx.
 func (t *txn) SendHorizon(ctx context.Context) (time.Time, error) {
 	var sent, first int64
