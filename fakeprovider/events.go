@@ -162,8 +162,9 @@ func latestRefund(refunds []Refund) Refund {
 // second, as Stripe filters), of q.Types (provider.EventTypes when
 // empty), newest first, after the cursor q.After, at most q.Limit
 // (provider.MaxEventPage when 0). It settles first what is due. An event
-// of a charge whose metadata names no purchase is refused, as
-// provider/stripe refuses it. It counts as an OpEventList call and takes
+// of a charge whose metadata names no purchase (one made outside
+// payrecon) is listed with no PurchaseID, as provider/stripe lists it, for
+// the inbox to store unmatched; the fake refuses none. It counts as an OpEventList call and takes
 // from the fake's list rate limit.
 //
 // A zero Since, a Limit outside [0, provider.MaxEventPage], more than 20
@@ -187,11 +188,6 @@ func (f *Fake) ListEvents(ctx context.Context, q provider.EventQuery) (provider.
 	page := provider.EventPage{HasMore: hasMore}
 	for _, l := range found {
 		page.Next = l.ID
-		if l.ev.Refund == nil && l.PurchaseID == "" {
-			page.Refused = append(page.Refused, provider.RefusedEvent{ID: l.ID, Type: l.Type,
-				Err: fmt.Errorf("fakeprovider: event %s: payment %s names no purchase_id, so payrecon did not make it", l.ID, l.PaymentID)})
-			continue
-		}
 		ev := l.ev
 		if ev.Refund != nil {
 			rf := *ev.Refund

@@ -106,3 +106,33 @@ func TestUnknownPurchaseEventStaysUnmatched(t *testing.T) {
 		}
 	})
 }
+
+// TestEventSweepStoresForeignPayments: a payment of another integration,
+// whose webhooks were lost, reaches the inbox through the event sweep as
+// its webhooks would have: listed, not refused, stored unmatched, and
+// judged by the unmatched-event sweep (an orphan_charge finding).
+func TestEventSweepStoresForeignPayments(t *testing.T) {
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		ctx := context.Background()
+		paid := f.fake.ChargeOutside(fakeprovider.OutsideCharge{Amount: 4200, Currency: "usd"})
+		f.clock.Advance(sweepInterval)
+		rep := f.sweepEvents(f.svc)
+		if rep.Read == 0 || rep.Refused != 0 || rep.Outcomes[reconcile.EventUnmatched] != rep.Read {
+			t.Fatalf("sweep %+v, want the outside charge's events read and stored unmatched, none refused", rep)
+		}
+		if n, err := f.svc.ApplyUnmatched(ctx, 100); err != nil || n != rep.Read {
+			t.Fatalf("ApplyUnmatched: %d, %v; want the %d events judged", n, err, rep.Read)
+		}
+		fs, err := f.svc.Findings(ctx, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(fs) != 1 || fs[0].Kind != reconcile.FindingOrphanCharge || fs[0].PaymentID != paid.ID || fs[0].Amount != 4200 {
+			t.Fatalf("findings %+v, want one orphan_charge for %s, 4200 usd", fs, paid.ID)
+		}
+		if rep := f.sweepEvents(f.svc); rep.New() != 0 {
+			t.Fatalf("second sweep %+v, want nothing new", rep)
+		}
+	})
+}
