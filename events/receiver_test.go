@@ -23,8 +23,8 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/payrecon/payrecon/events"
-	"github.com/payrecon/payrecon/internal/pgtest"
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 )
 
 func TestMain(m *testing.M) { os.Exit(pgtest.Run(m)) }

@@ -4,7 +4,7 @@
 //
 // The package declares the small interfaces it consumes: Store (implemented
 // by reconcile/postgres and reconcile/sqlite, both checked by the shared
-// suite in internal/storetest) and provider.Provider.
+// suite in internal/testing/storetest) and provider.Provider.
 package reconcile
 
 import (

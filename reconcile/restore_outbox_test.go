@@ -10,7 +10,7 @@ import (
 
 	"github.com/payrecon/payrecon/events"
 	"github.com/payrecon/payrecon/fakeprovider"
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )

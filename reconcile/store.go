@@ -10,8 +10,8 @@ import (
 )
 
 // Store is the persistence payrecon's protocol needs. reconcile/postgres
-// and reconcile/sqlite implement it; internal/storetest is the suite both
-// must pass unchanged.
+// and reconcile/sqlite implement it; internal/testing/storetest is the
+// suite both must pass unchanged.
 //
 // Implementations must be safe for concurrent use, translate driver errors
 // into this package's errors (wrapped with %w), and enforce the transition

@@ -16,7 +16,7 @@ import (
 	"testing"
 
 	"github.com/payrecon/payrecon/fakeprovider"
-	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/payrecon/payrecon/internal/dburl"
-	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
 )
 
 // TestDatabasePasswordNeverShown: wherever --database-url is refused,

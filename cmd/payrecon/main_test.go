@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/cron"
 	"github.com/payrecon/payrecon/reconcile/demo"

@@ -20,7 +20,7 @@ import (
 
 // simClock is a clock the demo moves forward by hand, so that hours of
 // backoff and key retention pass in seconds. Safe for concurrent use. It
-// is the demo's, not a test's: tests use internal/testclock.
+// is the demo's, not a test's: tests use internal/testing/testclock.
 type simClock struct {
 	mu  sync.Mutex
 	now time.Time

@@ -8,8 +8,8 @@
 // the n-th time (default the first) it reaches the point called name, so
 // that a test can restart it and check that every effect happened once.
 //
-// The crash test (internal/crashtest, which builds payrecon with -tags
-// failpoints) kills a real process at every point in Points.
+// The crash test (internal/testing/crashtest, which builds payrecon with
+// -tags failpoints) kills a real process at every point in Points.
 package crashpoint
 
 // Point names one boundary.

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/payrecon/payrecon/internal/providertest"
+	"github.com/payrecon/payrecon/internal/testing/providertest"
 	"github.com/payrecon/payrecon/provider/stripe"
 )
 

@@ -21,7 +21,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/payrecon/payrecon/fakeprovider"
-	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
 	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payrecon/payrecon/internal/pgtest"
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 )
 
 // TestMain starts one throwaway PostgreSQL cluster for the package's

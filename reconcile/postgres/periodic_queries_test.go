@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/statemachine"
@@ -151,8 +151,8 @@ const (
 // (about 780 succeeded purchases). Each sub-benchmark reports ms/op.
 //
 // PAYRECON_TEST_DATABASE_URL points it at a server of your own (see
-// internal/pgtest); 10 M purchases take a few minutes to load and about
-// 10 GB. With PAYRECON_BENCH_EXPLAIN set it logs each query's plan.
+// internal/testing/pgtest); 10 M purchases take a few minutes to load and
+// about 10 GB. With PAYRECON_BENCH_EXPLAIN set it logs each query's plan.
 func BenchmarkPeriodicQueries(b *testing.B) {
 	n := 10000
 	if v := os.Getenv(benchRowsEnv); v != "" {

@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/payrecon/payrecon/internal/pgtest"
-	"github.com/payrecon/payrecon/internal/storetest"
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/storetest"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"

@@ -19,8 +19,8 @@ import (
 	driver "modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
 
-	"github.com/payrecon/payrecon/internal/storetest"
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/storetest"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/migrations"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"

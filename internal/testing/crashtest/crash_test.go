@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/internal/crashpoint"
-	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
 )
 
 // Where a point is armed: the process that carries PAYRECON_CRASHPOINT.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
 )
 
 // chaosFaults are the fake's faults in the chaos test: creates lost,

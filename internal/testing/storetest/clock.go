@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 )
 
 func TestClock(t *testing.T) {

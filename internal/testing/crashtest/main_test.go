@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payrecon/payrecon/internal/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
 )
 
 // EnvRun turns the crash and chaos tests on outside CI.
