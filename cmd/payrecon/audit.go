@@ -122,22 +122,23 @@ func printAudit(ctx context.Context, e *env, svc *reconcile.Service, rep reconci
 		if err != nil {
 			return err
 		}
+		// A finding is one per (provider, payment, kind): the stored one of
+		// each new finding carries the id close-finding takes.
 		type key struct {
-			payment string
-			kind    reconcile.FindingKind
+			provider, payment string
+			kind              reconcile.FindingKind
 		}
 		stored := map[key]reconcile.Finding{}
 		for _, f := range all {
-			if f.Provider == run.Name {
-				stored[key{f.PaymentID, f.Kind}] = f
-			}
+			stored[key{f.Provider, f.PaymentID, f.Kind}] = f
 		}
 		news := make([]reconcile.Finding, 0, len(rep.New))
 		for _, f := range rep.New {
-			if s, ok := stored[key{f.PaymentID, f.Kind}]; ok {
-				f = s
+			s, ok := stored[key{f.Provider, f.PaymentID, f.Kind}]
+			if !ok {
+				return fmt.Errorf("audit: the new finding %s of payment %s is not among the stored findings", f.Kind, f.PaymentID)
 			}
-			news = append(news, f)
+			news = append(news, s)
 		}
 		fmt.Fprintln(e.stdout)
 		if err := printFindings(e, news); err != nil {

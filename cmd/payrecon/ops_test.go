@@ -720,6 +720,10 @@ func TestAuditCommand(t *testing.T) {
 	if n := f.fake.MoneyTaken(p.ID); n != 2 {
 		t.Errorf("%d charges for the purchase at the provider, want the 2 the audit found (it never moves money)", n)
 	}
+	// Each new finding is printed with the id close-finding takes.
+	if id := fmt.Sprint(c.Findings[0].ID); c.Findings[0].ID == 0 || !strings.HasPrefix(lineOf(out, dup.ID), id+" ") {
+		t.Errorf("the duplicate charge's line %q does not start with its stored id %s", lineOf(out, dup.ID), id)
+	}
 
 	// Again, over an overlapping window given as RFC 3339 times: nothing new.
 	code, out, stderr = run(t, stripeEnv, audit("--since", now.Add(-3*time.Hour).Format(time.RFC3339), "--until", now.Add(time.Minute).Format(time.RFC3339))...)
