@@ -300,7 +300,7 @@ func printDetail(e *env, d reconcile.Detail) {
 	}
 	w.Flush()
 	printTransitions(e.stdout, d.Transitions)
-	printAttempts(e.stdout, d.Attempts)
+	printAttempts(e.stdout, d.Attempts, "payment")
 }
 
 // printTransitions writes a purchase's or a refund's transitions.
@@ -313,8 +313,10 @@ func printTransitions(out io.Writer, ts []reconcile.TransitionRecord) {
 	w.Flush()
 }
 
-// printAttempts writes a purchase's or a refund's provider calls.
-func printAttempts(out io.Writer, as []reconcile.Attempt) {
+// printAttempts writes a purchase's or a refund's provider calls; object
+// labels the provider object an answer names ("payment" for a purchase's,
+// "refund" for a refund's).
+func printAttempts(out io.Writer, as []reconcile.Attempt, object string) {
 	fmt.Fprintln(out, "\nprovider calls:")
 	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	for _, a := range as {
@@ -329,8 +331,8 @@ func printAttempts(out io.Writer, as []reconcile.Attempt) {
 		if a.Error != "" {
 			extra = strings.TrimSpace("error: " + a.Error + " " + extra)
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\tstatus=%s\tpayment=%s\t%s\t%s\t%s\n",
-			stamp(a.At), a.Op, a.Outcome, dash(a.Status), dash(a.PaymentID), a.Latency.Round(time.Millisecond), applied, extra)
+		fmt.Fprintf(w, "  %s\t%s\t%s\tstatus=%s\t%s=%s\t%s\t%s\t%s\n",
+			stamp(a.At), a.Op, a.Outcome, dash(a.Status), object, dash(a.PaymentID), a.Latency.Round(time.Millisecond), applied, extra)
 	}
 	w.Flush()
 }

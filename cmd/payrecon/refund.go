@@ -159,7 +159,7 @@ func printRefundCase(e *env, c reconcile.RefundCase) {
 		fmt.Fprintln(e.stdout, "\nthe outcome is not known yet: the worker reconciles it under the same key; never create a new refund for it")
 	}
 	printTransitions(e.stdout, c.Transitions)
-	printAttempts(e.stdout, c.Attempts)
+	printAttempts(e.stdout, c.Attempts, "refund")
 	fmt.Fprintln(e.stdout, "\noperator actions:")
 	for _, a := range c.Actions {
 		fmt.Fprintf(e.stdout, "  %s  %s by %s: %s  %s\n", stamp(a.At), a.Action, a.Operator, a.Did, a.Evidence)

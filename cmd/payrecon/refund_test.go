@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -98,6 +99,10 @@ func TestRefundCreateShow(t *testing.T) {
 	code, out, stderr = run(t, nil, "refund", "show", id, "--database-url", f.db)
 	if code != 0 || !strings.Contains(out, "succeeded") || !strings.Contains(out, "refund_create") {
 		t.Errorf("refund show after the worker: exit %d: %s\n%s", code, stderr, out)
+	}
+	// The call's line names the provider's refund as a refund.
+	if !regexp.MustCompile(`refund_create .*refund=re_`).MatchString(out) || strings.Contains(out, "payment=re_") {
+		t.Errorf("refund show labels the provider's refund other than refund=re_…:\n%s", out)
 	}
 }
 
