@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	harness "github.com/payrecon/payrecon/cmd/payrecon/internal/bench"
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/dburl"
 	"github.com/payrecon/payrecon/provider"
@@ -197,9 +198,9 @@ func (b *bench) startTimed() (stop func() error, err error) {
 			return nil
 		}
 	}
-	from := readCPU()
+	from := harness.ReadCPU()
 	return func() error {
-		b.report.CPU = cpuBetween(from, readCPU(), b.report.N)
+		b.report.CPU = harness.CPUBetween(from, harness.ReadCPU(), b.report.N)
 		return stopProfile()
 	}, nil
 }
@@ -550,7 +551,7 @@ func runBenchBurnDown(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	r.Concurrency, r.BatchSize = svc.Config().Concurrency, svc.Config().BatchSize
-	rss := startRSS()
+	rss := harness.StartRSS()
 	stopTimed, err := b.startTimed()
 	if err != nil {
 		ws.Close()
@@ -558,7 +559,7 @@ func runBenchBurnDown(ctx context.Context, e *env, args []string) error {
 	}
 	took, err = b.work(ctx, svc, obs, obs.final.Load, n, "burn-down")
 	err = errors.Join(err, stopTimed())
-	r.RSS = rss.finish()
+	r.RSS = rss.Finish()
 	ws.Close()
 	if err != nil {
 		return err

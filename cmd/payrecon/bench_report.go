@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	harness "github.com/payrecon/payrecon/cmd/payrecon/internal/bench"
 )
 
 // benchReport is what a bench subcommand found: printed as text, or as
@@ -45,10 +47,10 @@ type benchReport struct {
 	// (Postgres only).
 	DB *benchDB `json:"db,omitempty"`
 	// RSS is the process's memory during the burn-down.
-	RSS *benchRSS `json:"rss,omitempty"`
+	RSS *harness.RSS `json:"rss,omitempty"`
 	// CPU is the CPU time the measured phase took, of the process and of
 	// the machine; nil where the process's could not be read.
-	CPU *benchCPU `json:"cpu,omitempty"`
+	CPU *harness.CPU `json:"cpu,omitempty"`
 	// Latency has one entry per measure, p50 to max and a histogram.
 	Latency []benchLatency `json:"latency"`
 	// Outcomes counts what became of each event (webhooks) or request
@@ -101,20 +103,6 @@ type benchDB struct {
 	// extended protocol, in a batch, after its first run on a
 	// connection; and it counts other sessions' statements too.
 	ServerStatements *int64 `json:"server_statements,omitempty"`
-}
-
-// benchRSS is the memory of the bench process during a burn-down, from
-// /proc/self/status, in KiB.
-type benchRSS struct {
-	// PeakKiB is VmHWM at the end of the burn-down; PeakSince says from
-	// when: the burn-down's start when the peak could be reset then, else
-	// the start of the process (the load included).
-	PeakKiB   int64  `json:"peak_kib"`
-	PeakSince string `json:"peak_since"`
-	// Sampled VmRSS, every benchRSSEvery.
-	MinKiB  int64 `json:"sampled_min_kib"`
-	MaxKiB  int64 `json:"sampled_max_kib"`
-	Samples int   `json:"samples"`
 }
 
 // benchLatency summarises one latency measure.

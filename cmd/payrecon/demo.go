@@ -2,45 +2,21 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"time"
 
-	"github.com/payrecon/payrecon/fakeprovider"
-	"github.com/payrecon/payrecon/internal/dburl"
-	"github.com/payrecon/payrecon/provider"
-	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/demo"
-)
-
-// Limits of a demo run.
-const (
-	// demoSimLimit is the simulated time after which unfinished scenarios
-	// fail.
-	demoSimLimit = 6 * time.Hour
-	// demoTimeout is the default of --timeout, the wall time after which
-	// unfinished scenarios fail: the demo must finish in under a minute.
-	demoTimeout = 50 * time.Second
-	// demoClockOffset is how far in the past the simulated clock starts,
-	// more than the simulated time the scenarios take, so that a kept
-	// database holds no timestamps in the future (`ops list` would show
-	// negative ages).
-	demoClockOffset = 3 * time.Hour
+	"github.com/payrecon/payrecon/internal/demo"
 )
 
 func runDemo(ctx context.Context, e *env, args []string) error {
-	var keep, asJSON bool
-	var timeout time.Duration
+	cfg := demo.Config{Stdout: e.stdout, Stderr: e.stderr}
 	rest, err := e.parse("demo", args, func(fs *flag.FlagSet) {
-		fs.BoolVar(&keep, "keep", false, "keep the database and print commands to explore it")
-		fs.BoolVar(&asJSON, "json", false, "write the report as JSON on stdout (the timeline goes to stderr)")
-		fs.DurationVar(&timeout, "timeout", demoTimeout, "wall time after which scenarios not yet settled fail")
+		fs.BoolVar(&cfg.Keep, "keep", false, "keep the database and print commands to explore it")
+		fs.BoolVar(&cfg.JSON, "json", false, "write the report as JSON on stdout (the timeline goes to stderr)")
+		fs.DurationVar(&cfg.Timeout, "timeout", demo.DefaultTimeout, "wall time after which scenarios not yet settled fail")
 	})
 	if err != nil {
 		return err
@@ -48,369 +24,27 @@ func runDemo(ctx context.Context, e *env, args []string) error {
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, rest)
 	}
-	if timeout <= 0 {
-		return fmt.Errorf("%w: --timeout %s: want a positive duration such as 50s or 5m", errUsage, timeout)
+	if cfg.Timeout <= 0 {
+		return fmt.Errorf("%w: --timeout %s: want a positive duration such as 50s or 5m", errUsage, cfg.Timeout)
 	}
-	out := e.stdout
-	if asJSON {
-		out = e.stderr
-	}
-	url, err := e.settings.secret("database-url")
-	if err != nil {
+	if cfg.DatabaseURL, err = e.settings.secret("database-url"); err != nil {
 		return usageError(err)
 	}
-	var dir string
-	if url == "" {
-		if dir, err = os.MkdirTemp("", "payrecon-demo-"); err != nil {
-			return err
-		}
-		url = "sqlite:" + filepath.Join(dir, "payrecon.db")
+	cfg.OpenStore = func(ctx context.Context, url string, now func() time.Time, log *slog.Logger) (*demo.Store, error) {
 		e.settings.set("database-url", url)
-		if !keep {
-			defer os.RemoveAll(dir)
-		}
-	}
-	report, err := driveDemo(ctx, e, out, url, timeout)
-	if err != nil {
-		return err
-	}
-	if asJSON {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(report); err != nil {
-			return err
-		}
-	}
-	if keep {
-		// A Postgres URL's password is not printed: the commands carry
-		// it redacted.
-		shown := dburl.Redact(url)
-		fmt.Fprintf(out, "\nThe database is kept. Explore it with:\n  payrecon ops list --database-url %s\n", shown)
-		for _, r := range report.Results {
-			fmt.Fprintf(out, "  payrecon purchase show --database-url %s %s   # %s\n", shown, r.PurchaseID, r.Scenario)
-		}
-	}
-	if !report.OK {
-		return errors.New("some scenarios did not end as expected")
-	}
-	return nil
-}
-
-// demoDrainTimeout bounds the wait for the webhooks of a change made
-// outside payrecon to be delivered, over loopback.
-const demoDrainTimeout = 10 * time.Second
-
-// driveDemo runs every scenario of the tour through the stack, on the
-// simulated clock, makes each scenario's change outside payrecon when it
-// is due, runs the audit from the provider's side once they have all
-// played out, and returns the report.
-func driveDemo(ctx context.Context, e *env, out io.Writer, url string, timeout time.Duration) (demo.Report, error) {
-	realStart := time.Now()
-	quiet := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelError}))
-	qe := &env{stdout: io.Discard, stderr: e.stderr, settings: e.settings, log: quiet}
-	// The store owns the protocol's clock (due times, leases, key
-	// retention): it must run on the simulated clock, as the worker and
-	// the fake do.
-	clock := &simClock{now: time.Now().UTC().Add(-demoClockOffset).Truncate(time.Second)}
-	start := clock.Now()
-	st, err := openStoreAt(ctx, qe, false, clock.Now)
-	if err != nil {
-		return demo.Report{}, err
-	}
-	defer st.Close()
-	if err := st.migrate(ctx); err != nil {
-		return demo.Report{}, err
-	}
-	stk, err := startStack(ctx, stackConfig{
-		store: st.Store,
-		clock: clock.Now,
-		// Time is compressed: the provider keeps keys 2h here (Stripe:
-		// 24h) and search lags 2.5 hours, so that the cases that need
-		// the key to expire play out in seconds.
-		fake: fakeprovider.Config{KeyRetention: 2 * time.Hour, SettleAfter: 2 * time.Minute, SearchLag: 150 * time.Minute},
-		reconcile: reconcile.Config{
-			WorkerID:          "demo-worker",
-			KeyRetention:      2 * time.Hour,
-			KeyReplayMargin:   time.Hour,
-			EscalatedInterval: 30 * time.Minute,
-			// Simulated time runs fast during real calls (up to about 25
-			// minutes during a 300ms timeout); the lease must outlast that,
-			// and the replay margin must exceed the lease.
-			LeaseDuration:   30 * time.Minute,
-			ProviderTimeout: 300 * time.Millisecond,
-			PollInterval:    10 * time.Millisecond,
-			ShutdownGrace:   5 * time.Second,
-		},
-		log: quiet,
-	})
-	if err != nil {
-		return demo.Report{}, err
-	}
-	fmt.Fprintf(out, "payrecon demo: store %s, fake Stripe at %s, payrecon serve at %s\n", st.kind, stk.fakeURL, stk.payreconURL)
-	fmt.Fprintf(out, "Simulated clock: hours of backoff and key retention pass in seconds.\n\n")
-
-	scenarios := demo.Scenarios()
-	results := make([]demo.Result, len(scenarios))
-	seen := make([]map[string]bool, len(scenarios)) // lines printed, per scenario
-	width := 0
-	for _, sc := range scenarios {
-		width = max(width, len(sc.Name))
-	}
-	for i, sc := range scenarios {
-		p, err := stk.svc.CreatePurchase(ctx, reconcile.NewPurchase{
-			Customer: "demo-customer", Reference: fmt.Sprintf("demo-%d-%d", start.Unix(), i+1),
-			Amount: int64(300 + 100*i), Currency: "usd", Description: sc.Name,
-		})
+		qe := &env{stdout: io.Discard, stderr: e.stderr, settings: e.settings, log: log}
+		st, err := openStoreAt(ctx, qe, false, now)
 		if err != nil {
-			stk.stop()
-			return demo.Report{}, err
+			return nil, err
 		}
-		stk.fake.Script(p.ID, sc.Faults...)
-		stk.fakeSrv.ScriptWebhooks(p.ID, sc.Hooks...)
-		results[i] = demo.Result{Scenario: sc.Name, PurchaseID: p.ID, Expected: sc.Expect}
+		return &demo.Store{Store: st.Store, Kind: st.kind, Migrate: st.migrate}, nil
 	}
-
-	outside := make([]*fakeprovider.Charge, len(scenarios)) // the changes made outside payrecon, per scenario
-	audited := false
-	// observe gathers what a check looks at: the case and its refunds,
-	// and what the fake provider knows of them.
-	observe := func(i int, c reconcile.Case) (demo.Observed, error) {
-		refunds, err := stk.svc.Refunds(ctx, c.Purchase.ID)
+	cfg.StartStack = func(ctx context.Context, sc demo.StackConfig) (*demo.Stack, error) {
+		stk, err := startStack(ctx, stackConfig{store: sc.Store, clock: sc.Clock, fake: sc.Fake, reconcile: sc.Reconcile, log: sc.Log})
 		if err != nil {
-			return demo.Observed{}, err
+			return nil, err
 		}
-		back := make(map[string]int, len(refunds))
-		for _, d := range refunds {
-			for _, r := range stk.fake.RefundsFor(d.Refund.ID) {
-				if r.MoneyReturned() {
-					back[d.Refund.ID]++
-				}
-			}
-		}
-		return demo.Observed{
-			Case: c, Charges: stk.fake.MoneyTaken(c.Purchase.ID), Deliveries: stk.fakeSrv.Deliveries(),
-			Outside: outside[i], Audited: audited,
-			Refunds: refunds, ProviderRefunds: back, NetCharges: stk.fake.NetCharges(c.Purchase.ID),
-		}, nil
+		return &demo.Stack{Fake: stk.fake, FakeServer: stk.fakeSrv, Service: stk.svc, FakeURL: stk.fakeURL, PayreconURL: stk.payreconURL, Stop: stk.stop}, nil
 	}
-
-	say := func(i int, line string) {
-		if seen[i] == nil {
-			seen[i] = map[string]bool{}
-		}
-		if seen[i][line] {
-			return
-		}
-		seen[i][line] = true
-		fmt.Fprintf(out, "%-*s  %s\n", width, scenarios[i].Name, line)
-		results[i].Timeline = append(results[i].Timeline, line)
-	}
-	tick := func(i int, c reconcile.Case) {
-		for _, line := range demo.Timeline(c, start) {
-			say(i, line)
-		}
-		refunds, err := stk.svc.Refunds(ctx, c.Purchase.ID)
-		if err != nil {
-			return // the check that follows reads them again and fails
-		}
-		for _, line := range demo.RefundTimeline(refunds, start) {
-			say(i, line)
-		}
-	}
-	// refunded holds, per scenario, the refund it asked for.
-	refunded := make([]string, len(scenarios))
-	// askRefund asks for scenario i's refund of the purchase's own payment
-	// once the purchase has reached the state the scenario wants: the
-	// client's refund of the whole amount, with the plan's faults.
-	askRefund := func(i int, c reconcile.Case) error {
-		rp := scenarios[i].Refund
-		if rp == nil || rp.OfFinding || refunded[i] != "" || c.Purchase.State != scenarios[i].Want {
-			return nil
-		}
-		r, err := stk.svc.CreateRefund(ctx, reconcile.NewRefund{
-			PurchaseID: c.Purchase.ID, Amount: c.Purchase.Amount, Reason: "demo: the customer returns the goods", RequestedBy: "demo",
-		})
-		if err != nil {
-			return err
-		}
-		stk.fake.ScriptRefund(r.ID, rp.Faults...)
-		refunded[i] = r.ID
-		say(i, fmt.Sprintf("+%s  the client asks for refund %s of %s", demo.ClockOffset(clock.Now().Sub(start)), r.ID,
-			demo.Money{Amount: r.Amount, Currency: r.Currency}))
-		return nil
-	}
-	// change makes scenario i's change outside payrecon if it is due. A
-	// change announced by webhook is delivered before the clock moves on,
-	// so that its verdict lands before the purchase's next check. It
-	// returns the case as it stands after the change.
-	change := func(i int, c reconcile.Case) (reconcile.Case, error) {
-		o := scenarios[i].Outside
-		if o == nil || outside[i] != nil || !o.Due(c.Purchase) {
-			return c, nil
-		}
-		ch, err := o.Do(stk.fakeSrv, c.Purchase)
-		if err != nil {
-			return c, err
-		}
-		outside[i] = &ch
-		say(i, o.Line(ch, start))
-		if !o.Webhooks {
-			return c, nil
-		}
-		dctx, cancel := context.WithTimeout(ctx, demoDrainTimeout)
-		defer cancel()
-		if err := stk.fakeSrv.Drain(dctx); err != nil {
-			return c, fmt.Errorf("deliver the webhooks of %s: %w", o, err)
-		}
-		return stk.svc.Case(ctx, results[i].PurchaseID)
-	}
-	finished := func() (int, error) {
-		n := 0
-		for i := range scenarios {
-			c, err := stk.svc.Case(ctx, results[i].PurchaseID)
-			if err != nil {
-				return 0, err
-			}
-			tick(i, c)
-			if c, err = change(i, c); err != nil {
-				return 0, fmt.Errorf("scenario %q: %w", scenarios[i].Name, err)
-			}
-			tick(i, c)
-			if err := askRefund(i, c); err != nil {
-				return 0, fmt.Errorf("scenario %q: refund: %w", scenarios[i].Name, err)
-			}
-			o, err := observe(i, c)
-			if err != nil {
-				return 0, err
-			}
-			if len(scenarios[i].Check(o)) == 0 {
-				n++
-			}
-		}
-		return n, nil
-	}
-	// play moves the simulated clock until every scenario is settled (or
-	// waits for the audit only), or a limit is reached.
-	play := func() error {
-		lastProgress := time.Now()
-		for {
-			done, err := finished()
-			if err != nil {
-				return err
-			}
-			elapsed := clock.Now().Sub(start)
-			if done == len(scenarios) || elapsed > demoSimLimit || time.Since(realStart) > timeout || ctx.Err() != nil {
-				return nil
-			}
-			if time.Since(lastProgress) > 2*time.Second {
-				fmt.Fprintf(out, "… simulated time +%s, %d of %d scenarios settled\n", demo.ClockOffset(elapsed), done, len(scenarios))
-				lastProgress = time.Now()
-			}
-			// Fine steps while first answers and short backoffs play out, then
-			// coarse ones through the hours of key retention.
-			step := 15 * time.Second
-			if elapsed > 15*time.Minute {
-				step = 2 * time.Minute
-			}
-			clock.Advance(step)
-			stk.fakeSrv.Tick()
-			select {
-			case <-ctx.Done():
-			case <-time.After(25 * time.Millisecond): // let the worker and the webhooks run
-			}
-		}
-	}
-	if err := play(); err != nil {
-		stk.stop()
-		return demo.Report{}, err
-	}
-
-	// The audit from the provider's side, over every payment the
-	// scenarios made: the real one, listing the fake's payments over HTTP
-	// through the Stripe adapter. It stores its findings and escalates the
-	// purchases they concern; the clock stands still meanwhile. An
-	// interrupted demo skips it, and the scenarios that need it fail.
-	var audit *demo.Audit
-	if ctx.Err() == nil {
-		window := provider.Window{From: start, Until: clock.Now().Add(time.Second)}
-		fmt.Fprintf(out, "\nThe audit from the provider's side lists the payments created from +%s to +%s and matches them to the books:\n",
-			demo.ClockOffset(window.From.Sub(start)), demo.ClockOffset(window.Until.Sub(start)))
-		rep, err := stk.svc.Audit(ctx, window)
-		if err != nil {
-			stk.stop()
-			return demo.Report{}, fmt.Errorf("run the audit from the provider's side: %w", err)
-		}
-		findings, err := stk.svc.Findings(ctx, true)
-		if err != nil {
-			stk.stop()
-			return demo.Report{}, err
-		}
-		audit = demo.NewAudit(rep, findings, results, start)
-		// The operator's "refund this charge" on each duplicate charge a
-		// scenario wants refunded; then the clock runs again until those
-		// refunds settle.
-		asked := false
-		for i, sc := range scenarios {
-			if sc.Refund == nil || !sc.Refund.OfFinding {
-				continue
-			}
-			for _, f := range findings {
-				if f.PurchaseID != results[i].PurchaseID || f.Kind != reconcile.FindingDuplicateCharge || !f.Open() {
-					continue
-				}
-				r, err := stk.svc.RefundCharge(ctx, f.ID, 0, "demo-operator", "the audit shows a second charge for one purchase")
-				if err != nil {
-					stk.stop()
-					return demo.Report{}, fmt.Errorf("scenario %q: refund this charge: %w", sc.Name, err)
-				}
-				refunded[i], asked = r.ID, true
-				say(i, fmt.Sprintf("+%s  the operator refunds charge %s (finding %d): refund %s", demo.ClockOffset(clock.Now().Sub(start)), f.PaymentID, f.ID, r.ID))
-			}
-		}
-		audited = true
-		if asked {
-			fmt.Fprintf(out, "\nThe operators refund the duplicate charges the audit found, through the refund process:\n")
-			if err := play(); err != nil {
-				stk.stop()
-				return demo.Report{}, err
-			}
-		}
-	}
-	audited = true // from now on, a finding a scenario wants must be there
-	if err := stk.stop(); err != nil {
-		return demo.Report{}, err
-	}
-
-	report := demo.Report{OK: true, Database: dburl.Redact(url), Audit: audit, Simulated: demo.ClockOffset(clock.Now().Sub(start))}
-	for i, sc := range scenarios {
-		c, err := stk.svc.Case(context.WithoutCancel(ctx), results[i].PurchaseID)
-		if err != nil {
-			return demo.Report{}, err
-		}
-		tick(i, c)
-		r := &results[i]
-		r.FinalState = string(c.Purchase.State)
-		r.Escalation = string(c.Purchase.EscalationReason)
-		o, err := observe(i, c)
-		if err != nil {
-			return demo.Report{}, err
-		}
-		r.Charges = o.Charges
-		r.NetCharges = o.NetCharges
-		for _, d := range o.Refunds {
-			r.Refunds = append(r.Refunds, demo.RefundResult{
-				ID: d.Refund.ID, State: string(d.Refund.State), Escalation: string(d.Refund.EscalationReason),
-				ProviderRefunds: o.ProviderRefunds[d.Refund.ID], Creates: stk.fake.RefundCreateCalls(d.Refund.ProviderKey),
-			})
-		}
-		r.Creates = stk.fake.CreateCalls(c.Purchase.ProviderKey)
-		r.Problems = sc.Check(o)
-		r.OK = len(r.Problems) == 0
-		r.SimDuration = report.Simulated
-		report.OK = report.OK && r.OK
-	}
-	report.Results = results
-	report.RealTime = time.Since(realStart).Round(10 * time.Millisecond).String()
-	report.PrintSummary(out)
-	return report, nil
+	return demo.Run(ctx, cfg)
 }

@@ -19,10 +19,10 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/demo"
 	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/cron"
-	"github.com/payrecon/payrecon/reconcile/demo"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 	"github.com/payrecon/payrecon/statemachine"

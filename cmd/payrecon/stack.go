@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
@@ -17,26 +16,6 @@ import (
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
 )
-
-// simClock is a clock the demo moves forward by hand, so that hours of
-// backoff and key retention pass in seconds. Safe for concurrent use. It
-// is the demo's, not a test's: tests use internal/testing/testclock.
-type simClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *simClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *simClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // stackConfig configures a stack.
 type stackConfig struct {

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/demo"
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/demo"
 	"github.com/payrecon/payrecon/statemachine"
 )
 

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -18,8 +18,8 @@ import (
 // machine's figure includes the database's work; the difference between
 // the two is roughly what the database cost.
 
-// benchCPU is the CPU time of the measured phase.
-type benchCPU struct {
+// CPU is the CPU time of the measured phase.
+type CPU struct {
 	// Seconds is the phase's wall time, as the meter saw it.
 	Seconds float64 `json:"seconds"`
 	// ProcessSeconds is the bench process's user and system CPU time:
@@ -39,8 +39,8 @@ type benchCPU struct {
 	MachineMsPerUnit *float64 `json:"machine_ms_per_unit,omitempty"`
 }
 
-// cpuReading is one reading of the meter's sources.
-type cpuReading struct {
+// CPUReading is one reading of the meter's sources.
+type CPUReading struct {
 	at         time.Time
 	process    time.Duration // the process's user and system time
 	hasProcess bool          // whether process was read
@@ -48,9 +48,9 @@ type cpuReading struct {
 	hasStat    bool // whether machine was read
 }
 
-// readCPU reads the process's CPU time and /proc/stat, each where it can.
-func readCPU() cpuReading {
-	r := cpuReading{at: time.Now()}
+// ReadCPU reads the process's CPU time and /proc/stat, each where it can.
+func ReadCPU() CPUReading {
+	r := CPUReading{at: time.Now()}
 	r.process, r.hasProcess = processCPUTime()
 	if data, err := os.ReadFile("/proc/stat"); err == nil {
 		if s, err := parseProcStat(data); err == nil {
@@ -60,16 +60,16 @@ func readCPU() cpuReading {
 	return r
 }
 
-// cpuBetween is the CPU the process and the machine took from a to b,
+// CPUBetween is the CPU the process and the machine took from a to b,
 // for n units of work. It returns nil when the process's time could not
 // be read or n is not positive. It leaves the machine's figures out when
 // /proc/stat could not be read, did not move, or went backwards (the
 // kernel does not promise that its idle and iowait counters only grow).
-func cpuBetween(a, b cpuReading, n int) *benchCPU {
+func CPUBetween(a, b CPUReading, n int) *CPU {
 	if !a.hasProcess || !b.hasProcess || n <= 0 {
 		return nil
 	}
-	c := &benchCPU{Seconds: b.at.Sub(a.at).Seconds(), ProcessSeconds: (b.process - a.process).Seconds()}
+	c := &CPU{Seconds: b.at.Sub(a.at).Seconds(), ProcessSeconds: (b.process - a.process).Seconds()}
 	c.ProcessMsPerUnit = c.ProcessSeconds * 1000 / float64(n)
 	if c.Seconds > 0 {
 		c.ProcessCores = c.ProcessSeconds / c.Seconds

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"strings"
@@ -56,12 +56,12 @@ func TestParseProcStat(t *testing.T) {
 
 func TestCPUBetween(t *testing.T) {
 	start := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
-	a := cpuReading{at: start, process: 3 * time.Second, hasProcess: true, machine: procStat{total: 1000, busy: 400, cores: 2}, hasStat: true}
+	a := CPUReading{at: start, process: 3 * time.Second, hasProcess: true, machine: procStat{total: 1000, busy: 400, cores: 2}, hasStat: true}
 	// 2 s later: the process used 1 s of CPU; the machine's two CPUs
 	// 400 ticks, 300 of them busy.
-	b := cpuReading{at: start.Add(2 * time.Second), process: 4 * time.Second, hasProcess: true, machine: procStat{total: 1400, busy: 700, cores: 2}, hasStat: true}
+	b := CPUReading{at: start.Add(2 * time.Second), process: 4 * time.Second, hasProcess: true, machine: procStat{total: 1400, busy: 700, cores: 2}, hasStat: true}
 
-	c := cpuBetween(a, b, 500)
+	c := CPUBetween(a, b, 500)
 	if c == nil {
 		t.Fatal("no CPU figures")
 	}
@@ -75,12 +75,12 @@ func TestCPUBetween(t *testing.T) {
 
 	noStat := b
 	noStat.hasStat = false
-	if c := cpuBetween(a, noStat, 500); c == nil || c.MachineBusy != nil || c.MachineMsPerUnit != nil || c.MachineCores != 0 {
+	if c := CPUBetween(a, noStat, 500); c == nil || c.MachineBusy != nil || c.MachineMsPerUnit != nil || c.MachineCores != 0 {
 		t.Errorf("without /proc/stat: %+v, want the process's figures alone", c)
 	}
 	noProcess := b
 	noProcess.hasProcess = false
-	if c := cpuBetween(a, noProcess, 500); c != nil {
+	if c := CPUBetween(a, noProcess, 500); c != nil {
 		t.Errorf("without the process's time: %+v, want none", *c)
 	}
 	// Counters that went backwards, or did not move: no machine figures.
@@ -91,17 +91,17 @@ func TestCPUBetween(t *testing.T) {
 	} {
 		odd := b
 		odd.machine = m
-		if c := cpuBetween(a, odd, 500); c == nil || c.MachineBusy != nil || c.MachineMsPerUnit != nil {
+		if c := CPUBetween(a, odd, 500); c == nil || c.MachineBusy != nil || c.MachineMsPerUnit != nil {
 			t.Errorf("%s: %+v, want the process's figures alone", name, c)
 		}
 	}
 	// Idle that fell while busy grew is clamped to all busy.
 	fell := b
 	fell.machine = procStat{total: 1100, busy: 700, cores: 2}
-	if c := cpuBetween(a, fell, 500); c == nil || c.MachineBusy == nil || *c.MachineBusy != 1 {
+	if c := CPUBetween(a, fell, 500); c == nil || c.MachineBusy == nil || *c.MachineBusy != 1 {
 		t.Errorf("idle fell: %+v, want the machine all busy", c)
 	}
-	if c := cpuBetween(a, b, 0); c != nil {
+	if c := CPUBetween(a, b, 0); c != nil {
 		t.Errorf("for no units: %+v, want none", *c)
 	}
 }

@@ -5,24 +5,24 @@
 // demands, the timeline it prints for each, and the report and summary it
 // ends with, money at risk included.
 //
-// The package does no I/O of its own: cmd/payrecon runs the in-process
-// stack (the fake Stripe server, the worker, the webhook endpoint), moves
-// the simulated clock, makes the scenarios' changes outside payrecon
-// through Outside.Do, runs the audit, and hands this package what it
-// observed.
+// Run is the demo's driver: it runs every scenario through the
+// in-process stack (the fake Stripe server, the worker, the webhook
+// endpoint) that the command hands it, moves the simulated clock, makes
+// the scenarios' changes outside payrecon through Outside.Do, runs the
+// audit, and checks what it observed. cmd/payrecon parses the command
+// line and wires the store and the stack (demo.go, stack.go); it is this
+// package's only importer.
 //
-// Why it lives here, importing fakeprovider: the tour is written in the
-// simulator's terms, because only a simulator makes each failure happen on
-// purpose: a scenario names the fake's faults (fakeprovider.Fault,
+// Why it imports fakeprovider: the tour is written in the simulator's
+// terms, because only a simulator makes each failure happen on purpose: a
+// scenario names the fake's faults (fakeprovider.Fault,
 // fakeprovider.WebhookFault) and its changes outside payrecon (a charge
 // made elsewhere, a late approval). So this package depends on the fake,
 // as a test would, and nothing in reconcile or its adapters imports it:
 // reconcile itself imports no adapter (internal/architecture's test holds
-// that). It sits beside the protocol rather than in cmd/payrecon because
-// its scenarios, checks and report state what the protocol promises, and
-// are tested on their own (demo_test.go, report_test.go) without the
-// command's wiring, which stays in cmd/payrecon (demo.go, stack.go), its
-// only importer.
+// that). Its scenarios, checks and report state what the protocol
+// promises, and are tested on their own (demo_test.go, report_test.go)
+// without the command's wiring.
 package demo
 
 import (

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bufio"
@@ -13,8 +13,8 @@ import (
 	"time"
 )
 
-// benchRSSEvery is how often the RSS sampler reads VmRSS.
-const benchRSSEvery = 50 * time.Millisecond
+// rssEvery is how often the RSS sampler reads VmRSS.
+const rssEvery = 50 * time.Millisecond
 
 // procStatus reads the named fields (VmRSS, VmHWM) of /proc/self/status,
 // in KiB.
@@ -49,9 +49,9 @@ func procStatus(fields ...string) (map[string]int64, error) {
 	return out, nil
 }
 
-// rssSampler samples the process's VmRSS until stopped, and reads VmHWM
+// RSSSampler samples the process's VmRSS until stopped, and reads VmHWM
 // at the end.
-type rssSampler struct {
+type RSSSampler struct {
 	stop     chan struct{}
 	done     chan struct{}
 	since    string // since when VmHWM counts
@@ -60,24 +60,24 @@ type rssSampler struct {
 	samples  int
 }
 
-// startRSS returns the garbage of what ran before to the system, resets
+// StartRSS returns the garbage of what ran before to the system, resets
 // the peak (VmHWM) where the kernel allows it (writing 5 to
-// /proc/self/clear_refs), and samples VmRSS every benchRSSEvery until
+// /proc/self/clear_refs), and samples VmRSS every rssEvery until
 // stopped. It returns nil where /proc/self/status cannot be read.
-func startRSS() *rssSampler {
+func StartRSS() *RSSSampler {
 	if _, err := procStatus("VmRSS", "VmHWM"); err != nil {
 		return nil
 	}
 	runtime.GC()
 	debug.FreeOSMemory()
-	s := &rssSampler{stop: make(chan struct{}), done: make(chan struct{}), since: "the burn-down's start"}
+	s := &RSSSampler{stop: make(chan struct{}), done: make(chan struct{}), since: "the burn-down's start"}
 	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
 		s.since = "the process's start, the load included: it could not be reset"
 	}
 	s.sample()
 	go func() {
 		defer close(s.done)
-		t := time.NewTicker(benchRSSEvery)
+		t := time.NewTicker(rssEvery)
 		defer t.Stop()
 		for {
 			select {
@@ -91,7 +91,7 @@ func startRSS() *rssSampler {
 	return s
 }
 
-func (s *rssSampler) sample() {
+func (s *RSSSampler) sample() {
 	st, err := procStatus("VmRSS")
 	if err != nil {
 		return
@@ -106,9 +106,9 @@ func (s *rssSampler) sample() {
 	s.samples++
 }
 
-// finish stops the sampler and returns what it saw; nil for a nil
+// Finish stops the sampler and returns what it saw; nil for a nil
 // sampler.
-func (s *rssSampler) finish() *benchRSS {
+func (s *RSSSampler) Finish() *RSS {
 	if s == nil {
 		return nil
 	}
@@ -121,5 +121,19 @@ func (s *rssSampler) finish() *benchRSS {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return &benchRSS{PeakKiB: st["VmHWM"], PeakSince: s.since, MinKiB: s.min, MaxKiB: s.max, Samples: s.samples}
+	return &RSS{PeakKiB: st["VmHWM"], PeakSince: s.since, MinKiB: s.min, MaxKiB: s.max, Samples: s.samples}
+}
+
+// RSS is the memory of the bench process during a burn-down, from
+// /proc/self/status, in KiB.
+type RSS struct {
+	// PeakKiB is VmHWM at the end of the burn-down; PeakSince says from
+	// when: the burn-down's start when the peak could be reset then, else
+	// the start of the process (the load included).
+	PeakKiB   int64  `json:"peak_kib"`
+	PeakSince string `json:"peak_since"`
+	// Sampled VmRSS, every rssEvery.
+	MinKiB  int64 `json:"sampled_min_kib"`
+	MaxKiB  int64 `json:"sampled_max_kib"`
+	Samples int   `json:"samples"`
 }

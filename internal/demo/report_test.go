@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/demo"
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/demo"
 )
 
 func report() demo.Report {
