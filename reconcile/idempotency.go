@@ -213,16 +213,6 @@ func (s *Service) SweepInbox(ctx context.Context, retention time.Duration, batch
 	}, -retention)
 }
 
-// SweepOutbox deletes, in batches, the outbox events committed more than
-// retention ago whose every delivery is done, and returns how many it
-// deleted. Undelivered and dead ones stay. The caller checks retention
-// against the relay's retry window (cron.SweepConfig).
-func (s *Service) SweepOutbox(ctx context.Context, retention time.Duration, batch int) (int, error) {
-	return s.sweep(ctx, batch, func(tx Tx, before time.Time, n int) (int, error) {
-		return tx.DeleteDeliveredOutboxBefore(ctx, before, n)
-	}, -retention)
-}
-
 // sweep runs del in its own transaction per batch until a batch comes back
 // short, so no transaction holds locks on a large table for long. It
 // deletes what is older than age (negative) by the store's clock.

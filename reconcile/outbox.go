@@ -8,8 +8,9 @@ import (
 
 // The transactional outbox (migrations postgres 00011, sqlite 00010):
 // every change a downstream system must act on writes its event in the
-// same transaction as the change (see outboxTx), and the relay (relay.go)
-// sends it to every subscription that wants its type until a 2xx.
+// same transaction as the change (see outboxTx), and the relay (package
+// reconcile/relay) sends it to every subscription that wants its type
+// until a 2xx.
 
 // OutboxEvent is an event as the outbox stores it. Every field is fixed
 // when it is written; the database refuses any change to the row.

@@ -138,3 +138,13 @@ func (s *Service) DeadDeliveries(ctx context.Context, limit int) ([]Delivery, Ou
 	}
 	return out, st, nil
 }
+
+// SweepOutbox deletes, in batches, the outbox events committed more than
+// retention ago whose every delivery is done, and returns how many it
+// deleted. Undelivered and dead ones stay. The caller checks retention
+// against the relay's retry window (cron.SweepConfig).
+func (s *Service) SweepOutbox(ctx context.Context, retention time.Duration, batch int) (int, error) {
+	return s.sweep(ctx, batch, func(tx Tx, before time.Time, n int) (int, error) {
+		return tx.DeleteDeliveredOutboxBefore(ctx, before, n)
+	}, -retention)
+}

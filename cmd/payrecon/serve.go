@@ -13,6 +13,7 @@ import (
 	"github.com/payrecon/payrecon/reconcile/cron"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
+	"github.com/payrecon/payrecon/reconcile/relay"
 )
 
 // app is a wired payrecon process: the service over its store and
@@ -21,7 +22,7 @@ type app struct {
 	svc     *reconcile.Service
 	metrics *prometheus.Metrics
 	sched   *cron.Scheduler
-	relay   *reconcile.Relay // delivers the outbox beside the worker; nil: none (the demo's stack)
+	relay   *relay.Relay // delivers the outbox beside the worker; nil: none (the demo's stack)
 	server  *rhttp.Server
 	close   func()
 	// restorePending is set when the start could not check for signs of
@@ -153,12 +154,12 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 
 // relay builds the outbox's relay from the settings: its leases are the
 // worker's (--worker-id), its retry window --outbox-retry-window.
-func (e *env) relay(svc *reconcile.Service, metrics *prometheus.Metrics) (*reconcile.Relay, error) {
+func (e *env) relay(svc *reconcile.Service, metrics *prometheus.Metrics) (*relay.Relay, error) {
 	window, err := e.settings.duration("outbox-retry-window")
 	if err != nil {
 		return nil, usageError(err)
 	}
-	r, err := reconcile.NewRelay(svc.Store(), reconcile.RelayConfig{
+	r, err := relay.New(svc.Store(), relay.Config{
 		Owner: svc.Config().WorkerID, RetryWindow: window, Observer: metrics, Logger: e.log,
 	})
 	if err != nil {

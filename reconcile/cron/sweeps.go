@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/relay"
 )
 
 // Names of the standard sweeps, used in logs, metrics and lock rows.
@@ -72,8 +73,8 @@ type SweepConfig struct {
 	// least OutboxRetryWindow plus ReplayMargin. Default 7 days (168h).
 	OutboxRetention time.Duration
 	// OutboxRetryWindow is the relay's retry window
-	// (reconcile.RelayConfig.RetryWindow), the longest an event may be
-	// redelivered. Default 72h (reconcile.DefaultRetryWindow).
+	// (relay.Config.RetryWindow), the longest an event may be
+	// redelivered. Default 72h (relay.DefaultRetryWindow).
 	OutboxRetryWindow time.Duration
 	// DeleteBatch is the rows deleted per transaction. Default 1000.
 	DeleteBatch int
@@ -97,7 +98,7 @@ func DefaultSweepConfig() SweepConfig {
 		InboxRetention:          7 * 24 * time.Hour,
 		IdempotencyKeyRetention: 72 * time.Hour,
 		OutboxRetention:         7 * 24 * time.Hour,
-		OutboxRetryWindow:       reconcile.DefaultRetryWindow,
+		OutboxRetryWindow:       relay.DefaultRetryWindow,
 		DeleteBatch:             1000,
 	}
 }

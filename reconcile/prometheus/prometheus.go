@@ -19,6 +19,7 @@ import (
 
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/relay"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
@@ -63,7 +64,7 @@ type Metrics struct {
 
 var (
 	_ reconcile.Observer       = (*Metrics)(nil)
-	_ reconcile.RelayObserver  = (*Metrics)(nil)
+	_ relay.Observer           = (*Metrics)(nil)
 	_ reconcile.Observer       = (*Metrics)(nil)
 	_ reconcile.BudgetObserver = (*Metrics)(nil)
 
@@ -189,7 +190,7 @@ func New() *Metrics {
 		m.outboxPending, m.outboxDead, m.outboxOldest, m.outboxDelivered, m.outboxLatency,
 		m.budgetRate, m.budgetThrottled, m.budgetWait, m.sweptEvents, m.eventWatermark,
 	)
-	for _, o := range reconcile.DeliveryOutcomes {
+	for _, o := range relay.DeliveryOutcomes {
 		m.outboxDelivered.WithLabelValues(string(o))
 	}
 	// The throttling alert takes increase() of every class from the start.
@@ -337,10 +338,10 @@ func (m *Metrics) EventsSwept(rep reconcile.EventSweepReport) {
 	}
 }
 
-// OutboxDelivery implements reconcile.RelayObserver.
-func (m *Metrics) OutboxDelivery(outcome reconcile.DeliveryOutcome, sinceCommit time.Duration) {
+// OutboxDelivery implements relay.Observer.
+func (m *Metrics) OutboxDelivery(outcome relay.DeliveryOutcome, sinceCommit time.Duration) {
 	m.outboxDelivered.WithLabelValues(string(outcome)).Inc()
-	if outcome == reconcile.DeliveryDelivered {
+	if outcome == relay.DeliveryDelivered {
 		m.outboxLatency.Observe(sinceCommit.Seconds())
 	}
 }

@@ -1,4 +1,22 @@
-package reconcile
+// Package relay delivers the outbox: it sends the events reconcile's
+// outbox holds to the shop's subscriptions, signed
+// (events.NewRequestBody), at least once, in order per (subscription,
+// purchase). Each round it leases a batch of deliveries
+// (reconcile.Tx.ClaimDeliveries: only the first open delivery of each
+// (subscription, purchase), so event n+1 waits until event n is
+// acknowledged; different purchases go in parallel), POSTs them
+// concurrently, and records each outcome under its lease
+// (reconcile.Tx.FinishDelivery): done only after a 2xx; otherwise
+// retried with exponential backoff until RetryWindow has passed since the
+// event's commit (or its replay), then dead, for an operator's replay.
+//
+// A relay that dies between a POST and recording its 2xx leaves the
+// delivery leased; when the lease expires another relay (or the same one,
+// restarted) sends it again, with the same id and bytes and a higher
+// Delivery-Attempt: the receiver answers the duplicate with a 2xx. Two
+// relays never send the same delivery at the same time: the lease is
+// exclusive, and it outlasts the POST (LeaseFor is more than Timeout).
+package relay
 
 import (
 	"context"
@@ -11,24 +29,8 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/events"
+	"github.com/payrecon/payrecon/reconcile"
 )
-
-// The relay: it sends the outbox's events to the subscriptions, signed
-// (events.NewRequestBody), at least once, in order per (subscription,
-// purchase). Each round it leases a batch of deliveries (Tx.ClaimDeliveries:
-// only the first open delivery of each (subscription, purchase), so event
-// n+1 waits until event n is acknowledged; different purchases go in
-// parallel), POSTs them concurrently, and records each outcome under its
-// lease (Tx.FinishDelivery): done only after a 2xx; otherwise retried with
-// exponential backoff until RetryWindow has passed since the event's
-// commit (or its replay), then dead, for an operator's replay.
-//
-// A relay that dies between a POST and recording its 2xx leaves the
-// delivery leased; when the lease expires another relay (or the same one,
-// restarted) sends it again, with the same id and bytes and a higher
-// Delivery-Attempt: the receiver answers the duplicate with a 2xx. Two
-// relays never send the same delivery at the same time: the lease is
-// exclusive, and it outlasts the POST (LeaseFor is more than Timeout).
 
 // DeliveryOutcome is what became of one POST, for metrics.
 type DeliveryOutcome string
@@ -44,15 +46,15 @@ const (
 // DeliveryOutcomes lists the outcomes, for metrics.
 var DeliveryOutcomes = []DeliveryOutcome{DeliveryDelivered, DeliveryRetry, DeliveryDied, DeliveryLeaseLost}
 
-// RelayObserver is told of each delivery attempt, for metrics. It must be
+// Observer is told of each delivery attempt, for metrics. It must be
 // safe for concurrent use and must not block.
-type RelayObserver interface {
+type Observer interface {
 	OutboxDelivery(outcome DeliveryOutcome, sinceCommit time.Duration)
 }
 
-// RelayConfig configures a Relay. The zero value of each field is its
+// Config configures a Relay. The zero value of each field is its
 // documented default.
-type RelayConfig struct {
+type Config struct {
 	// Owner names this relay's leases. Default "relay".
 	Owner string
 	// Client sends the POSTs. Default: an http.Client with Timeout that
@@ -82,15 +84,15 @@ type RelayConfig struct {
 	// timer. Tests inject their own.
 	Wait func(ctx context.Context, d time.Duration) error
 	// Observer is told of each attempt. Default: nobody.
-	Observer RelayObserver
+	Observer Observer
 	// Logger logs failures and dead letters. Default slog.Default().
 	Logger *slog.Logger
 }
 
-// DefaultRetryWindow is RelayConfig.RetryWindow's default.
+// DefaultRetryWindow is Config.RetryWindow's default.
 const DefaultRetryWindow = 72 * time.Hour
 
-func (c RelayConfig) withDefaults() (RelayConfig, error) {
+func (c Config) withDefaults() (Config, error) {
 	if c.Owner == "" {
 		c.Owner = "relay"
 	}
@@ -150,13 +152,13 @@ func (c RelayConfig) withDefaults() (RelayConfig, error) {
 // Relay delivers the outbox. Several relays (in several processes) may
 // run over one store. Safe for concurrent use.
 type Relay struct {
-	store Store
-	cfg   RelayConfig
+	store reconcile.Store
+	cfg   Config
 }
 
-// NewRelay returns a relay over store. It returns an error if cfg is
+// New returns a relay over store. It returns an error if cfg is
 // invalid.
-func NewRelay(store Store, cfg RelayConfig) (*Relay, error) {
+func New(store reconcile.Store, cfg Config) (*Relay, error) {
 	if store == nil {
 		return nil, errors.New("reconcile: relay: nil store")
 	}
@@ -193,8 +195,8 @@ func (r *Relay) Run(ctx context.Context) error {
 // record (the lease was lost, or ctx ended: not an error) leaves the
 // delivery to be sent again once its lease expires.
 func (r *Relay) RunOnce(ctx context.Context) (int, error) {
-	var claimed []Delivery
-	err := r.store.InTx(ctx, func(tx Tx) error {
+	var claimed []reconcile.Delivery
+	err := r.store.InTx(ctx, func(tx reconcile.Tx) error {
 		var err error
 		claimed, err = tx.ClaimDeliveries(ctx, r.cfg.Owner, r.cfg.Batch, r.cfg.LeaseFor)
 		return err
@@ -223,13 +225,13 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	for i := range results {
 		r.judge(&results[i], claimed[i], now)
 	}
-	err = r.store.InTx(ctx, func(tx Tx) error {
+	err = r.store.InTx(ctx, func(tx reconcile.Tx) error {
 		for i, d := range claimed {
 			res := &results[i]
 			res.lost = false
 			err := tx.FinishDelivery(ctx, d, res.state, res.next, res.why)
 			switch {
-			case errors.Is(err, ErrLeaseLost):
+			case errors.Is(err, reconcile.ErrLeaseLost):
 				res.lost = true
 			case err != nil:
 				return err
@@ -263,7 +265,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 type result struct {
 	status  int
 	err     error
-	state   DeliveryState
+	state   reconcile.DeliveryState
 	next    time.Time
 	why     string
 	outcome DeliveryOutcome
@@ -271,7 +273,7 @@ type result struct {
 }
 
 // send POSTs d once, signed at the store's now.
-func (r *Relay) send(ctx context.Context, d Delivery) result {
+func (r *Relay) send(ctx context.Context, d reconcile.Delivery) result {
 	now, err := r.store.Now(ctx)
 	if err != nil {
 		return result{err: err}
@@ -292,9 +294,9 @@ func (r *Relay) send(ctx context.Context, d Delivery) result {
 // judge decides what becomes of a POST's delivery at now: done after a
 // 2xx; dead after a 409 (the receiver refuses the event for good) or once
 // the retry window has passed; else retried after the backoff.
-func (r *Relay) judge(res *result, d Delivery, now time.Time) {
+func (r *Relay) judge(res *result, d reconcile.Delivery, now time.Time) {
 	if res.err == nil && res.status >= 200 && res.status < 300 {
-		res.state, res.outcome = DeliveryDone, DeliveryDelivered
+		res.state, res.outcome = reconcile.DeliveryDone, DeliveryDelivered
 		return
 	}
 	res.why = fmt.Sprintf("attempt %d: HTTP %d", d.Attempts, res.status)
@@ -303,13 +305,13 @@ func (r *Relay) judge(res *result, d Delivery, now time.Time) {
 	}
 	switch {
 	case res.status == http.StatusConflict:
-		res.state, res.outcome = DeliveryDead, DeliveryDied
+		res.state, res.outcome = reconcile.DeliveryDead, DeliveryDied
 		res.why += " (refused for good)"
 	case now.Sub(d.WindowFrom) >= r.cfg.RetryWindow:
-		res.state, res.outcome = DeliveryDead, DeliveryDied
+		res.state, res.outcome = reconcile.DeliveryDead, DeliveryDied
 		res.why += fmt.Sprintf(" (failing for %s, past the retry window)", now.Sub(d.WindowFrom).Truncate(time.Second))
 	default:
-		res.state, res.outcome, res.next = DeliveryPending, DeliveryRetry, now.Add(r.backoff(d.Attempts))
+		res.state, res.outcome, res.next = reconcile.DeliveryPending, DeliveryRetry, now.Add(r.backoff(d.Attempts))
 	}
 }
 

@@ -1,4 +1,4 @@
-package reconcile_test
+package relay_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/payrecon/payrecon/events"
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/relay"
 )
 
 // TestOutboxDeliveryFigures logs the relay's throughput and its latency
@@ -61,7 +62,7 @@ func TestOutboxDeliveryFigures(t *testing.T) {
 		relayCtx, stopRelays := context.WithCancel(ctx)
 		var relays sync.WaitGroup
 		for _, owner := range []string{"relay-a", "relay-b"} {
-			r := newRelay(t, st, owner, reconcile.RelayConfig{Batch: 64, Idle: 2 * time.Millisecond})
+			r := newRelay(t, st, owner, relay.Config{Batch: 64, Idle: 2 * time.Millisecond})
 			relays.Go(func() { _ = r.Run(relayCtx) })
 		}
 		start := time.Now()
@@ -121,7 +122,7 @@ func TestOutboxDeliveryFigures(t *testing.T) {
 		drainStart := time.Now()
 		drainCtx, stopDrain := context.WithCancel(ctx)
 		for _, owner := range []string{"relay-a", "relay-b"} {
-			r := newRelay(t, st, owner, reconcile.RelayConfig{Batch: 64, Idle: 2 * time.Millisecond})
+			r := newRelay(t, st, owner, relay.Config{Batch: 64, Idle: 2 * time.Millisecond})
 			relays.Go(func() { _ = r.Run(drainCtx) })
 		}
 		for outboxStats(t, st).Pending > 0 && ctx.Err() == nil {

@@ -1,4 +1,4 @@
-package reconcile_test
+package relay_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/relay"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
@@ -40,15 +41,15 @@ func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T,
 	b := makeBackupable(t, clock.Now)
 	fake := fakeprovider.New(fakeprovider.Config{Now: clock.Now, KeyRetention: retention})
 	cfg := reconcile.Config{KeyRetention: retention, KeyReplayMargin: 2 * time.Minute, Now: clock.Now, Logger: discardLogger()}
-	relayCfg := reconcile.RelayConfig{RetryWindow: time.Hour, MinBackoff: time.Minute, MaxBackoff: 10 * time.Minute}
+	relayCfg := relay.Config{RetryWindow: time.Hour, MinBackoff: time.Minute, MaxBackoff: 10 * time.Minute}
 	s := newShop(t, clock.Now)
 	var down atomic.Bool
 	s.before = func(*http.Request) bool { return !down.Load() }
 
 	var (
-		st    reconcile.Store
-		svc   *reconcile.Service
-		relay *reconcile.Relay
+		st  reconcile.Store
+		svc *reconcile.Service
+		rel *relay.Relay
 	)
 	open := func() {
 		t.Helper()
@@ -57,7 +58,7 @@ func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T,
 		if svc, err = reconcile.New(st, fake, cfg); err != nil {
 			t.Fatal(err)
 		}
-		relay = newRelay(t, st, "relay", relayCfg)
+		rel = newRelay(t, st, "relay", relayCfg)
 	}
 	work := func() {
 		t.Helper()
@@ -83,7 +84,7 @@ func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T,
 			if outboxStats(t, st).Pending == 0 {
 				return
 			}
-			n, err := relay.RunOnce(ctx)
+			n, err := rel.RunOnce(ctx)
 			if err != nil {
 				t.Fatalf("relay: %v", err)
 			}
@@ -247,16 +248,6 @@ func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T,
 	if got := len(fake.RefundsFor(inBackup.ID)); got != 1 {
 		t.Errorf("%d provider refunds of %s, want 1", got, inBackup.ID)
 	}
-}
-
-// wantPurchaseState returns purchase id, failing unless it is in want.
-func wantPurchaseState(t *testing.T, svc *reconcile.Service, id string, want statemachine.State) reconcile.Purchase {
-	t.Helper()
-	d, err := svc.Purchase(context.Background(), id)
-	if err != nil || d.Purchase.State != want {
-		t.Fatalf("purchase %s: %v (%v), want %s", id, d.Purchase.State, err, want)
-	}
-	return d.Purchase
 }
 
 // shopOrder is the highest order (events.Event.Order) the shop's
