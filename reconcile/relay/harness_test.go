@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/payrecon/payrecon/internal/pgtest"
-	"github.com/payrecon/payrecon/internal/testclock"
+	"github.com/payrecon/payrecon/internal/testing/pgtest"
+	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/postgres"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
