@@ -204,7 +204,13 @@ func (s *Scheduler) RunSweep(ctx context.Context, name string) (ran bool, items 
 		s.observe(name, "error", took, items, start)
 		return true, items, fmt.Errorf("cron: sweep %s: %w", name, err)
 	}
-	log.Info("sweep ran", "duration", took, "items", items)
+	// A sweep that found nothing is routine: at info it would drown the
+	// runs that did something.
+	level := slog.LevelInfo
+	if items == 0 {
+		level = slog.LevelDebug
+	}
+	log.Log(ctx, level, "sweep ran", "duration", took, "items", items)
 	s.observe(name, "ok", took, items, s.cfg.Now())
 	return true, items, nil
 }

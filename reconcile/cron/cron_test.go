@@ -1,6 +1,7 @@
 package cron_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -473,5 +474,26 @@ func TestEventSweep(t *testing.T) {
 	}
 	if rec.count("events/ok") != 1 || rec.count("events/skipped") != 1 {
 		t.Fatalf("runs: %v", rec.runs)
+	}
+}
+
+// TestIdleSweepsLogAtDebug: a run that found nothing logs at debug, one
+// that did something at info.
+func TestIdleSweepsLogAtDebug(t *testing.T) {
+	var buf bytes.Buffer
+	items := 0
+	s, err := cron.New(newStore(t), []cron.Sweep{{Name: "rescue", Schedule: "@every 30s", Run: func(context.Context) (int, error) { return items, nil }}},
+		cron.Config{Owner: "replica", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int{0, 0, 3} {
+		items = n
+		if ran, _, err := s.RunSweep(t.Context(), "rescue"); !ran || err != nil {
+			t.Fatalf("RunSweep: ran=%v err=%v", ran, err)
+		}
+	}
+	if got := strings.Count(buf.String(), `msg="sweep ran"`); got != 1 || !strings.Contains(buf.String(), "items=3") {
+		t.Errorf("%d info lines for 3 runs, want 1 (the run with items):\n%s", got, buf.String())
 	}
 }
