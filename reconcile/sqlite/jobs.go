@@ -251,14 +251,8 @@ WHERE lease_owner = ?1 AND done_at IS NULL`, owner, storeNow(s.now).UnixMicro())
 
 const jobColumns = `kind, purchase_id, refund_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at`
 
-// InsertJob implements reconcile.Tx: the job is due at job.RunAt, not
-// leased, never run; its kind, purchase and refund are job's, its other
-// fields ignored. Its id (jobs.id, a generated column) is the refund id
-// of a refund's job, the purchase id of a purchase's. A second job with
-// the same id gives reconcile.ErrDuplicate, an unknown purchase, or a
-// refund that is not the purchase's, reconcile.ErrNotFound, and an
-// unknown kind, or a refund's job without its refund,
-// reconcile.ErrInvalid.
+// InsertJob implements reconcile.Tx. The job's id is jobs.id, a
+// generated column.
 func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
 	what := "insert job of " + job.JobID()
 	if err := dialect.CheckJob(what, job); err != nil {
@@ -278,11 +272,9 @@ func (t *txn) GetJob(ctx context.Context, jobID string) (reconcile.Job, error) {
 		`SELECT `+jobColumns+` FROM jobs WHERE id = ?1`, jobID)
 }
 
-// CheckLease implements reconcile.Tx. It judges expiry by the store's
-// clock read now (not at the transaction's start). It is a plain read:
-// the transaction holds the database's write lock since BEGIN IMMEDIATE,
-// so no claim, in this process or another, can take the job over before
-// it ends.
+// CheckLease implements reconcile.Tx with a plain read: the transaction
+// holds the database's write lock since BEGIN IMMEDIATE, so no claim, in
+// this process or another, can take the job over before it ends.
 func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 	now := storeNow(t.now)
 	j, err := t.GetJob(ctx, l.JobID())
@@ -298,7 +290,7 @@ func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 	return dialect.LeaseLost(l, sqlstore.LeaseLostDetail(j, l))
 }
 
-// RescheduleJob implements reconcile.Tx. A done job stays done.
+// RescheduleJob implements reconcile.Tx.
 func (t *txn) RescheduleJob(ctx context.Context, jobID string, runAt time.Time) error {
 	return t.execOne(ctx, "reschedule job "+jobID,
 		`UPDATE jobs SET run_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?1`,
@@ -312,10 +304,7 @@ func (t *txn) CompleteJob(ctx context.Context, jobID string, now time.Time) erro
 		jobID, micros(now))
 }
 
-// ReopenJob implements reconcile.Tx: the job is no longer done and is due
-// at runAt. Its lease, if any, is left as it is (owner, token, expiry):
-// a live lease keeps its worker, an expired one is taken over by the next
-// claim.
+// ReopenJob implements reconcile.Tx.
 func (t *txn) ReopenJob(ctx context.Context, jobID string, runAt time.Time) error {
 	return t.execOne(ctx, "reopen job "+jobID,
 		`UPDATE jobs SET done_at = NULL, run_at = ?2 WHERE id = ?1`,
