@@ -29,36 +29,41 @@ type Store interface {
 
 	// ClaimJobs leases up to limit jobs that are due (run_at <= now and not
 	// leased) or whose lease expired (lease_expires_at <= now), now being
-	// the store's clock, giving each a new fencing token greater than any
-	// before it, owner as its owner and now+leaseFor as its expiry.
-	// Concurrent callers never receive the same job. Jobs whose lease
-	// expired are taken first (their purchases may be mid-call), then due
-	// jobs oldest run_at first; the leases come back in run_at order.
-	// Each Lease's Now is the store's time of the claim, and its Purchase
-	// the purchase as the claim read it.
+	// the store's clock at the claim, giving each a new fencing token
+	// greater than any before it, owner as its owner and now+leaseFor as
+	// its expiry. Concurrent callers never receive the same job. Jobs
+	// whose lease expired are taken first (their purchases may be
+	// mid-call), then due jobs oldest run_at first; the leases come back
+	// in run_at order (then by job id). A job whose previous lease was
+	// never released (it expired) comes back with TakenOver set. Each
+	// Lease's Now is the store's time of the claim. Jobs of both kinds are
+	// claimed alike, each Lease with its Kind set and its Purchase as the
+	// claim read it; a JobRefund's Lease carries its RefundID and Refund
+	// too, and the purchase it belongs to as PurchaseID and Purchase.
+	// owner must not be empty, limit and leaseFor must be positive
+	// (ErrInvalid otherwise).
 	ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Lease, error)
 
-	// ClaimExpiredJobs is ClaimJobs restricted to jobs whose lease expired
-	// without being released (their worker died or stalled). The rescue
-	// sweep uses it to move such purchases on promptly.
+	// ClaimExpiredJobs is ClaimJobs restricted to the open jobs whose
+	// lease expired without being released (their worker died or
+	// stalled); a job that is due but not leased is left alone, and every
+	// lease comes back with TakenOver set. The rescue sweep uses it to
+	// move such purchases on promptly.
 	ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Lease, error)
 
-	// ClaimJobs and ClaimExpiredJobs return jobs of both kinds, in one
-	// order (run_at, then job id), each Lease with its Kind set; a
-	// JobRefund's Lease carries its Refund as the claim read it, and the
-	// purchase it belongs to as PurchaseID and Purchase.
-	//
 	// ClaimJob leases the purchase job of purchaseID (never one of its
 	// refunds' jobs), whether due or not, if it is not done and not leased
 	// (or its lease expired), with a new fencing token as ClaimJobs does.
-	// For an operator's recheck. Returns ErrConflict if another owner
-	// holds an unexpired lease or the job is done, ErrNotFound if there is
-	// no such job.
+	// For an operator's recheck. Returns ErrConflict if the job is done or
+	// holds an unexpired lease (whoever its owner, this one included),
+	// ErrNotFound if there is no such job, and ErrInvalid for an empty
+	// owner or a leaseFor not positive.
 	ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (Lease, error)
 
-	// ReleaseLeases gives up every lease owner holds, making those jobs due
-	// at the store's now. Used on shutdown so that another worker picks
-	// them up at once. Returns how many were released.
+	// ReleaseLeases gives up every lease owner holds, on open jobs of
+	// either kind, expired or not, making those jobs due at the store's
+	// now. Used on shutdown so that another worker picks them up at once.
+	// Returns how many were released.
 	ReleaseLeases(ctx context.Context, owner string) (int, error)
 
 	// Ready returns nil when the database is reachable and migrated to the

@@ -87,34 +87,20 @@ var (
 )`)
 )
 
-// ClaimJobs implements reconcile.Store. It judges due and expired by the
-// store's clock, read by the claiming statement itself, and returns that
-// time as each Lease's Now. owner must not be empty, limit and leaseFor
-// must be positive (reconcile.ErrInvalid otherwise). A job whose previous
-// lease was never released (it expired) comes back with TakenOver set.
-// The leases come in run_at order, oldest first (then by job id). Jobs of
-// both kinds are claimed alike: each lease carries its Kind and its
-// Purchase as the claim read it, and a refund's job's lease its RefundID
-// and Refund too.
+// ClaimJobs implements reconcile.Store. It reads the store's clock in
+// the claiming statement itself.
 func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim jobs", claimDueSQL, owner, limit, leaseFor)
 }
 
-// ClaimExpiredJobs implements reconcile.Store: ClaimJobs for the open jobs
-// whose lease expired (lease_expires_at <= the store's now) without being
-// released; a job that is due but not leased is left alone. Every lease
-// comes back with TakenOver set.
+// ClaimExpiredJobs implements reconcile.Store.
 func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim expired jobs", claimExpiredSQL, owner, limit, leaseFor)
 }
 
-// ClaimJob implements reconcile.Store: it leases purchaseID's purchase
-// job (never one of its refunds' jobs), due or not, unless the job is done or holds an unexpired lease (whoever its
-// owner, this one included), which give reconcile.ErrConflict. A job whose
-// row another transaction has locked (a worker between CheckLease and its
-// commit) is busy too: ErrConflict, at once, without waiting. owner must
-// not be empty and leaseFor must be positive (reconcile.ErrInvalid
-// otherwise).
+// ClaimJob implements reconcile.Store. A job whose row another
+// transaction has locked (a worker between CheckLease and its commit) is
+// busy too: reconcile.ErrConflict, at once, without waiting.
 func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (reconcile.Lease, error) {
 	what := "claim job of " + purchaseID
 	leases, err := s.claim(ctx, what, claimOneSQL, owner, 1, leaseFor, purchaseID)
@@ -199,9 +185,7 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 	return leases, nil
 }
 
-// ReleaseLeases implements reconcile.Store: every open job leased by
-// owner, of either kind, expired or not, loses its lease and becomes due
-// at the store's now.
+// ReleaseLeases implements reconcile.Store.
 func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
 UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL, run_at = `+nowSQL+`

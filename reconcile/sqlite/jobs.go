@@ -36,34 +36,22 @@ SELECT * FROM (SELECT id, 0 AS taken FROM jobs
     LIMIT ?2)
 LIMIT ?2`
 
-// ClaimJobs implements reconcile.Store. It judges due and expired by the
-// store's clock, read once it holds the write lock, and returns that time
-// as each Lease's Now. owner must not be empty, limit and leaseFor must be
-// positive (reconcile.ErrInvalid otherwise). A job whose previous lease
-// was never released (it expired) comes back with TakenOver set. The
-// leases come in run_at order, oldest first (then by job id). Jobs of
-// both kinds are claimed alike: each lease carries its Kind and its
-// Purchase, read under the same write lock, and a refund's job's lease
-// its RefundID and Refund too.
+// ClaimJobs implements reconcile.Store. It reads the store's clock once
+// it holds the write lock, and the leases' purchases and refunds under
+// the same lock.
 func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim jobs", claimCand, owner, limit, leaseFor)
 }
 
-// ClaimExpiredJobs implements reconcile.Store: ClaimJobs restricted to
-// jobs whose lease expired at the store's now without being released.
-// Every lease it returns has TakenOver set.
+// ClaimExpiredJobs implements reconcile.Store.
 func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim expired jobs", expiredCand, owner, limit, leaseFor)
 }
 
-// ClaimJob implements reconcile.Store: it leases purchaseID's purchase
-// job (never one of its refunds' jobs), due or not, unless the job is done or holds an unexpired lease (whoever its
-// owner, this one included), which give reconcile.ErrConflict. It reads
-// and leases the job under the write lock of one transaction, so it waits
-// for a worker between CheckLease and its commit (at most the busy
-// timeout) and then judges the row that worker left, by the store's clock
-// read then. owner must not be empty and leaseFor must be positive
-// (reconcile.ErrInvalid otherwise).
+// ClaimJob implements reconcile.Store. It reads and leases the job under
+// the write lock of one transaction, so it waits for a worker between
+// CheckLease and its commit (at most the busy timeout) and then judges
+// the row that worker left, by the store's clock read then.
 func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (reconcile.Lease, error) {
 	what := "claim job of " + purchaseID
 	if err := dialect.CheckClaim(what, owner, 1, leaseFor); err != nil {
@@ -226,9 +214,7 @@ RETURNING id, kind, purchase_id, refund_id, lease_token, checks, run_at`, owner,
 	return leases, nil
 }
 
-// ReleaseLeases implements reconcile.Store: every open job leased by
-// owner, of either kind, expired or not, loses its lease and becomes due at the store's
-// now.
+// ReleaseLeases implements reconcile.Store.
 func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
 	var n int64
 	err := s.inTx(ctx, "release leases", func(tx *sql.Tx) error {
