@@ -15,12 +15,9 @@ import (
 // DELETE of both tables). A refund's rows carry its refund_id beside its
 // purchase's id; a purchase's own rows have none.
 
-// InsertTransition implements reconcile.Tx. r.ID is ignored: the database
-// numbers the rows in insertion order. An unknown purchase, or a refund
-// that is not the purchase's, gives reconcile.ErrNotFound; a move that is
-// not in its machine's table (the check transitions_move_check: a
-// purchase's moves for a purchase's row, a refund's for a refund's)
-// reconcile.ErrForbiddenTransition.
+// InsertTransition implements reconcile.Tx. The check
+// transitions_move_check refuses a move that is not in its machine's
+// table.
 func (t *txn) InsertTransition(ctx context.Context, r reconcile.TransitionRecord) error {
 	_, err := t.exec(ctx, `INSERT INTO transitions
     (purchase_id, refund_id, from_state, to_state, cause, evidence, actor, lease_token, at)
@@ -34,7 +31,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
 
 const transitionColumns = `id, purchase_id, refund_id, from_state, to_state, cause, evidence, actor, lease_token, at`
 
-// ListTransitions implements reconcile.Tx: the purchase's own rows, from
+// ListTransitions implements reconcile.Tx, from
 // transitions_purchase_idx.
 func (t *txn) ListTransitions(ctx context.Context, purchaseID string) ([]reconcile.TransitionRecord, error) {
 	return queryAll(ctx, t, scanTransition, "list transitions of "+purchaseID,
@@ -59,10 +56,7 @@ func scanTransition(row sqlstore.Row) (reconcile.TransitionRecord, error) {
 	return r, err
 }
 
-// InsertAttempt implements reconcile.Tx. a.ID is ignored: the database
-// numbers the rows in insertion order. Latency is kept to the nanosecond.
-// An unknown purchase, or a refund that is not the purchase's, gives
-// reconcile.ErrNotFound.
+// InsertAttempt implements reconcile.Tx.
 func (t *txn) InsertAttempt(ctx context.Context, a reconcile.Attempt) error {
 	_, err := t.exec(ctx, `INSERT INTO provider_attempts
     (purchase_id, refund_id, op, idem_key, outcome, payment_id, status, latency_ns, error, actor, lease_token, applied, note, at)
@@ -78,8 +72,8 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
 const attemptColumns = `id, purchase_id, refund_id, op, idem_key, outcome, payment_id, status, latency_ns,
     error, actor, lease_token, applied, note, at`
 
-// ListAttempts implements reconcile.Tx: the calls about the purchase's
-// own charge, from provider_attempts_purchase_idx.
+// ListAttempts implements reconcile.Tx, from
+// provider_attempts_purchase_idx.
 func (t *txn) ListAttempts(ctx context.Context, purchaseID string) ([]reconcile.Attempt, error) {
 	return queryAll(ctx, t, scanAttempt, "list attempts of "+purchaseID,
 		`SELECT `+attemptColumns+` FROM provider_attempts WHERE purchase_id = $1 AND refund_id IS NULL ORDER BY id`, purchaseID)

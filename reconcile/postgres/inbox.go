@@ -33,9 +33,7 @@ const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id
     purchase_id, outcome, received_at, processed_at, amount, currency, event_created,
     refund, refund_id, refunded_payment`
 
-// InsertInboxEvent implements reconcile.Tx. A nil or empty payload is
-// stored empty and read back as nil. An empty Provider or EventID, or a
-// zero ReceivedAt, is refused with reconcile.ErrInvalid.
+// InsertInboxEvent implements reconcile.Tx.
 func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
@@ -250,8 +248,7 @@ func (t *txn) GetInboxEvent(ctx context.Context, provider, eventID string) (reco
 		`SELECT `+inboxColumns+` FROM webhook_inbox WHERE provider = $1 AND event_id = $2`, provider, eventID)
 }
 
-// UpdateInboxEvent implements reconcile.Tx. An empty purchaseID clears the
-// event's purchase.
+// UpdateInboxEvent implements reconcile.Tx.
 func (t *txn) UpdateInboxEvent(ctx context.Context, provider, eventID, purchaseID string, outcome reconcile.EventOutcome, processedAt time.Time) error {
 	return t.execOne(ctx, fmt.Sprintf("update inbox event %s/%s", provider, eventID),
 		`UPDATE webhook_inbox SET purchase_id = $3, outcome = $4, processed_at = $5
@@ -259,9 +256,7 @@ WHERE provider = $1 AND event_id = $2`,
 		provider, eventID, sqlstore.NullString(purchaseID), string(outcome), nullTime(processedAt))
 }
 
-// ListInboxEvents implements reconcile.Tx: the events whose purchase is
-// purchaseID (as stored at insert or by UpdateInboxEvent), oldest received
-// first, then by provider and event id.
+// ListInboxEvents implements reconcile.Tx.
 func (t *txn) ListInboxEvents(ctx context.Context, purchaseID string) ([]reconcile.InboxEvent, error) {
 	return queryAll(ctx, t, scanInboxEvent, "list inbox events of "+purchaseID, `SELECT `+inboxColumns+` FROM webhook_inbox
 WHERE purchase_id = $1 ORDER BY received_at, provider, event_id`, purchaseID)
@@ -275,10 +270,7 @@ const listUnmatchedEventsSQL = `SELECT ` + inboxColumns + ` FROM webhook_inbox
 WHERE outcome = '` + string(reconcile.EventUnmatched) + `'
 ORDER BY processed_at NULLS FIRST, received_at, provider, event_id LIMIT $1`
 
-// ListUnmatchedEvents implements reconcile.Tx: least recently tried
-// first, that is never processed (processed_at NULL) first, then by
-// processed_at, received_at, provider and event id. limit must be positive
-// (reconcile.ErrInvalid otherwise).
+// ListUnmatchedEvents implements reconcile.Tx.
 func (t *txn) ListUnmatchedEvents(ctx context.Context, limit int) ([]reconcile.InboxEvent, error) {
 	const what = "list unmatched events"
 	if err := dialect.CheckLimit(what, limit); err != nil {
@@ -287,9 +279,7 @@ func (t *txn) ListUnmatchedEvents(ctx context.Context, limit int) ([]reconcile.I
 	return queryAll(ctx, t, scanInboxEvent, what, listUnmatchedEventsSQL, limit)
 }
 
-// DeleteInboxEventsBefore implements reconcile.Tx: one batch of at most
-// limit events received strictly before the given time, oldest first.
-// limit must be positive (reconcile.ErrInvalid otherwise).
+// DeleteInboxEventsBefore implements reconcile.Tx.
 func (t *txn) DeleteInboxEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	if err := dialect.CheckLimit("delete inbox events", limit); err != nil {
 		return 0, err

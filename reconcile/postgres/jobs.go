@@ -87,34 +87,20 @@ var (
 )`)
 )
 
-// ClaimJobs implements reconcile.Store. It judges due and expired by the
-// store's clock, read by the claiming statement itself, and returns that
-// time as each Lease's Now. owner must not be empty, limit and leaseFor
-// must be positive (reconcile.ErrInvalid otherwise). A job whose previous
-// lease was never released (it expired) comes back with TakenOver set.
-// The leases come in run_at order, oldest first (then by job id). Jobs of
-// both kinds are claimed alike: each lease carries its Kind and its
-// Purchase as the claim read it, and a refund's job's lease its RefundID
-// and Refund too.
+// ClaimJobs implements reconcile.Store. It reads the store's clock in
+// the claiming statement itself.
 func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim jobs", claimDueSQL, owner, limit, leaseFor)
 }
 
-// ClaimExpiredJobs implements reconcile.Store: ClaimJobs for the open jobs
-// whose lease expired (lease_expires_at <= the store's now) without being
-// released; a job that is due but not leased is left alone. Every lease
-// comes back with TakenOver set.
+// ClaimExpiredJobs implements reconcile.Store.
 func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim expired jobs", claimExpiredSQL, owner, limit, leaseFor)
 }
 
-// ClaimJob implements reconcile.Store: it leases purchaseID's purchase
-// job (never one of its refunds' jobs), due or not, unless the job is done or holds an unexpired lease (whoever its
-// owner, this one included), which give reconcile.ErrConflict. A job whose
-// row another transaction has locked (a worker between CheckLease and its
-// commit) is busy too: ErrConflict, at once, without waiting. owner must
-// not be empty and leaseFor must be positive (reconcile.ErrInvalid
-// otherwise).
+// ClaimJob implements reconcile.Store. A job whose row another
+// transaction has locked (a worker between CheckLease and its commit) is
+// busy too: reconcile.ErrConflict, at once, without waiting.
 func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (reconcile.Lease, error) {
 	what := "claim job of " + purchaseID
 	leases, err := s.claim(ctx, what, claimOneSQL, owner, 1, leaseFor, purchaseID)
@@ -199,9 +185,7 @@ func (s *Store) claim(ctx context.Context, what, query, owner string, limit int,
 	return leases, nil
 }
 
-// ReleaseLeases implements reconcile.Store: every open job leased by
-// owner, of either kind, expired or not, loses its lease and becomes due
-// at the store's now.
+// ReleaseLeases implements reconcile.Store.
 func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
 	tag, err := s.pool.Exec(ctx, `
 UPDATE jobs SET lease_owner = NULL, lease_expires_at = NULL, run_at = `+nowSQL+`
@@ -214,14 +198,8 @@ WHERE lease_owner = $2 AND done_at IS NULL`, clockArg(s.now), owner)
 
 const jobColumns = `kind, purchase_id, refund_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at`
 
-// InsertJob implements reconcile.Tx: the job is due at job.RunAt, not
-// leased, never run; its kind, purchase and refund are job's, its other
-// fields ignored. Its id (jobs.id, a generated column) is the refund id
-// of a refund's job, the purchase id of a purchase's. A second job with
-// the same id gives reconcile.ErrDuplicate, an unknown purchase, or a
-// refund that is not the purchase's, reconcile.ErrNotFound, and an
-// unknown kind, or a refund's job without its refund,
-// reconcile.ErrInvalid.
+// InsertJob implements reconcile.Tx. The job's id is jobs.id, a
+// generated column.
 func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
 	what := "insert job of " + job.JobID()
 	if err := dialect.CheckJob(what, job); err != nil {
@@ -241,10 +219,9 @@ func (t *txn) GetJob(ctx context.Context, jobID string) (reconcile.Job, error) {
 		`SELECT `+jobColumns+` FROM jobs WHERE id = $1`, jobID)
 }
 
-// CheckLease implements reconcile.Tx. It judges expiry by the store's
-// clock at this statement (not at the transaction's start), and takes the
-// job row's lock (SELECT ... FOR UPDATE) when l is current, which ClaimJobs
-// skips until this transaction ends.
+// CheckLease implements reconcile.Tx. It reads the clock in its
+// statement, and takes the job row's lock (SELECT ... FOR UPDATE) when l
+// is current, which ClaimJobs skips until this transaction ends.
 func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 	var one int
 	err := t.tx.QueryRow(ctx, `SELECT 1 FROM jobs
@@ -264,7 +241,7 @@ FOR UPDATE`, clockArg(t.now), l.JobID(), l.Owner, l.Token).Scan(&one)
 	return dialect.LeaseLost(l, why)
 }
 
-// RescheduleJob implements reconcile.Tx. A done job stays done.
+// RescheduleJob implements reconcile.Tx.
 func (t *txn) RescheduleJob(ctx context.Context, jobID string, runAt time.Time) error {
 	return t.execOne(ctx, "reschedule job "+jobID,
 		`UPDATE jobs SET run_at = $2, lease_owner = NULL, lease_expires_at = NULL WHERE id = $1`,
@@ -278,10 +255,7 @@ func (t *txn) CompleteJob(ctx context.Context, jobID string, now time.Time) erro
 		jobID, nullTime(now))
 }
 
-// ReopenJob implements reconcile.Tx: the job is no longer done and is due
-// at runAt. Its lease, if any, is left as it is (owner, token, expiry):
-// a live lease keeps its worker, an expired one is taken over by the next
-// claim.
+// ReopenJob implements reconcile.Tx.
 func (t *txn) ReopenJob(ctx context.Context, jobID string, runAt time.Time) error {
 	return t.execOne(ctx, "reopen job "+jobID,
 		`UPDATE jobs SET done_at = NULL, run_at = $2 WHERE id = $1`,

@@ -11,10 +11,7 @@ import (
 // append-only. An action about a refund (migration 00009) carries its
 // refund_id beside its purchase's id.
 
-// InsertOperatorAction implements reconcile.Tx. a.ID is ignored: the
-// database numbers the rows in insertion order. An unknown purchase, or a
-// refund that is not the purchase's, gives reconcile.ErrNotFound, an
-// action other than recheck, resolve, note or refund reconcile.ErrInvalid.
+// InsertOperatorAction implements reconcile.Tx.
 func (t *txn) InsertOperatorAction(ctx context.Context, a reconcile.OperatorAction) error {
 	_, err := t.exec(ctx, `INSERT INTO operator_actions (purchase_id, refund_id, operator, action, saw, did, evidence, at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
@@ -25,8 +22,7 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
 	return nil
 }
 
-// ListOperatorActions implements reconcile.Tx: every action of the
-// purchase, those about its refunds included (with their RefundID).
+// ListOperatorActions implements reconcile.Tx.
 func (t *txn) ListOperatorActions(ctx context.Context, purchaseID string) ([]reconcile.OperatorAction, error) {
 	return queryAll(ctx, t, func(row sqlstore.Row) (reconcile.OperatorAction, error) {
 		var a reconcile.OperatorAction

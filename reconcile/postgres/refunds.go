@@ -21,18 +21,11 @@ const refundColumns = `id, purchase_id, payment_id, finding_id, amount, currency
     state, version, provider_key, provider_request, params_hash, provider_refund_id, failure_reason,
     first_attempt_at, uncertain_since, escalated_at, escalation_reason, settled_at, created_at, updated_at`
 
-// InsertRefund implements reconcile.Tx. The database refuses a refund
-// whose state is not created (reconcile.ErrForbiddenTransition), one its
-// purchase or finding does not allow (reconcile.ErrNotRefundable), one
-// that would take its payment's refunds past the payment's amount
-// (reconcile.ErrRefundExceeds), a taken id or provider key
-// (reconcile.ErrDuplicate), an unknown purchase (reconcile.ErrNotFound),
-// and a missing provider key, request or hash, a non-positive amount or
-// a zero CreatedAt or UpdatedAt (reconcile.ErrInvalid). The limits'
-// trigger takes a transaction-level lock on the payment first: a
-// concurrent insert of a refund of the same payment waits for this
-// transaction to end, then judges with this refund counted if it
-// committed.
+// InsertRefund implements reconcile.Tx; the database's constraints and
+// triggers make the refusals. The limits' trigger takes a
+// transaction-level lock on the payment first: a concurrent insert of a
+// refund of the same payment waits for this transaction to end, then
+// judges with this refund counted if it committed.
 func (t *txn) InsertRefund(ctx context.Context, r reconcile.Refund) error {
 	what := fmt.Sprintf("insert refund %s of %s", r.ID, r.PurchaseID)
 	req, err := sqlstore.MarshalRequest[json.RawMessage](r.ProviderRequest)
@@ -60,8 +53,7 @@ func (t *txn) GetRefund(ctx context.Context, id string) (reconcile.Refund, error
 		`SELECT `+refundColumns+` FROM refunds WHERE id = $1`, id)
 }
 
-// ListRefunds implements reconcile.Tx: oldest CreatedAt first, then by
-// id, from refunds_purchase_idx.
+// ListRefunds implements reconcile.Tx, from refunds_purchase_idx.
 func (t *txn) ListRefunds(ctx context.Context, purchaseID string) ([]reconcile.Refund, error) {
 	return queryAll(ctx, t, scanRefund, "list refunds of "+purchaseID,
 		`SELECT `+refundColumns+` FROM refunds WHERE purchase_id = $1 ORDER BY created_at, id`, purchaseID)
@@ -78,11 +70,8 @@ func (t *txn) FindRefunds(ctx context.Context, ids, providerIDs []string) ([]rec
 		ids, providerIDs)
 }
 
-// UpdateRefund implements reconcile.Tx. It writes the state, the
-// provider refund id, the failure reason, the times and the escalation,
-// and UpdatedAt; the other fields are fixed at insert and left alone (the
-// database refuses a change of the amount, payment, purchase or
-// finding). A conflict's reconcile.DetailOf says what the row is now.
+// UpdateRefund implements reconcile.Tx. The database refuses a change of
+// the amount, payment, purchase or finding.
 func (t *txn) UpdateRefund(ctx context.Context, r reconcile.Refund, from statemachine.State) error {
 	n, err := t.exec(ctx, `UPDATE refunds SET
     state = $3,
@@ -118,8 +107,7 @@ WHERE id = $1 AND state = $2 AND version = $4`,
 	return dialect.Conflict("update refund "+r.ID, sqlstore.ConflictDetail(statemachine.State(state), version, from, r.Version))
 }
 
-// ListEscalatedRefunds implements reconcile.Tx: every refund with an
-// escalation time, whatever its state, oldest escalation first.
+// ListEscalatedRefunds implements reconcile.Tx.
 func (t *txn) ListEscalatedRefunds(ctx context.Context) ([]reconcile.Refund, error) {
 	return queryAll(ctx, t, scanRefund, "list escalated refunds", listEscalatedRefundsSQL)
 }
@@ -128,10 +116,7 @@ func (t *txn) ListEscalatedRefunds(ctx context.Context) ([]reconcile.Refund, err
 // partial index refunds_escalated_at_idx in its order.
 const listEscalatedRefundsSQL = `SELECT ` + refundColumns + ` FROM refunds WHERE escalated_at IS NOT NULL ORDER BY escalated_at, id`
 
-// ListOverdueUncertainRefunds implements reconcile.Tx: refunds in
-// uncertain, not escalated, whose UncertainSince is strictly before
-// uncertainBefore, oldest UncertainSince first (then by id). limit must
-// be positive (reconcile.ErrInvalid otherwise).
+// ListOverdueUncertainRefunds implements reconcile.Tx.
 func (t *txn) ListOverdueUncertainRefunds(ctx context.Context, uncertainBefore time.Time, limit int) ([]reconcile.Refund, error) {
 	const what = "list overdue uncertain refunds"
 	if err := dialect.CheckLimit(what, limit); err != nil {
@@ -148,9 +133,8 @@ WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < $1
 ORDER BY uncertain_since, id
 LIMIT $2`
 
-// CountRefundsByState implements reconcile.Tx. Every state of
-// statemachine.Refund is in the map, with 0 when no refund is in it. It
-// counts refunds_state_idx.
+// CountRefundsByState implements reconcile.Tx. It counts
+// refunds_state_idx.
 func (t *txn) CountRefundsByState(ctx context.Context) (map[statemachine.State]int, error) {
 	counts := sqlstore.RefundStateCounts()
 	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count refunds by state",
@@ -163,8 +147,7 @@ func (t *txn) CountRefundsByState(ctx context.Context) (map[statemachine.State]i
 // countRefundsByStateSQL is CountRefundsByState's query.
 const countRefundsByStateSQL = `SELECT state, count(*) FROM refunds GROUP BY state`
 
-// OldestUncertainRefundSince implements reconcile.Tx. Refunds in
-// uncertain or reconciling without an UncertainSince do not count.
+// OldestUncertainRefundSince implements reconcile.Tx.
 func (t *txn) OldestUncertainRefundSince(ctx context.Context) (time.Time, error) {
 	var oldest *time.Time
 	if err := t.tx.QueryRow(ctx, oldestUncertainRefundSinceSQL).Scan(&oldest); err != nil {

@@ -10,11 +10,8 @@ import (
 
 // AcquireSweepLock implements reconcile.Tx in one statement, which reads
 // the store's clock: the lock row is inserted, or taken over when it
-// expired (expires_at <= now) or is already owner's (which extends it to
-// now+ttl). A concurrent acquirer of the same lock waits for this
-// transaction and then judges the row it left. name and owner must not be
-// empty and ttl must be positive (reconcile.ErrInvalid otherwise). The
-// lock is held only once the transaction commits.
+// expired (expires_at <= now) or is already owner's. A concurrent
+// acquirer of the same lock waits for this transaction's row lock.
 func (t *txn) AcquireSweepLock(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	if err := dialect.CheckSweepLock(name, owner, ttl); err != nil {
 		return false, err
@@ -29,8 +26,7 @@ WHERE l.expires_at <= `+nowSQL+` OR l.owner = EXCLUDED.owner`, clockArg(t.now), 
 	return n == 1, nil
 }
 
-// ReleaseSweepLock implements reconcile.Tx. Releasing a lock owner does
-// not hold is not an error and changes nothing.
+// ReleaseSweepLock implements reconcile.Tx.
 func (t *txn) ReleaseSweepLock(ctx context.Context, name, owner string) error {
 	if _, err := t.exec(ctx, `DELETE FROM sweep_locks WHERE name = $1 AND owner = $2`, name, owner); err != nil {
 		return wrap(err, "release sweep lock %s of %s", name, owner)

@@ -25,12 +25,9 @@ const findingColumns = `id, provider, payment_id, kind, purchase_id, amount, cur
 // InsertFinding implements reconcile.Tx with one INSERT ... ON CONFLICT
 // DO NOTHING on (provider, payment_id, kind), as InsertInboxEvent (the
 // schema's trigger ignores the row before the conflict is reached; the
-// outcome is the same). Writers are serialized, so a concurrent insert of
-// the same finding runs after this transaction and sees its outcome.
-// f.ID is ignored. An empty PurchaseID is stored as NULL. An empty
-// Provider or PaymentID, a kind not in reconcile.FindingKinds, a zero
-// FoundAt, or a finding already closed (ClosedAt, ClosedBy or CloseNote
-// set) is refused with reconcile.ErrInvalid.
+// outcome is the same). Writers are serialized, so a concurrent insert
+// of the same finding runs after this transaction and sees its outcome.
+// An empty PurchaseID is stored as NULL.
 func (t *txn) InsertFinding(ctx context.Context, f reconcile.Finding) (bool, error) {
 	what := fmt.Sprintf("insert %s finding of %s/%s", f.Kind, f.Provider, f.PaymentID)
 	if err := dialect.CheckNewFinding(what, f); err != nil {
@@ -54,10 +51,9 @@ func (t *txn) GetFinding(ctx context.Context, id int64) (reconcile.Finding, erro
 		`SELECT `+findingColumns+` FROM audit_findings WHERE id = ?1`, id)
 }
 
-// ListFindings implements reconcile.Tx: oldest FoundAt first, then by id.
-// The open findings are read from the partial index
-// audit_findings_open_idx, a purchase's from audit_findings_purchase_idx.
-// A negative limit is refused with reconcile.ErrInvalid.
+// ListFindings implements reconcile.Tx. The open findings are read from
+// the partial index audit_findings_open_idx, a purchase's from
+// audit_findings_purchase_idx.
 func (t *txn) ListFindings(ctx context.Context, purchaseID string, includeClosed bool, limit int) ([]reconcile.Finding, error) {
 	what := "list findings"
 	if purchaseID != "" {
@@ -96,10 +92,8 @@ func listFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, 
 	return query, args
 }
 
-// CloseFinding implements reconcile.Tx: one conditional UPDATE of the
-// close columns, the only change the database allows. operator and note
-// must not be empty and now must not be zero (reconcile.ErrInvalid
-// otherwise).
+// CloseFinding implements reconcile.Tx with one conditional UPDATE of
+// the close columns, the only change the database allows.
 func (t *txn) CloseFinding(ctx context.Context, id int64, operator, note string, now time.Time) error {
 	what := fmt.Sprintf("close finding %d", id)
 	if err := dialect.CheckCloseFinding(what, operator, note, now); err != nil {
@@ -126,8 +120,7 @@ WHERE id = ?1 AND closed_at IS NULL`, id, now.UnixMicro(), operator, note)
 	return dialect.Conflict(fmt.Sprintf("%s by %q", what, operator), sqlstore.ClosedDetail(closedBy, fromNullMicros(closedAt)))
 }
 
-// CountOpenFindings implements reconcile.Tx. Every kind of
-// reconcile.FindingKinds is in the map, with 0 when none is open.
+// CountOpenFindings implements reconcile.Tx.
 func (t *txn) CountOpenFindings(ctx context.Context) (map[reconcile.FindingKind]int, error) {
 	counts := sqlstore.FindingCounts()
 	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count open findings",
@@ -141,9 +134,8 @@ func (t *txn) CountOpenFindings(ctx context.Context) (map[reconcile.FindingKind]
 // index audit_findings_open_idx: the open findings, not the closed ones.
 const countOpenFindingsSQL = `SELECT kind, count(*) FROM audit_findings WHERE closed_at IS NULL GROUP BY kind`
 
-// LinkAuditPayment implements reconcile.Tx with INSERT ... ON CONFLICT DO
-// NOTHING on (provider, purchase_id), then reads the row that stands. Empty
-// ids or a zero at are refused with reconcile.ErrInvalid.
+// LinkAuditPayment implements reconcile.Tx with INSERT ... ON CONFLICT
+// DO NOTHING on (provider, purchase_id), then reads the row that stands.
 func (t *txn) LinkAuditPayment(ctx context.Context, provider, purchaseID, paymentID string, at time.Time) (string, error) {
 	what := fmt.Sprintf("link audit payment %s of %s/%s", paymentID, provider, purchaseID)
 	if _, err := t.exec(ctx, `INSERT INTO audit_links (provider, purchase_id, payment_id, linked_at)
@@ -170,8 +162,7 @@ func (t *txn) GetAuditRun(ctx context.Context, name string) (reconcile.AuditRun,
 // getAuditRunSQL is GetAuditRun's query, by the primary key.
 const getAuditRunSQL = `SELECT ` + auditRunColumns + ` FROM audit_runs WHERE name = ?1`
 
-// SaveAuditRun implements reconcile.Tx with one upsert on the name. An
-// empty Name or a negative Findings is refused with reconcile.ErrInvalid.
+// SaveAuditRun implements reconcile.Tx with one upsert on the name.
 func (t *txn) SaveAuditRun(ctx context.Context, r reconcile.AuditRun) error {
 	_, err := t.exec(ctx, `INSERT INTO audit_runs (`+auditRunColumns+`)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)

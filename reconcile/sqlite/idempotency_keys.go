@@ -14,10 +14,8 @@ import (
 const idempotencyColumns = `client, key, request_hash, status_code, response, purchase_id, created_at`
 
 // InsertIdempotencyKey implements reconcile.Tx with INSERT ... ON
-// CONFLICT DO NOTHING: the primary key (client, key) decides, as for
-// InsertInboxEvent. An empty Key or a zero CreatedAt is refused with
-// reconcile.ErrInvalid. An empty response is stored as NULL and read back
-// as nil.
+// CONFLICT DO NOTHING: the primary key (client, key) decides. An empty
+// response is stored as NULL.
 func (t *txn) InsertIdempotencyKey(ctx context.Context, k reconcile.IdempotencyKey) (bool, error) {
 	n, err := t.exec(ctx, `INSERT INTO idempotency_keys (`+idempotencyColumns+`)
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
@@ -35,17 +33,14 @@ func (t *txn) GetIdempotencyKey(ctx context.Context, client, key string) (reconc
 		`SELECT `+idempotencyColumns+` FROM idempotency_keys WHERE client = ?1 AND key = ?2`, client, key)
 }
 
-// SaveIdempotencyResponse implements reconcile.Tx. It writes the status,
-// the body and the purchase id as given (an empty purchaseID clears it).
+// SaveIdempotencyResponse implements reconcile.Tx.
 func (t *txn) SaveIdempotencyResponse(ctx context.Context, client, key string, statusCode int, body []byte, purchaseID string) error {
 	return t.execOne(ctx, fmt.Sprintf("save response of idempotency key %q of %q", key, client),
 		`UPDATE idempotency_keys SET status_code = ?3, response = ?4, purchase_id = ?5
 WHERE client = ?1 AND key = ?2`, client, key, statusCode, sqlstore.NullBytes(body), sqlstore.NullString(purchaseID))
 }
 
-// DeleteIdempotencyKeysBefore implements reconcile.Tx: one batch of at
-// most limit keys created strictly before the given time, oldest first.
-// limit must be positive (reconcile.ErrInvalid otherwise).
+// DeleteIdempotencyKeysBefore implements reconcile.Tx.
 func (t *txn) DeleteIdempotencyKeysBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	if err := dialect.CheckLimit("delete idempotency keys", limit); err != nil {
 		return 0, err

@@ -36,34 +36,22 @@ SELECT * FROM (SELECT id, 0 AS taken FROM jobs
     LIMIT ?2)
 LIMIT ?2`
 
-// ClaimJobs implements reconcile.Store. It judges due and expired by the
-// store's clock, read once it holds the write lock, and returns that time
-// as each Lease's Now. owner must not be empty, limit and leaseFor must be
-// positive (reconcile.ErrInvalid otherwise). A job whose previous lease
-// was never released (it expired) comes back with TakenOver set. The
-// leases come in run_at order, oldest first (then by job id). Jobs of
-// both kinds are claimed alike: each lease carries its Kind and its
-// Purchase, read under the same write lock, and a refund's job's lease
-// its RefundID and Refund too.
+// ClaimJobs implements reconcile.Store. It reads the store's clock once
+// it holds the write lock, and the leases' purchases and refunds under
+// the same lock.
 func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim jobs", claimCand, owner, limit, leaseFor)
 }
 
-// ClaimExpiredJobs implements reconcile.Store: ClaimJobs restricted to
-// jobs whose lease expired at the store's now without being released.
-// Every lease it returns has TakenOver set.
+// ClaimExpiredJobs implements reconcile.Store.
 func (s *Store) ClaimExpiredJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim expired jobs", expiredCand, owner, limit, leaseFor)
 }
 
-// ClaimJob implements reconcile.Store: it leases purchaseID's purchase
-// job (never one of its refunds' jobs), due or not, unless the job is done or holds an unexpired lease (whoever its
-// owner, this one included), which give reconcile.ErrConflict. It reads
-// and leases the job under the write lock of one transaction, so it waits
-// for a worker between CheckLease and its commit (at most the busy
-// timeout) and then judges the row that worker left, by the store's clock
-// read then. owner must not be empty and leaseFor must be positive
-// (reconcile.ErrInvalid otherwise).
+// ClaimJob implements reconcile.Store. It reads and leases the job under
+// the write lock of one transaction, so it waits for a worker between
+// CheckLease and its commit (at most the busy timeout) and then judges
+// the row that worker left, by the store's clock read then.
 func (s *Store) ClaimJob(ctx context.Context, purchaseID, owner string, leaseFor time.Duration) (reconcile.Lease, error) {
 	what := "claim job of " + purchaseID
 	if err := dialect.CheckClaim(what, owner, 1, leaseFor); err != nil {
@@ -226,9 +214,7 @@ RETURNING id, kind, purchase_id, refund_id, lease_token, checks, run_at`, owner,
 	return leases, nil
 }
 
-// ReleaseLeases implements reconcile.Store: every open job leased by
-// owner, of either kind, expired or not, loses its lease and becomes due at the store's
-// now.
+// ReleaseLeases implements reconcile.Store.
 func (s *Store) ReleaseLeases(ctx context.Context, owner string) (int, error) {
 	var n int64
 	err := s.inTx(ctx, "release leases", func(tx *sql.Tx) error {
@@ -251,14 +237,8 @@ WHERE lease_owner = ?1 AND done_at IS NULL`, owner, storeNow(s.now).UnixMicro())
 
 const jobColumns = `kind, purchase_id, refund_id, run_at, lease_owner, lease_token, lease_expires_at, checks, done_at`
 
-// InsertJob implements reconcile.Tx: the job is due at job.RunAt, not
-// leased, never run; its kind, purchase and refund are job's, its other
-// fields ignored. Its id (jobs.id, a generated column) is the refund id
-// of a refund's job, the purchase id of a purchase's. A second job with
-// the same id gives reconcile.ErrDuplicate, an unknown purchase, or a
-// refund that is not the purchase's, reconcile.ErrNotFound, and an
-// unknown kind, or a refund's job without its refund,
-// reconcile.ErrInvalid.
+// InsertJob implements reconcile.Tx. The job's id is jobs.id, a
+// generated column.
 func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
 	what := "insert job of " + job.JobID()
 	if err := dialect.CheckJob(what, job); err != nil {
@@ -278,11 +258,9 @@ func (t *txn) GetJob(ctx context.Context, jobID string) (reconcile.Job, error) {
 		`SELECT `+jobColumns+` FROM jobs WHERE id = ?1`, jobID)
 }
 
-// CheckLease implements reconcile.Tx. It judges expiry by the store's
-// clock read now (not at the transaction's start). It is a plain read:
-// the transaction holds the database's write lock since BEGIN IMMEDIATE,
-// so no claim, in this process or another, can take the job over before
-// it ends.
+// CheckLease implements reconcile.Tx with a plain read: the transaction
+// holds the database's write lock since BEGIN IMMEDIATE, so no claim, in
+// this process or another, can take the job over before it ends.
 func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 	now := storeNow(t.now)
 	j, err := t.GetJob(ctx, l.JobID())
@@ -298,7 +276,7 @@ func (t *txn) CheckLease(ctx context.Context, l reconcile.Lease) error {
 	return dialect.LeaseLost(l, sqlstore.LeaseLostDetail(j, l))
 }
 
-// RescheduleJob implements reconcile.Tx. A done job stays done.
+// RescheduleJob implements reconcile.Tx.
 func (t *txn) RescheduleJob(ctx context.Context, jobID string, runAt time.Time) error {
 	return t.execOne(ctx, "reschedule job "+jobID,
 		`UPDATE jobs SET run_at = ?2, lease_owner = NULL, lease_expires_at = NULL WHERE id = ?1`,
@@ -312,10 +290,7 @@ func (t *txn) CompleteJob(ctx context.Context, jobID string, now time.Time) erro
 		jobID, micros(now))
 }
 
-// ReopenJob implements reconcile.Tx: the job is no longer done and is due
-// at runAt. Its lease, if any, is left as it is (owner, token, expiry):
-// a live lease keeps its worker, an expired one is taken over by the next
-// claim.
+// ReopenJob implements reconcile.Tx.
 func (t *txn) ReopenJob(ctx context.Context, jobID string, runAt time.Time) error {
 	return t.execOne(ctx, "reopen job "+jobID,
 		`UPDATE jobs SET done_at = NULL, run_at = ?2 WHERE id = ?1`,

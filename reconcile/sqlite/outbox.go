@@ -94,8 +94,7 @@ func scanOutbox(row sqlstore.Row) (reconcile.OutboxEvent, error) {
 	return e, err
 }
 
-// InsertSubscription implements reconcile.Tx; its CreatedAt is the
-// store's now.
+// InsertSubscription implements reconcile.Tx.
 func (t *txn) InsertSubscription(ctx context.Context, s reconcile.Subscription) error {
 	what := "insert subscription " + s.Name
 	if err := dialect.CheckSubscription(what, s); err != nil {
@@ -306,7 +305,8 @@ FROM outbox_deliveries WHERE state <> 'done'`)
 }
 
 // DeleteDeliveredOutboxBefore implements reconcile.Tx; the deliveries go
-// with their events (ON DELETE CASCADE), the sequence counters stay.
+// with their events (ON DELETE CASCADE), and outbox_sequences keeps the
+// purchases' counters.
 func (t *txn) DeleteDeliveredOutboxBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	what := "delete delivered outbox events before " + before.UTC().Format(time.RFC3339)
 	if err := dialect.CheckLimit(what, limit); err != nil {

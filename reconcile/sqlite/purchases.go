@@ -17,10 +17,7 @@ const purchaseColumns = `id, customer, reference, amount, currency, description,
     first_attempt_at, uncertain_since, escalated_at, escalation_reason, settled_at, doubt,
     created_at, updated_at, client`
 
-// InsertPurchase implements reconcile.Tx. The database refuses a purchase
-// whose state is not created (reconcile.ErrForbiddenTransition) and one
-// with a non-positive amount or a zero CreatedAt or UpdatedAt
-// (reconcile.ErrInvalid).
+// InsertPurchase implements reconcile.Tx.
 func (t *txn) InsertPurchase(ctx context.Context, p reconcile.Purchase) error {
 	req, err := sqlstore.MarshalRequest[string](p.ProviderRequest)
 	if err != nil {
@@ -56,8 +53,7 @@ func (t *txn) FindPurchaseByPaymentID(ctx context.Context, paymentID string) (re
 		`SELECT `+purchaseColumns+` FROM purchases WHERE provider_payment_id = ?1`, paymentID)
 }
 
-// FindPurchaseByReference implements reconcile.Tx. An empty reference
-// finds nothing: purchases without one have none to match.
+// FindPurchaseByReference implements reconcile.Tx.
 func (t *txn) FindPurchaseByReference(ctx context.Context, customer, reference string) (reconcile.Purchase, error) {
 	what := "find purchase of " + customer + " by reference"
 	if reference == "" {
@@ -67,11 +63,7 @@ func (t *txn) FindPurchaseByReference(ctx context.Context, customer, reference s
 		`SELECT `+purchaseColumns+` FROM purchases WHERE customer = ?1 AND reference = ?2`, customer, reference)
 }
 
-// UpdatePurchase implements reconcile.Tx. It writes the state, the
-// provider fields (key, request, params hash, payment id, first attempt),
-// UncertainSince, the escalation, SettledAt, Doubt and UpdatedAt; the
-// other fields are fixed at insert and left alone. A conflict's
-// reconcile.DetailOf says what the row is now.
+// UpdatePurchase implements reconcile.Tx.
 func (t *txn) UpdatePurchase(ctx context.Context, p reconcile.Purchase, from statemachine.State) error {
 	req, err := sqlstore.MarshalRequest[string](p.ProviderRequest)
 	if err != nil {
@@ -115,9 +107,7 @@ WHERE id = ?1 AND state = ?2 AND version = ?4`,
 	return dialect.Conflict("update purchase "+p.ID, sqlstore.ConflictDetail(statemachine.State(state), version, from, p.Version))
 }
 
-// ListEscalated implements reconcile.Tx: every purchase with an
-// escalation time, whatever its state (a contradiction can escalate a
-// declined purchase), oldest escalation first.
+// ListEscalated implements reconcile.Tx.
 func (t *txn) ListEscalated(ctx context.Context) ([]reconcile.Purchase, error) {
 	return queryAll(ctx, t, scanPurchase, "list escalated purchases", listEscalatedSQL)
 }
@@ -127,8 +117,7 @@ func (t *txn) ListEscalated(ctx context.Context) ([]reconcile.Purchase, error) {
 // the settled ones.
 const listEscalatedSQL = `SELECT ` + purchaseColumns + ` FROM purchases WHERE escalated_at IS NOT NULL ORDER BY escalated_at, id`
 
-// CountByState implements reconcile.Tx. Every known state is in the map,
-// with 0 when no purchase is in it. It reads purchase_state_counts
+// CountByState implements reconcile.Tx. It reads purchase_state_counts
 // (migration 00007), which triggers on purchases keep in the statement
 // of every write, so its cost does not grow with the number of
 // purchases.
@@ -144,8 +133,7 @@ func (t *txn) CountByState(ctx context.Context) (map[statemachine.State]int, err
 // countByStateSQL is CountByState's query.
 const countByStateSQL = `SELECT state, n FROM purchase_state_counts`
 
-// CountEscalated implements reconcile.Tx: the purchases ListEscalated
-// returns.
+// CountEscalated implements reconcile.Tx.
 func (t *txn) CountEscalated(ctx context.Context) (int, error) {
 	var n int
 	if err := t.tx.QueryRowContext(ctx, countEscalatedSQL).Scan(&n); err != nil {
@@ -158,8 +146,7 @@ func (t *txn) CountEscalated(ctx context.Context) (int, error) {
 // purchases_escalated_at_idx.
 const countEscalatedSQL = `SELECT count(*) FROM purchases WHERE escalated_at IS NOT NULL`
 
-// OldestUncertainSince implements reconcile.Tx. Purchases in uncertain or
-// reconciling without an UncertainSince do not count.
+// OldestUncertainSince implements reconcile.Tx.
 func (t *txn) OldestUncertainSince(ctx context.Context) (time.Time, error) {
 	var oldest *int64
 	if err := t.tx.QueryRowContext(ctx, oldestUncertainSinceSQL).Scan(&oldest); err != nil {
@@ -174,10 +161,7 @@ func (t *txn) OldestUncertainSince(ctx context.Context) (time.Time, error) {
 const oldestUncertainSinceSQL = `SELECT min(uncertain_since) FROM purchases
 WHERE state IN ('uncertain', 'reconciling')`
 
-// ListOverdueUncertain implements reconcile.Tx: purchases in uncertain,
-// not escalated, whose UncertainSince is strictly before uncertainBefore,
-// oldest UncertainSince first (then by id). limit must be positive
-// (reconcile.ErrInvalid otherwise).
+// ListOverdueUncertain implements reconcile.Tx.
 func (t *txn) ListOverdueUncertain(ctx context.Context, uncertainBefore time.Time, limit int) ([]reconcile.Purchase, error) {
 	const what = "list overdue uncertain purchases"
 	if err := dialect.CheckLimit(what, limit); err != nil {
@@ -194,9 +178,7 @@ WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < ?1
 ORDER BY uncertain_since, id
 LIMIT ?2`
 
-// ListSubmittedBetween implements reconcile.Tx: the purchases in state
-// whose FirstAttemptAt is at or after from and strictly before until,
-// oldest FirstAttemptAt first (then by id), read from the index
+// ListSubmittedBetween implements reconcile.Tx, read from the index
 // purchases_first_attempt_idx (migration 00004).
 func (t *txn) ListSubmittedBetween(ctx context.Context, from, until time.Time, state statemachine.State, listed []string) ([]reconcile.Purchase, error) {
 	what := fmt.Sprintf("list %s purchases submitted in [%s, %s)", state, sqlstore.Stamp(from), sqlstore.Stamp(until))

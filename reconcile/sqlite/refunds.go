@@ -20,17 +20,10 @@ const refundColumns = `id, purchase_id, payment_id, finding_id, amount, currency
     state, version, provider_key, provider_request, params_hash, provider_refund_id, failure_reason,
     first_attempt_at, uncertain_since, escalated_at, escalation_reason, settled_at, created_at, updated_at`
 
-// InsertRefund implements reconcile.Tx. The database refuses a refund
-// whose state is not created (reconcile.ErrForbiddenTransition), one its
-// purchase or finding does not allow (reconcile.ErrNotRefundable), one
-// that would take its payment's refunds past the payment's amount
-// (reconcile.ErrRefundExceeds), a taken id or provider key
-// (reconcile.ErrDuplicate), an unknown purchase (reconcile.ErrNotFound),
-// and a missing provider key, request or hash, a non-positive amount or
-// a zero CreatedAt or UpdatedAt (reconcile.ErrInvalid). The insert's
-// trigger reads the payment's refunds under the write lock this
-// transaction holds since BEGIN IMMEDIATE: no other insert comes between
-// that read and the commit.
+// InsertRefund implements reconcile.Tx; the database's constraints and
+// triggers make the refusals. The insert's trigger reads the payment's
+// refunds under the write lock this transaction holds since BEGIN
+// IMMEDIATE: no other insert comes between that read and the commit.
 func (t *txn) InsertRefund(ctx context.Context, r reconcile.Refund) error {
 	what := fmt.Sprintf("insert refund %s of %s", r.ID, r.PurchaseID)
 	req, err := sqlstore.MarshalRequest[string](r.ProviderRequest)
@@ -59,8 +52,7 @@ func (t *txn) GetRefund(ctx context.Context, id string) (reconcile.Refund, error
 		`SELECT `+refundColumns+` FROM refunds WHERE id = ?1`, id)
 }
 
-// ListRefunds implements reconcile.Tx: oldest CreatedAt first, then by
-// id, from refunds_purchase_idx.
+// ListRefunds implements reconcile.Tx, from refunds_purchase_idx.
 func (t *txn) ListRefunds(ctx context.Context, purchaseID string) ([]reconcile.Refund, error) {
 	return queryAll(ctx, t, scanRefund, "list refunds of "+purchaseID,
 		`SELECT `+refundColumns+` FROM refunds WHERE purchase_id = ?1 ORDER BY created_at, id`, purchaseID)
@@ -86,11 +78,8 @@ WHERE id IN (SELECT value FROM json_each(?1))
    OR provider_refund_id IN (SELECT value FROM json_each(?2))`, string(idList), string(providerList))
 }
 
-// UpdateRefund implements reconcile.Tx. It writes the state, the
-// provider refund id, the failure reason, the times and the escalation,
-// and UpdatedAt; the other fields are fixed at insert and left alone (the
-// database refuses a change of the amount, payment, purchase or
-// finding). A conflict's reconcile.DetailOf says what the row is now.
+// UpdateRefund implements reconcile.Tx. The database refuses a change of
+// the amount, payment, purchase or finding.
 func (t *txn) UpdateRefund(ctx context.Context, r reconcile.Refund, from statemachine.State) error {
 	n, err := t.exec(ctx, `UPDATE refunds SET
     state = ?3,
@@ -126,8 +115,7 @@ WHERE id = ?1 AND state = ?2 AND version = ?4`,
 	return dialect.Conflict("update refund "+r.ID, sqlstore.ConflictDetail(statemachine.State(state), version, from, r.Version))
 }
 
-// ListEscalatedRefunds implements reconcile.Tx: every refund with an
-// escalation time, whatever its state, oldest escalation first.
+// ListEscalatedRefunds implements reconcile.Tx.
 func (t *txn) ListEscalatedRefunds(ctx context.Context) ([]reconcile.Refund, error) {
 	return queryAll(ctx, t, scanRefund, "list escalated refunds", listEscalatedRefundsSQL)
 }
@@ -141,10 +129,7 @@ func (t *txn) ListEscalatedRefunds(ctx context.Context) ([]reconcile.Refund, err
 const listEscalatedRefundsSQL = `SELECT ` + refundColumns + ` FROM refunds INDEXED BY refunds_escalated_at_idx
 WHERE escalated_at IS NOT NULL ORDER BY escalated_at, id`
 
-// ListOverdueUncertainRefunds implements reconcile.Tx: refunds in
-// uncertain, not escalated, whose UncertainSince is strictly before
-// uncertainBefore, oldest UncertainSince first (then by id). limit must
-// be positive (reconcile.ErrInvalid otherwise).
+// ListOverdueUncertainRefunds implements reconcile.Tx.
 func (t *txn) ListOverdueUncertainRefunds(ctx context.Context, uncertainBefore time.Time, limit int) ([]reconcile.Refund, error) {
 	const what = "list overdue uncertain refunds"
 	if err := dialect.CheckLimit(what, limit); err != nil {
@@ -162,9 +147,8 @@ WHERE state = 'uncertain' AND escalated_at IS NULL AND uncertain_since < ?1
 ORDER BY uncertain_since, id
 LIMIT ?2`
 
-// CountRefundsByState implements reconcile.Tx. Every state of
-// statemachine.Refund is in the map, with 0 when no refund is in it. It
-// counts refunds_state_idx.
+// CountRefundsByState implements reconcile.Tx. It counts
+// refunds_state_idx.
 func (t *txn) CountRefundsByState(ctx context.Context) (map[statemachine.State]int, error) {
 	counts := sqlstore.RefundStateCounts()
 	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count refunds by state",
@@ -177,8 +161,7 @@ func (t *txn) CountRefundsByState(ctx context.Context) (map[statemachine.State]i
 // countRefundsByStateSQL is CountRefundsByState's query.
 const countRefundsByStateSQL = `SELECT state, count(*) FROM refunds GROUP BY state`
 
-// OldestUncertainRefundSince implements reconcile.Tx. Refunds in
-// uncertain or reconciling without an UncertainSince do not count.
+// OldestUncertainRefundSince implements reconcile.Tx.
 func (t *txn) OldestUncertainRefundSince(ctx context.Context) (time.Time, error) {
 	var oldest *int64
 	if err := t.tx.QueryRowContext(ctx, oldestUncertainRefundSinceSQL).Scan(&oldest); err != nil {

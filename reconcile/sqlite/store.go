@@ -396,7 +396,7 @@ func queryAll[T any](ctx context.Context, t *txn, scan func(sqlstore.Row) (T, er
 // the microsecond, in UTC. It does not touch the database.
 func (s *Store) Now(context.Context) (time.Time, error) { return storeNow(s.now), nil }
 
-// Now implements reconcile.Tx: the store's clock (see Store.Now).
+// Now implements reconcile.Tx.
 func (t *txn) Now(context.Context) (time.Time, error) { return storeNow(t.now), nil }
 
 // storeNow reads now as the store keeps times: to the microsecond

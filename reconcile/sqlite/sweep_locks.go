@@ -12,13 +12,10 @@ import (
 // runs under its lock, so at most one runs at a time.
 
 // AcquireSweepLock implements reconcile.Tx in one upsert, by the store's
-// clock read now: the lock row is inserted, or taken over when it expired
-// (expires_at <= now) or is already owner's (which extends it to
-// now+ttl); RETURNING yields a row only then. Writers are serialized, so
-// a concurrent acquirer of the same lock runs after this transaction and
-// judges the row it left. name and owner must not be empty and ttl must
-// be positive (reconcile.ErrInvalid otherwise). The lock is held only
-// once the transaction commits.
+// clock read now: the lock row is inserted, or taken over when it
+// expired (expires_at <= now) or is already owner's; RETURNING yields a
+// row only then. Writers are serialized, so a concurrent acquirer of the
+// same lock runs after this transaction and judges the row it left.
 func (t *txn) AcquireSweepLock(ctx context.Context, name, owner string, ttl time.Duration) (bool, error) {
 	if err := dialect.CheckSweepLock(name, owner, ttl); err != nil {
 		return false, err
@@ -38,8 +35,7 @@ RETURNING 1`, name, owner, micros(now.Add(ttl)), now.UnixMicro())
 	return len(got) == 1, nil
 }
 
-// ReleaseSweepLock implements reconcile.Tx. Releasing a lock owner does
-// not hold is not an error and changes nothing.
+// ReleaseSweepLock implements reconcile.Tx.
 func (t *txn) ReleaseSweepLock(ctx context.Context, name, owner string) error {
 	if _, err := t.exec(ctx, `DELETE FROM sweep_locks WHERE name = ?1 AND owner = ?2`, name, owner); err != nil {
 		return wrap(err, "release sweep lock %s of %s", name, owner)

@@ -1,0 +1,59 @@
+package reconcile
+
+import (
+	"context"
+	"time"
+)
+
+// InboxStore is the part of Tx that stores the provider's events as they
+// arrive, deduplicated by their key, and records what became of each.
+// The stores' inbox.go implement it.
+type InboxStore interface {
+	// InsertInboxEvent stores a provider event unless one with the same
+	// (Provider, EventID) exists, and reports whether it stored it. It never
+	// reads before writing: the unique key decides, and a concurrent insert
+	// of the same key waits for the other transaction and then reports
+	// false (or true, if that one rolled back). A nil or empty payload is
+	// stored empty and read back as nil. An empty Provider or EventID, or
+	// a zero ReceivedAt, is refused with ErrInvalid.
+	InsertInboxEvent(ctx context.Context, e InboxEvent) (inserted bool, err error)
+	// InsertInboxEvents is InsertInboxEvent for a batch, in one
+	// statement where the store can: inserted[i] reports whether events[i]
+	// was stored. A later member with the key of an earlier one is not
+	// stored (as if inserted after it: a duplicate). On an error nothing
+	// of the batch is stored and the transaction stays usable.
+	InsertInboxEvents(ctx context.Context, events []InboxEvent) (inserted []bool, err error)
+	// ReceiveInboxEvents is InsertInboxEvents for events received now:
+	// each one's ReceivedAt is ignored, and the stored events have the
+	// store's clock at this statement (what Now would return), which it
+	// returns. It spares the round trip of a Now before the insert.
+	ReceiveInboxEvents(ctx context.Context, events []InboxEvent) (inserted []bool, now time.Time, err error)
+	// GetInboxEvent returns the stored event, or ErrNotFound.
+	GetInboxEvent(ctx context.Context, provider, eventID string) (InboxEvent, error)
+	// UpdateInboxEvent records what became of an event: its matched
+	// purchase (empty if none yet: an empty purchaseID clears it), its
+	// outcome and when it was processed. Returns ErrNotFound if there is
+	// no such event.
+	UpdateInboxEvent(ctx context.Context, provider, eventID, purchaseID string, outcome EventOutcome, processedAt time.Time) error
+	// UpdateInboxEvents is UpdateInboxEvent for a batch of distinct
+	// events, in one statement where the store can. Returns ErrNotFound,
+	// and writes nothing, if one of them does not exist; the transaction
+	// stays usable.
+	UpdateInboxEvents(ctx context.Context, updates []InboxUpdate) error
+	// ListInboxEvents returns the events matched to a purchase (as stored
+	// at insert or by UpdateInboxEvent), oldest received first, then by
+	// provider and event id.
+	ListInboxEvents(ctx context.Context, purchaseID string) ([]InboxEvent, error)
+	// ListUnmatchedEvents returns up to limit events whose outcome is
+	// unmatched, least recently tried first: never-processed events, then
+	// by processed_at (which UpdateInboxEvent sets on every retry),
+	// received_at, provider and event id. Retrying a batch and recording
+	// the retry thus moves it behind the rest, so that events that never
+	// match cannot starve newer ones. limit must be positive (ErrInvalid
+	// otherwise).
+	ListUnmatchedEvents(ctx context.Context, limit int) ([]InboxEvent, error)
+	// DeleteInboxEventsBefore deletes up to limit events received strictly
+	// before the given time, oldest first, and returns how many it
+	// deleted. limit must be positive (ErrInvalid otherwise).
+	DeleteInboxEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
+}
