@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"os"
@@ -9,16 +8,10 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/cmd/payrecon/internal/bench"
 	"github.com/payrecon/payrecon/internal/testing/pgtest"
-	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
@@ -70,7 +63,7 @@ func TestBenchEndToEnd(t *testing.T) {
 				if code != 0 {
 					t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
 				}
-				var r benchReport
+				var r bench.Report
 				if err := json.Unmarshal([]byte(stdout), &r); err != nil {
 					t.Fatalf("the report is not JSON: %v\n%s", err, stdout)
 				}
@@ -109,7 +102,7 @@ func TestBenchEndToEnd(t *testing.T) {
 }
 
 // checkBenchReport checks what every report must hold.
-func checkBenchReport(t *testing.T, r benchReport, store, bench string) {
+func checkBenchReport(t *testing.T, r bench.Report, store, bench string) {
 	t.Helper()
 	if !r.OK || len(r.Problems) > 0 {
 		t.Errorf("report not OK: %q", r.Problems)
@@ -332,169 +325,6 @@ func TestBenchUnreachableDatabase(t *testing.T) {
 	}
 }
 
-// TestBenchLedgerCheck: the ledger passes with exactly one charge per
-// purchase and nothing else, and a failed check is loud and fails the
-// run.
-func TestBenchLedgerCheck(t *testing.T) {
-	ctx := context.Background()
-	tests := []struct {
-		name                       string
-		extra                      func(f *fakeprovider.Fake, ids []string)
-		ok                         bool
-		double, uncharged, foreign int
-	}{
-		{name: "one each", ok: true},
-		{name: "a second charge", double: 1, extra: func(f *fakeprovider.Fake, ids []string) {
-			f.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: ids[1], Amount: 300, Currency: "usd"})
-		}},
-		{name: "a charge for no purchase", foreign: 1, extra: func(f *fakeprovider.Fake, ids []string) {
-			f.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: "pur_other", Amount: 300, Currency: "usd"})
-		}},
-		{name: "a purchase not charged", uncharged: 1, extra: func(f *fakeprovider.Fake, ids []string) {}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			f := fakeprovider.New(fakeprovider.Config{})
-			ids := []string{"pur_a", "pur_b", "pur_c"}
-			charged := ids
-			if tt.uncharged > 0 {
-				charged = ids[:2]
-			}
-			for _, id := range charged {
-				if _, err := f.Create(ctx, benchCreateRequest(id)); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if tt.extra != nil {
-				tt.extra(f, ids)
-			}
-			l := ledgerCheck(f, ids)
-			if l.OK != tt.ok || len(l.DoubleCharged) != tt.double || l.Uncharged != tt.uncharged || l.Foreign != tt.foreign {
-				t.Fatalf("ledger %+v", *l)
-			}
-			var out bytes.Buffer
-			b := &bench{e: &env{stdout: &out}, report: &benchReport{Bench: "burn-down", Store: "sqlite", N: 3, Unit: "purchases", Ledger: l}}
-			err := b.finish()
-			if tt.ok != (err == nil) {
-				t.Fatalf("finish: %v", err)
-			}
-			if !tt.ok && (!strings.Contains(err.Error(), "THE LEDGER CHECK FAILED") || !strings.Contains(out.String(), "ledger        FAILED")) {
-				t.Errorf("a failed ledger check is not loud: %v\n%s", err, out.String())
-			}
-		})
-	}
-}
-
-// benchCreateRequest is a create for purchase id, as the worker sends it.
-func benchCreateRequest(id string) provider.CreateRequest {
-	return provider.CreateRequest{IdempotencyKey: "payrecon-" + id, PurchaseID: id, Customer: "c", Amount: 300, Currency: "usd",
-		PaymentMethod: fakeprovider.PaymentMethodVisa, Version: provider.RequestOffSession}
-}
-
-// TestSummarise: nearest-rank percentiles, and a histogram from the first
-// bucket that holds a latency to the last.
-func TestSummarise(t *testing.T) {
-	var ds []time.Duration
-	for i := 1; i <= 100; i++ {
-		ds = append(ds, time.Duration(i)*time.Millisecond)
-	}
-	l := summarise("x", "", slices.Clone(ds))
-	if l.P50ms != 50 || l.P90ms != 90 || l.P99ms != 99 || l.Maxms != 100 || l.Count != 100 {
-		t.Errorf("percentiles %+v", l)
-	}
-	want := []benchBucket{{1, 1}, {2, 1}, {5, 3}, {10, 5}, {20, 10}, {50, 30}, {100, 50}}
-	if !slices.Equal(l.Histogram, want) {
-		t.Errorf("histogram %v, want %v", l.Histogram, want)
-	}
-	if one := summarise("x", "", []time.Duration{3 * time.Second}); one.P50ms != 3000 || one.Maxms != 3000 || len(one.Histogram) != 1 {
-		t.Errorf("one latency: %+v", one)
-	}
-	if none := summarise("x", "", nil); none.Count != 0 || len(none.Histogram) != 0 {
-		t.Errorf("no latency: %+v", none)
-	}
-}
-
-// TestDrive: every request is sent once, closed loop or open, its
-// outcome counted, and failures are reported, not timed.
-func TestDrive(t *testing.T) {
-	for _, rate := range []float64{0, 1e6} {
-		var mu sync.Mutex
-		seen := map[int]int{}
-		var done atomic.Int64
-		d := drive(context.Background(), 50, 4, rate, &done, func(ctx context.Context, i int) (string, error) {
-			mu.Lock()
-			seen[i]++
-			mu.Unlock()
-			if i%10 == 0 {
-				return "", os.ErrDeadlineExceeded
-			}
-			return "ok", nil
-		})
-		if len(seen) != 50 || done.Load() != 50 {
-			t.Errorf("rate %g: %d requests sent, %d done, want 50", rate, len(seen), done.Load())
-		}
-		for i, n := range seen {
-			if n != 1 {
-				t.Errorf("rate %g: request %d sent %d times", rate, i, n)
-			}
-		}
-		if d.outcomes["ok"] != 45 || d.outcomes["failed"] != 5 || d.failed != 5 || len(d.latencies) != 45 || len(d.failures) != maxFailuresShown {
-			t.Errorf("rate %g: outcomes %v, %d failed, %d latencies, %d failures shown", rate, d.outcomes, d.failed, len(d.latencies), len(d.failures))
-		}
-	}
-}
-
-// TestDriveCountsSendsLateForBusyClients: in an open loop, a request that
-// no client was free to take at its time counts as late because every
-// client was busy, not as a late wake-up.
-func TestDriveCountsSendsLateForBusyClients(t *testing.T) {
-	const n = 5
-	// One client; every request is due at once (a million a second), and
-	// the first holds the client 2 ms: each other one is taken at least
-	// 2 ms after its time.
-	var done atomic.Int64
-	d := drive(context.Background(), n, 1, 1e6, &done, func(ctx context.Context, i int) (string, error) {
-		if i == 0 {
-			time.Sleep(2 * time.Millisecond) // the work of a slow request, not a wait for another goroutine
-		}
-		return "ok", nil
-	})
-	if d.outcomes["ok"] != n {
-		t.Fatalf("outcomes %v, want %d ok", d.outcomes, n)
-	}
-	// The first may also be late, if the machine held the client back
-	// more than 1 ms before it took it.
-	if d.late < n-1 || d.late+d.lateWake > n {
-		t.Errorf("%d sends late for busy clients and %d woken late, want %d or %d late for busy clients", d.late, d.lateWake, n-1, n)
-	}
-}
-
-// TestDriveCountsLateWakeups: in an open loop with clients to spare, a
-// request whose client woke 2 ms after its time counts as a late
-// wake-up, not as late for busy clients.
-func TestDriveCountsLateWakeups(t *testing.T) {
-	const n = 4
-	// Four idle clients, a request every 100 ms: each client takes its
-	// request at once and waits for its time (a client that started
-	// 100 ms late would not), and the wait wakes 2 ms late.
-	wakeLate := func(ctx context.Context, at time.Time) bool {
-		time.Sleep(time.Until(at) + 2*time.Millisecond)
-		return true
-	}
-	var done atomic.Int64
-	d := driveWith(context.Background(), n, n, 10, &done, func(ctx context.Context, i int) (string, error) {
-		return "ok", nil
-	}, wakeLate)
-	if d.outcomes["ok"] != n {
-		t.Fatalf("outcomes %v, want %d ok", d.outcomes, n)
-	}
-	// The first is due at the start: its client may take it up to a
-	// millisecond late without waiting (neither), or more (busy).
-	if d.lateWake < n-1 || d.late+d.lateWake > n {
-		t.Errorf("%d woken late and %d late for busy clients, want %d or %d woken late", d.lateWake, d.late, n-1, n)
-	}
-}
-
 // TestBenchBacklog runs bench backlog with a tiny backlog and a high
 // budget on SQLite: it checks what the report says, never how fast.
 func TestBenchBacklog(t *testing.T) {
@@ -515,55 +345,5 @@ func TestBenchBacklog(t *testing.T) {
 	}
 	if !strings.Contains(stderr, "outage: making 20 purchases uncertain") {
 		t.Errorf("no progress on stderr:\n%s", stderr)
-	}
-}
-
-// roundTrips counts each statement the stores send, and which of them
-// are transaction control, in batches and alone.
-func TestRoundTripsCountStatements(t *testing.T) {
-	type sent struct {
-		sql   string
-		args  []any
-		batch bool // a statement of a batch, not sent alone
-	}
-	for _, c := range []struct {
-		name                               string
-		sent                               []sent
-		roundTrips, statements, txControls int64
-	}{
-		{"a statement alone", []sent{{sql: "SELECT 1"}}, 1, 1, 0},
-		{"COMMIT alone", []sent{{sql: "COMMIT"}}, 1, 1, 1},
-		{"joined savepoint statements", []sent{{sql: "ROLLBACK TO SAVEPOINT x; RELEASE SAVEPOINT x"}}, 1, 2, 2},
-		{"a statement with a semicolon in it", []sent{{sql: "SELECT ';'"}}, 1, 1, 0},
-		{"pending statements joined to one", []sent{{sql: "BEGIN ISOLATION LEVEL READ COMMITTED; SAVEPOINT a; SELECT 1"}}, 1, 3, 2},
-		{"a statement with arguments", []sent{{sql: "UPDATE t SET a = $1; ", args: []any{1}}}, 1, 1, 0},
-		{"a batch", []sent{
-			{sql: "BEGIN ISOLATION LEVEL READ COMMITTED", batch: true},
-			{sql: "  savepoint payrecon_write", batch: true},
-			{sql: "INSERT INTO t VALUES ($1)", args: []any{1}, batch: true},
-			{sql: "release savepoint payrecon_write", batch: true},
-			{sql: "SET LOCAL jit = off", batch: true},
-		}, 1, 5, 3},
-		{"end and start transaction", []sent{{sql: "END"}, {sql: "START TRANSACTION"}, {sql: "ENDPOINT"}}, 3, 3, 2},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			r := &roundTrips{}
-			inBatch := false
-			for _, s := range c.sent {
-				if !s.batch {
-					inBatch = false
-					r.TraceQueryStart(t.Context(), nil, pgx.TraceQueryStartData{SQL: s.sql, Args: s.args})
-					continue
-				}
-				if !inBatch {
-					inBatch = true
-					r.TraceBatchStart(t.Context(), nil, pgx.TraceBatchStartData{})
-				}
-				r.TraceBatchQuery(t.Context(), nil, pgx.TraceBatchQueryData{SQL: s.sql, Args: s.args})
-			}
-			if got := [3]int64{r.n.Load(), r.statements.Load(), r.txControl.Load()}; got != [3]int64{c.roundTrips, c.statements, c.txControls} {
-				t.Errorf("round trips, statements, transaction control = %v, want %v", got, [3]int64{c.roundTrips, c.statements, c.txControls})
-			}
-		})
 	}
 }

@@ -21,6 +21,8 @@ import (
 	"text/tabwriter"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/payrecon/payrecon/cmd/payrecon/internal/bench"
 )
 
 func main() {
@@ -169,7 +171,7 @@ func commands() []command {
 		{name: "bench", args: "burn-down | webhooks | api", summary: "capacity figures, like pgbench: the worker, webhooks, the purchase API", run: runBench},
 		{name: "bench burn-down", args: "[--n N] [--yes] [--json]",
 			summary: "load N purchases, then time the worker taking them all to a final state",
-			about: "Migrates the database if needed and loads N purchases through Service.CreatePurchase, " + fmt.Sprint(benchLoaders) + " at a time (timed apart), " +
+			about: "Migrates the database if needed and loads N purchases through Service.CreatePurchase, " + fmt.Sprint(bench.Loaders) + " at a time (timed apart), " +
 				"then runs the worker as `payrecon worker` does (Service.Work, with --concurrency, --batch-size and the other worker settings) against the in-process fake provider, " +
 				"with no faults and no latency, until every purchase is final. It reports purchases/s; round trips, commits, rollbacks and statements per purchase " +
 				"(Postgres: the store's pgx tracer, pg_stat_database, and pg_stat_statements when the server loads it, the extension created in the database if missing); " +

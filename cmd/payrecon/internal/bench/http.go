@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -55,12 +55,11 @@ func oneLine(body []byte) string {
 	return s
 }
 
-func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
-	b, err := newBench(e, "webhooks", "events", args, true)
-	if err != nil {
-		return err
-	}
-	r, n := b.report, b.opts.n
+// Webhooks runs bench webhooks: it times N signed Stripe events POSTed
+// to serve's webhook endpoint, closed or open loop.
+func Webhooks(ctx context.Context, cfg Config) error {
+	b := newBench(cfg, "webhooks", "events", true)
+	r, n := b.report, b.cfg.N
 	st, err := b.begin(ctx)
 	if err != nil {
 		return err
@@ -77,19 +76,19 @@ func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	secret := "whsec_payrecon_bench_" + randomHex(16)
-	app, err := b.startApp(ctx, appOptions{webhooks: true}, map[string]string{"stripe-webhook-secret": secret})
+	app, err := b.startApp(ctx, AppOptions{Webhooks: true, WebhookSecret: secret})
 	if err != nil {
 		return err
 	}
-	client := benchClient(b.opts.clients)
+	client := benchClient(b.cfg.Clients)
 	url := app.base + "/webhooks/stripe"
 	var done atomic.Int64
-	p := startProgress(b.e.stderr, "webhooks", "events", n, done.Load)
+	p := startProgress(b.cfg.Stderr, "webhooks", "events", n, done.Load)
 	stopTimed, err := b.startTimed()
 	if err != nil {
 		return err
 	}
-	d := drive(ctx, n, b.opts.clients, b.opts.rate, &done, func(ctx context.Context, i int) (string, error) {
+	d := drive(ctx, n, b.cfg.Clients, b.cfg.Rate, &done, func(ctx context.Context, i int) (string, error) {
 		ev := events[i]
 		// Signed at the moment it is sent, as Stripe and the fake sign.
 		status, _, body, err := post(ctx, client, url, ev.Payload, map[string]string{
@@ -154,8 +153,8 @@ func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
 // charge made. Their payment_intent.succeeded events, as the fake renders
 // them, are returned in the order of the purchases: applied, each moves
 // its purchase uncertain → reconciling → succeeded.
-func (b *bench) pendingEvents(ctx context.Context, st reconcile.Store) ([]fakeprovider.WebhookEvent, *fakeprovider.Fake, benchPhase, error) {
-	n := b.opts.n
+func (b *bench) pendingEvents(ctx context.Context, st reconcile.Store) ([]fakeprovider.WebhookEvent, *fakeprovider.Fake, Phase, error) {
+	n := b.cfg.N
 	start := time.Now()
 	fake := fakeprovider.New(fakeprovider.Config{Faults: fakeprovider.Faults{LostReply: 1}})
 	// The server renders the event of every charge the fake makes, its
@@ -163,16 +162,16 @@ func (b *bench) pendingEvents(ctx context.Context, st reconcile.Store) ([]fakepr
 	// so that it sends none: the bench sends them, timed.
 	srv := fakeprovider.NewServer(fake, fakeprovider.ServerConfig{
 		WebhookURL: "http://127.0.0.1:9/webhooks/stripe", WebhookSecret: "whsec_unused",
-		WebhookFaults: fakeprovider.WebhookFaults{Drop: 1}, TickEvery: -1, SyncDelivery: true, Logger: b.e.log,
+		WebhookFaults: fakeprovider.WebhookFaults{Drop: 1}, TickEvery: -1, SyncDelivery: true, Logger: b.cfg.Log,
 	})
 	defer srv.Close()
 	loader, err := b.service(st, fake, nil, nil)
 	if err != nil {
-		return nil, nil, benchPhase{}, err
+		return nil, nil, Phase{}, err
 	}
 	ids, _, err := b.load(ctx, loader, "set-up: create")
 	if err != nil {
-		return nil, nil, benchPhase{}, err
+		return nil, nil, Phase{}, err
 	}
 	obs := newBenchObserver()
 	worker, err := b.service(st, fake, obs, func(c *reconcile.Config) {
@@ -181,10 +180,10 @@ func (b *bench) pendingEvents(ctx context.Context, st reconcile.Store) ([]fakepr
 		c.Backoff = []time.Duration{24 * time.Hour}
 	})
 	if err != nil {
-		return nil, nil, benchPhase{}, err
+		return nil, nil, Phase{}, err
 	}
 	if _, err := b.work(ctx, worker, obs, obs.uncertain.Load, n, "set-up: charge, reply lost"); err != nil {
-		return nil, nil, benchPhase{}, err
+		return nil, nil, Phase{}, err
 	}
 	srv.Tick()
 	byPurchase := map[string]fakeprovider.WebhookEvent{}
@@ -197,7 +196,7 @@ func (b *bench) pendingEvents(ctx context.Context, st reconcile.Store) ([]fakepr
 	for _, id := range ids {
 		ev, ok := byPurchase[id]
 		if !ok {
-			return nil, nil, benchPhase{}, fmt.Errorf("set-up: the fake made no payment_intent.succeeded event for purchase %s", id)
+			return nil, nil, Phase{}, fmt.Errorf("set-up: the fake made no payment_intent.succeeded event for purchase %s", id)
 		}
 		events = append(events, ev)
 	}
@@ -205,12 +204,11 @@ func (b *bench) pendingEvents(ctx context.Context, st reconcile.Store) ([]fakepr
 	return events, fake, phase, nil
 }
 
-func runBenchAPI(ctx context.Context, e *env, args []string) error {
-	b, err := newBench(e, "api", "requests", args, true)
-	if err != nil {
-		return err
-	}
-	r, n := b.report, b.opts.n
+// API runs bench api: it times N purchases POSTed to serve's purchase
+// API, closed or open loop.
+func API(ctx context.Context, cfg Config) error {
+	b := newBench(cfg, "api", "requests", true)
+	r, n := b.report, b.cfg.N
 	st, err := b.begin(ctx)
 	if err != nil {
 		return err
@@ -222,21 +220,21 @@ func runBenchAPI(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	token := randomHex(16)
-	app, err := b.startApp(ctx, appOptions{api: true}, map[string]string{"api-token": "payrecon-bench:" + token})
+	app, err := b.startApp(ctx, AppOptions{API: true, APIToken: "payrecon-bench:" + token})
 	if err != nil {
 		return err
 	}
-	client := benchClient(b.opts.clients)
+	client := benchClient(b.cfg.Clients)
 	url := app.base + "/v1/purchases"
 	run := randomHex(4) // keys of their own, run after run
 	ids := make([]string, n)
 	var done atomic.Int64
-	p := startProgress(b.e.stderr, "api", "requests", n, done.Load)
+	p := startProgress(b.cfg.Stderr, "api", "requests", n, done.Load)
 	stopTimed, err := b.startTimed()
 	if err != nil {
 		return err
 	}
-	d := drive(ctx, n, b.opts.clients, b.opts.rate, &done, func(ctx context.Context, i int) (string, error) {
+	d := drive(ctx, n, b.cfg.Clients, b.cfg.Rate, &done, func(ctx context.Context, i int) (string, error) {
 		np := benchPurchase(i)
 		body, err := json.Marshal(map[string]any{"customer": np.Customer, "amount": np.Amount, "currency": np.Currency, "description": np.Description})
 		if err != nil {

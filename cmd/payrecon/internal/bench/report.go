@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"encoding/json"
@@ -9,13 +9,11 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	harness "github.com/payrecon/payrecon/cmd/payrecon/internal/bench"
 )
 
-// benchReport is what a bench subcommand found: printed as text, or as
+// Report is what a bench subcommand found: printed as text, or as
 // JSON with --json.
-type benchReport struct {
+type Report struct {
 	Bench string `json:"bench"` // burn-down, webhooks or api
 	Store string `json:"store"` // postgres or sqlite
 	N     int    `json:"n"`
@@ -31,9 +29,9 @@ type benchReport struct {
 
 	// Setup is the untimed preparation: the load of a burn-down, the
 	// purchases a webhook run needs. Nil when there is none.
-	Setup *benchPhase `json:"setup,omitempty"`
+	Setup *Phase `json:"setup,omitempty"`
 	// Run is the measured phase.
-	Run benchPhase `json:"run"`
+	Run Phase `json:"run"`
 	// Late counts the open loop's sends that left more than a millisecond
 	// after their scheduled time because every client was busy then;
 	// LateWakeups those that left late because their client woke late
@@ -45,19 +43,19 @@ type benchReport struct {
 
 	// DB holds the database's own counters over the measured phase
 	// (Postgres only).
-	DB *benchDB `json:"db,omitempty"`
+	DB *DB `json:"db,omitempty"`
 	// RSS is the process's memory during the burn-down.
-	RSS *harness.RSS `json:"rss,omitempty"`
+	RSS *RSS `json:"rss,omitempty"`
 	// CPU is the CPU time the measured phase took, of the process and of
 	// the machine; nil where the process's could not be read.
-	CPU *harness.CPU `json:"cpu,omitempty"`
+	CPU *CPU `json:"cpu,omitempty"`
 	// Latency has one entry per measure, p50 to max and a histogram.
-	Latency []benchLatency `json:"latency"`
+	Latency []Latency `json:"latency"`
 	// Outcomes counts what became of each event (webhooks) or request
 	// (api).
 	Outcomes map[string]int `json:"outcomes,omitempty"`
 	// Ledger is the fake provider's ledger against the purchases.
-	Ledger *benchLedger `json:"ledger,omitempty"`
+	Ledger *Ledger `json:"ledger,omitempty"`
 
 	// Notes say what was not measured, and why.
 	Notes []string `json:"notes,omitempty"`
@@ -66,27 +64,27 @@ type benchReport struct {
 	Problems []string `json:"problems,omitempty"`
 }
 
-// benchPhase is one phase's count and time.
-type benchPhase struct {
+// Phase is one phase's count and time.
+type Phase struct {
 	What      string  `json:"what"`
 	Count     int     `json:"count"`
 	Seconds   float64 `json:"seconds"`
 	PerSecond float64 `json:"per_second"`
 }
 
-func newPhase(what string, count int, took time.Duration) benchPhase {
-	p := benchPhase{What: what, Count: count, Seconds: took.Seconds()}
+func newPhase(what string, count int, took time.Duration) Phase {
+	p := Phase{What: what, Count: count, Seconds: took.Seconds()}
 	if took > 0 {
 		p.PerSecond = float64(count) / took.Seconds()
 	}
 	return p
 }
 
-// benchDB is the measured phase's share of the database's counters:
+// DB is the measured phase's share of the database's counters:
 // pg_stat_database's commits and rollbacks, and pg_stat_statements'
 // calls when it is loaded (nil otherwise); and the round trips and
 // statements the bench's stores sent, counted client-side.
-type benchDB struct {
+type DB struct {
 	Commits    int64 `json:"commits"`
 	Rollbacks  int64 `json:"rollbacks"`
 	RoundTrips int64 `json:"round_trips"`
@@ -105,28 +103,28 @@ type benchDB struct {
 	ServerStatements *int64 `json:"server_statements,omitempty"`
 }
 
-// benchLatency summarises one latency measure.
-type benchLatency struct {
-	Name      string        `json:"name"`
-	About     string        `json:"about,omitempty"`
-	Count     int           `json:"count"`
-	P50ms     float64       `json:"p50_ms"`
-	P90ms     float64       `json:"p90_ms"`
-	P99ms     float64       `json:"p99_ms"`
-	Maxms     float64       `json:"max_ms"`
-	Histogram []benchBucket `json:"histogram"`
+// Latency summarises one latency measure.
+type Latency struct {
+	Name      string   `json:"name"`
+	About     string   `json:"about,omitempty"`
+	Count     int      `json:"count"`
+	P50ms     float64  `json:"p50_ms"`
+	P90ms     float64  `json:"p90_ms"`
+	P99ms     float64  `json:"p99_ms"`
+	Maxms     float64  `json:"max_ms"`
+	Histogram []Bucket `json:"histogram"`
 }
 
-// benchBucket counts the latencies above the previous bucket's bound, up
+// Bucket counts the latencies above the previous bucket's bound, up
 // to UpToMs.
-type benchBucket struct {
+type Bucket struct {
 	UpToMs float64 `json:"up_to_ms"`
 	Count  int     `json:"count"`
 }
 
-// benchLedger compares the fake provider's ledger with the purchases:
+// Ledger compares the fake provider's ledger with the purchases:
 // each must have exactly one charge.
-type benchLedger struct {
+type Ledger struct {
 	Purchases     int      `json:"purchases"`
 	Charges       int      `json:"charges"`
 	Uncharged     int      `json:"uncharged"`
@@ -145,8 +143,8 @@ var bucketBounds = func() []time.Duration {
 }()
 
 // summarise returns the percentiles and histogram of ds (which it sorts).
-func summarise(name, about string, ds []time.Duration) benchLatency {
-	l := benchLatency{Name: name, About: about, Count: len(ds), Histogram: []benchBucket{}}
+func summarise(name, about string, ds []time.Duration) Latency {
+	l := Latency{Name: name, About: about, Count: len(ds), Histogram: []Bucket{}}
 	if len(ds) == 0 {
 		return l
 	}
@@ -168,7 +166,7 @@ func summarise(name, about string, ds []time.Duration) benchLatency {
 		}
 	}
 	for i := first; i <= last; i++ {
-		l.Histogram = append(l.Histogram, benchBucket{UpToMs: ms(bucketBounds[i]), Count: counts[i]})
+		l.Histogram = append(l.Histogram, Bucket{UpToMs: ms(bucketBounds[i]), Count: counts[i]})
 	}
 	return l
 }
@@ -209,7 +207,7 @@ func per(n int64, units int) string {
 }
 
 // writeJSON writes the report as indented JSON.
-func (r *benchReport) writeJSON(w io.Writer) error {
+func (r *Report) writeJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
@@ -217,7 +215,7 @@ func (r *benchReport) writeJSON(w io.Writer) error {
 
 // writeText writes the report for a person: one section a line, the
 // histograms below the latencies.
-func (r *benchReport) writeText(w io.Writer) {
+func (r *Report) writeText(w io.Writer) {
 	shape := ""
 	switch {
 	case r.Bench == "burn-down":

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -225,9 +225,9 @@ func (p *pgStats) waitAlone(ctx context.Context, conn *pgx.Conn) error {
 }
 
 // delta is the measured phase's share of the counters.
-func (p *pgStats) delta(before, after pgCounters) *benchDB {
+func (p *pgStats) delta(before, after pgCounters) *DB {
 	sent, sentTx := after.sent-before.sent, after.sentTxControl-before.sentTxControl
-	d := &benchDB{Commits: after.commits - before.commits, Rollbacks: after.rollbacks - before.rollbacks,
+	d := &DB{Commits: after.commits - before.commits, Rollbacks: after.rollbacks - before.rollbacks,
 		RoundTrips: after.roundTrips - before.roundTrips, Statements: &sent, TxControl: &sentTx}
 	if p.statements {
 		s := after.statements - before.statements

@@ -1,11 +1,11 @@
-package main
+package bench
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"slices"
 	"sync"
@@ -20,9 +20,9 @@ import (
 
 // The defaults of bench backlog.
 const (
-	backlogDefaultN       = 5000
-	backlogDefaultRate    = 5.0
-	backlogDefaultWorkers = 4
+	DefaultBacklogN       = 5000
+	DefaultBacklogRate    = 5.0
+	DefaultBacklogWorkers = 4
 )
 
 // outage is a provider in an outage while down: every call fails before
@@ -61,62 +61,47 @@ type backlogClock struct{ offset atomic.Int64 }
 
 func (c *backlogClock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
 
-func runBenchBacklog(ctx context.Context, e *env, args []string) error {
-	var (
-		n, workers int
-		rate       float64
-		fresh      bool
-	)
-	rest, err := e.parse("bench backlog", args, func(fs *flag.FlagSet) {
-		fs.IntVar(&n, "n", backlogDefaultN, "purchases made uncertain by the outage: the backlog")
-		fs.Float64Var(&rate, "rate", backlogDefaultRate, "new purchases a second while the backlog drains")
-		fs.IntVar(&workers, "workers", backlogDefaultWorkers, "worker processes (each a service with its own view of the shared budget)")
-		fs.BoolVar(&fresh, "fresh", false, "the backlog is new purchases, created and never sent (a burst of orders), drained by their first creates: no outage")
-	})
-	if err != nil {
-		return err
-	}
-	switch {
-	case len(rest) > 0:
-		return usageError(fmt.Errorf("unexpected arguments %q: bench backlog takes only flags", rest))
-	case n <= 0 || n > benchMaxN:
-		return usageError(fmt.Errorf("--n %d: want 1 to %d purchases", n, benchMaxN))
-	case !(rate >= 0) || math.IsInf(rate, 0):
-		return usageError(fmt.Errorf("--rate %v: want a number of purchases a second, 0 for none", rate))
-	case workers <= 0 || workers > 64:
-		return usageError(fmt.Errorf("--workers %d: want 1 to 64", workers))
-	}
-	s := e.settings
-	raw, err := s.secret("database-url")
-	if err != nil {
-		return usageError(err)
-	}
-	if raw == "" {
-		return usageError(errors.New("--database-url is required: a scratch database (postgres://… or sqlite:PATH), which the bench fills with purchases"))
-	}
-	bcfg, _, err := s.budgetConfig(false)
-	if err != nil {
-		return usageError(err)
-	}
-	bcfg, err = bcfgDefaults(bcfg)
-	if err != nil {
-		return usageError(err)
-	}
-	base, err := s.reconcileConfig()
-	if err != nil {
-		return usageError(err)
-	}
-	level := s.str("log-level")
-	if s.byKey["log-level"].source == fromDefault {
-		level = "warn" // the progress lines say what happens
-	}
-	log, err := newLogger(e.stderr, level, s.str("log-format"))
-	if err != nil {
-		return usageError(err)
-	}
-	e = &env{stdout: e.stdout, stderr: e.stderr, settings: s, log: log}
+// BacklogConfig is a run of bench backlog, as the command's flags and
+// settings give it and its wiring provides the store.
+type BacklogConfig struct {
+	// Stdout receives the report, Stderr the progress lines.
+	Stdout, Stderr io.Writer
+	// Log is the logger of the services.
+	Log *slog.Logger
+	// N is how many purchases the outage makes uncertain: the backlog
+	// (--n); DefaultBacklogN by default, at most MaxN.
+	N int
+	// Rate is how many new purchases a second arrive while the backlog
+	// drains (--rate); DefaultBacklogRate by default, 0 for none.
+	Rate float64
+	// Workers is how many worker processes drain it, each a service
+	// with its own view of the shared budget (--workers);
+	// DefaultBacklogWorkers by default.
+	Workers int
+	// Fresh makes the backlog new purchases, created and never sent,
+	// drained by their first creates, with no outage (--fresh); false by
+	// default.
+	Fresh bool
+	// Budget is the shared budget's configuration (--budget-create and
+	// the others), its limits defaulted as reconcile.NewSharedBudget
+	// defaults them: the fake enforces them.
+	Budget reconcile.BudgetConfig
+	// Reconcile is the workers' configuration; the bench sets its worker
+	// id, Logger, Budget, Observer, Backoff, MaxAttempts and, to at most
+	// 50ms, PollInterval.
+	Reconcile reconcile.Config
+	// OpenStore opens the database as opts say. The caller closes the
+	// store.
+	OpenStore func(ctx context.Context, opts StoreOptions) (*Store, error)
+}
+
+// Backlog runs bench backlog: it drains a backlog of uncertain purchases
+// after a provider outage, within the shared rate budget.
+func Backlog(ctx context.Context, cfg BacklogConfig) error {
+	n, workers, rate, fresh := cfg.N, cfg.Workers, cfg.Rate, cfg.Fresh
+	bcfg, base := cfg.Budget, cfg.Reconcile
 	clock := &backlogClock{}
-	st, err := openStoreFor(ctx, e, storeOptions{migrate: true, ready: true, now: clock.now})
+	st, err := cfg.OpenStore(ctx, StoreOptions{Ready: true, Now: clock.now})
 	if err != nil {
 		return err
 	}
@@ -146,12 +131,12 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	prov := &outage{Provider: fake}
 	leaseLost := &leaseLostCounter{}
 	newService := func(id string, budget reconcile.Budget, backoff time.Duration) (*reconcile.Service, error) {
-		cfg := base
-		cfg.WorkerID, cfg.Logger, cfg.Budget, cfg.Observer = id, e.log, budget, leaseLost
-		cfg.Backoff = []time.Duration{backoff}
-		cfg.MaxAttempts = 1000
-		cfg.PollInterval = min(cfg.PollInterval, 50*time.Millisecond)
-		return reconcile.New(st.Store, prov, cfg)
+		rc := base
+		rc.WorkerID, rc.Logger, rc.Budget, rc.Observer = id, cfg.Log, budget, leaseLost
+		rc.Backoff = []time.Duration{backoff}
+		rc.MaxAttempts = 1000
+		rc.PollInterval = min(rc.PollInterval, 50*time.Millisecond)
+		return reconcile.New(st.Store, prov, rc)
 	}
 
 	// The outage: every purchase's create fails, outcome unknown. A
@@ -162,9 +147,9 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 		return usageError(err)
 	}
 	if fresh {
-		fmt.Fprintf(e.stderr, "creating %d purchases, none sent\n", n)
+		fmt.Fprintf(cfg.Stderr, "creating %d purchases, none sent\n", n)
 	} else {
-		fmt.Fprintf(e.stderr, "outage: making %d purchases uncertain\n", n)
+		fmt.Fprintf(cfg.Stderr, "outage: making %d purchases uncertain\n", n)
 	}
 	backlog := make(map[string]bool, n)
 	for i := range n {
@@ -233,7 +218,7 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 			}
 			p, err := svcs[0].CreatePurchase(ctx, benchPurchase(i))
 			if err != nil {
-				e.log.Error("create a new purchase", "err", err)
+				cfg.Log.Error("create a new purchase", "err", err)
 				continue
 			}
 			mu.Lock()
@@ -286,7 +271,7 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 		}
 		drainedSoFar := all - startTerminal - nf
 		if time.Since(last) >= time.Second {
-			fmt.Fprintf(e.stderr, "drain: %d/%d of the backlog final, %d new purchases\n", drainedSoFar, n, len(ids))
+			fmt.Fprintf(cfg.Stderr, "drain: %d/%d of the backlog final, %d new purchases\n", drainedSoFar, n, len(ids))
 			last = time.Now()
 		}
 		if drainedSoFar >= n {
@@ -355,7 +340,7 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	for i := 1; i < len(charged); i++ {
 		gap = max(gap, charged[i].Sub(charged[i-1]))
 	}
-	writeBacklogReport(e.stdout, backlogReport{
+	writeBacklogReport(cfg.Stdout, backlogReport{
 		n: n, workers: workers, rate: rate, limit: limits.Create, global: limits.Global, headroom: bcfg.Headroom, fresh: fresh,
 		drain: dur, calls: calls, throttled: throttled, newLatencies: lat, charges: len(fake.Charges()),
 		leaseLost: int(leaseLost.n.Load()), peak: maxPerSecond(fake.AdmittedTimes("create")), tail: tail, gap: gap,
@@ -364,16 +349,6 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("THE LEDGER CHECK FAILED: %d charges for %d purchases", got, want)
 	}
 	return nil
-}
-
-// bcfgDefaults returns cfg with its limits defaulted as NewSharedBudget
-// would, for the report and the fake.
-func bcfgDefaults(cfg reconcile.BudgetConfig) (reconcile.BudgetConfig, error) {
-	b, err := reconcile.NewSharedBudget(nil, cfg)
-	if err != nil {
-		return cfg, err
-	}
-	return b.Config(), nil
 }
 
 type backlogReport struct {
