@@ -15,6 +15,7 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
@@ -121,7 +122,7 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer st.Close()
-	bs, ok := st.Store.(reconcile.BudgetStore)
+	bs, ok := st.Store.(budget.Store)
 	if !ok {
 		return fmt.Errorf("bench backlog: the store keeps no budget")
 	}
@@ -194,7 +195,7 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	clock.offset.Store(int64(2 * time.Hour))
 	var svcs []*reconcile.Service
 	for i := range workers {
-		b, err := reconcile.NewSharedBudget(bs, bcfg)
+		b, err := budget.New(bs, bcfg)
 		if err != nil {
 			return usageError(err)
 		}
@@ -366,10 +367,10 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-// bcfgDefaults returns cfg with its limits defaulted as NewSharedBudget
+// bcfgDefaults returns cfg with its limits defaulted as budget.New
 // would, for the report and the fake.
-func bcfgDefaults(cfg reconcile.BudgetConfig) (reconcile.BudgetConfig, error) {
-	b, err := reconcile.NewSharedBudget(nil, cfg)
+func bcfgDefaults(cfg budget.Config) (budget.Config, error) {
+	b, err := budget.New(nil, cfg)
 	if err != nil {
 		return cfg, err
 	}
