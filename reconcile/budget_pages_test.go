@@ -10,10 +10,11 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
-// waitCounter is a BudgetObserver that counts the calls each class let
+// waitCounter is a budget.Observer that counts the calls each class let
 // through.
 type waitCounter struct {
 	mu    sync.Mutex
@@ -46,8 +47,8 @@ func TestBudgetAuditTakesATokenPerPage(t *testing.T) {
 		const pageSize, n = 2, 5 // 3 pages: 2, 2 and 1
 		fake := fakeprovider.New(fakeprovider.Config{ListPageSize: pageSize})
 		obs := &waitCounter{}
-		b, err := reconcile.NewSharedBudget(st.(reconcile.BudgetStore), reconcile.BudgetConfig{
-			Limits: reconcile.BudgetLimits{Global: 1000, List: 1000, Refund: 1000}, Observer: obs,
+		b, err := budget.New(st.(budget.Store), budget.Config{
+			Limits: budget.Limits{Global: 1000, List: 1000, Refund: 1000}, Observer: obs,
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -126,7 +127,7 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 		obs.n.Store(n)
 		var workers []*reconcile.Service
 		for _, id := range []string{"w1", "w2", "w3", "w4"} {
-			b, err := reconcile.NewSharedBudget(st.(reconcile.BudgetStore), reconcile.BudgetConfig{}) // test mode
+			b, err := budget.New(st.(budget.Store), budget.Config{}) // test mode
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,92 +182,47 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 	})
 }
 
-func TestBudgetReserveWithinHorizon(t *testing.T) {
-	// Reserve hands out the tokens due within its horizon, one interval
-	// apart, across every worker sharing the buckets; Unreserve takes back
-	// only tokens that nobody reserved after, so that no slot is handed
-	// out twice. The store's clock stands still: only the counts matter.
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
-		clock := newClock()
-		st := newStore(t, clock.Now)
-		newBudget := func() *reconcile.SharedBudget {
-			b, err := reconcile.NewSharedBudget(st.(reconcile.BudgetStore), reconcile.BudgetConfig{
-				Limits: reconcile.BudgetLimits{Create: 10, Global: 10}, Headroom: -1,
-			})
-			if err != nil {
-				t.Fatal(err)
+// work runs the workers until the returned stop is called.
+func work(t *testing.T, workers []*reconcile.Service) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		wg.Go(func() {
+			if err := w.Work(ctx); err != nil {
+				t.Errorf("Work: %v", err)
 			}
-			return b
-		}
-		a, b := newBudget(), newBudget() // two workers' views
-		ctx := t.Context()
-		reserve := func(bud *reconcile.SharedBudget, n int) reconcile.Reservation {
-			t.Helper()
-			r, err := bud.Reserve(ctx, reconcile.ClassCreate, reconcile.PriorityNew, n, 0, time.Second)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return r
-		}
-		// 10/s, a burst of 1: the token there now and 10 more within 1 s.
-		r := reserve(a, 4)
-		if len(r.Delays) != 4 {
-			t.Fatalf("reserved %d of 4 tokens, want 4", len(r.Delays))
-		}
-		for i, d := range r.Delays {
-			if want := time.Duration(i) * 100 * time.Millisecond; d < want-time.Millisecond || d > want+time.Millisecond {
-				t.Errorf("token %d due after %s, want %s", i, d, want)
-			}
-		}
-		rb := reserve(b, 100)
-		if got := len(r.Delays) + len(rb.Delays); got != 11 {
-			t.Errorf("two workers reserved %d tokens within 1 s at 10/s, want 11", got)
-		}
-		if last := rb.Delays[len(rb.Delays)-1]; last > time.Second {
-			t.Errorf("last token due after %s, beyond the horizon", last)
-		}
-		if none := reserve(a, 1); len(none.Delays) != 0 || none.Retry <= 0 {
-			t.Errorf("a full horizon reserved %d more, retry %s; want none and a time to retry", len(none.Delays), none.Retry)
-		}
-
-		// a reserved before b: a's tokens cannot go back.
-		if err := a.Unreserve(ctx, r, 2); err != nil {
-			t.Fatal(err)
-		}
-		if again := reserve(a, 1); len(again.Delays) != 0 {
-			t.Errorf("tokens of an earlier reservation went back: %d reserved again", len(again.Delays))
-		}
-		// b's last 3 are the last handed out: they go back, and are the
-		// next reserved, in the same slots.
-		if err := b.Unreserve(ctx, rb, 3); err != nil {
-			t.Fatal(err)
-		}
-		again := reserve(a, 5)
-		if len(again.Delays) != 3 {
-			t.Fatalf("reserved %d after 3 went back, want 3", len(again.Delays))
-		}
-		for i, d := range again.Delays {
-			if want := rb.Delays[len(rb.Delays)-3+i]; d < want-time.Millisecond || d > want+time.Millisecond {
-				t.Errorf("token %d given back and reserved again due after %s, want its slot %s", i, d, want)
-			}
-		}
-
-		// An idle bucket's tokens due sooner than the lead go unused: the
-		// first call is due at the lead, the next one interval later.
-		idle, err := reconcile.NewSharedBudget(st.(reconcile.BudgetStore), reconcile.BudgetConfig{
-			Account: "idle", Limits: reconcile.BudgetLimits{Create: 10, Global: 10}, Headroom: -1,
 		})
+	}
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
+	t.Cleanup(stop)
+	return stop
+}
+
+// createPurchases creates n purchases through svc and returns their ids.
+func createPurchases(t *testing.T, svc *reconcile.Service, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range n {
+		p, err := svc.CreatePurchase(t.Context(), reconcile.NewPurchase{Customer: "budget", Amount: 300, Currency: "usd"})
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("CreatePurchase: %v", err)
 		}
-		led, err := idle.Reserve(ctx, reconcile.ClassCreate, reconcile.PriorityNew, 2, 250*time.Millisecond, time.Second)
-		if err != nil {
-			t.Fatal(err)
+		ids[i] = p.ID
+	}
+	return ids
+}
+
+// maxInWindow returns the most times within any window of length w
+// (sorted times, half-open windows).
+func maxInWindow(ts []time.Time, w time.Duration) int {
+	worst, j := 0, 0
+	for i := range ts {
+		for ts[i].Sub(ts[j]) >= w {
+			j++
 		}
-		for i, want := range []time.Duration{250 * time.Millisecond, 350 * time.Millisecond} {
-			if i >= len(led.Delays) || led.Delays[i] < want-time.Millisecond || led.Delays[i] > want+time.Millisecond {
-				t.Errorf("with a lead of 250ms: delays %v, want token %d due after %s", led.Delays, i, want)
-			}
-		}
-	})
+		worst = max(worst, i-j+1)
+	}
+	return worst
 }

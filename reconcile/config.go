@@ -167,8 +167,9 @@ type Config struct {
 	Observer Observer
 
 	// Budget is the provider account's rate budget, which every provider
-	// call waits for (a SharedBudget, shared by every worker through the
-	// store). Default Unlimited: calls never wait.
+	// call waits for (a budget.Shared of package reconcile/budget, shared
+	// by every worker through the store). Default Unlimited: calls never
+	// wait.
 	Budget Budget
 }
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/payrecon/payrecon/cmd/payrecon/internal/bench"
 	"github.com/payrecon/payrecon/internal/dburl"
-	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 )
 
 // `payrecon bench` measures payrecon's capacity on the user's own
@@ -240,10 +240,10 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	return benchError(bench.Backlog(ctx, cfg))
 }
 
-// bcfgDefaults returns cfg with its limits defaulted as NewSharedBudget
+// bcfgDefaults returns cfg with its limits defaulted as budget.New
 // would, for the report and the fake.
-func bcfgDefaults(cfg reconcile.BudgetConfig) (reconcile.BudgetConfig, error) {
-	b, err := reconcile.NewSharedBudget(nil, cfg)
+func bcfgDefaults(cfg budget.Config) (budget.Config, error) {
+	b, err := budget.New(nil, cfg)
 	if err != nil {
 		return cfg, err
 	}

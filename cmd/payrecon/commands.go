@@ -13,6 +13,7 @@ import (
 
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
@@ -74,15 +75,15 @@ func newObservedService(ctx context.Context, e *env, obs reconcile.Observer) (*r
 	if err != nil {
 		return nil, nil, usageError(err)
 	}
-	bcfg, budget, err := e.settings.budgetConfig(live)
+	bcfg, shared, err := e.settings.budgetConfig(live)
 	if err != nil {
 		return nil, nil, usageError(err)
 	}
-	if bo, ok := obs.(reconcile.BudgetObserver); ok {
+	if bo, ok := obs.(budget.Observer); ok {
 		bcfg.Observer = bo
 	}
 	bcfg.Now = cfg.Now
-	return serviceOverBudget(ctx, e, p, cfg, bcfg, budget)
+	return serviceOverBudget(ctx, e, p, cfg, bcfg, shared)
 }
 
 // liveProvider reports whether the provider is Stripe with a live-mode
@@ -95,7 +96,7 @@ func liveProvider(e *env) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return reconcile.LiveKey(key), nil
+	return budget.LiveKey(key), nil
 }
 
 // newBooks is newService for the commands that only read or write the
@@ -113,18 +114,18 @@ func newBooks(ctx context.Context, e *env) (*reconcile.Service, func(), error) {
 }
 
 func serviceOver(ctx context.Context, e *env, p provider.Provider, cfg reconcile.Config) (*reconcile.Service, func(), error) {
-	return serviceOverBudget(ctx, e, p, cfg, reconcile.BudgetConfig{}, false)
+	return serviceOverBudget(ctx, e, p, cfg, budget.Config{}, false)
 }
 
-// serviceOverBudget is serviceOver with, when budget, calls waiting for the
+// serviceOverBudget is serviceOver with, when shared, calls waiting for the
 // provider account's rate budget kept in the store (bcfg).
-func serviceOverBudget(ctx context.Context, e *env, p provider.Provider, cfg reconcile.Config, bcfg reconcile.BudgetConfig, budget bool) (*reconcile.Service, func(), error) {
+func serviceOverBudget(ctx context.Context, e *env, p provider.Provider, cfg reconcile.Config, bcfg budget.Config, shared bool) (*reconcile.Service, func(), error) {
 	st, err := openStore(ctx, e, true)
 	if err != nil {
 		return nil, nil, err
 	}
-	if bs, ok := st.Store.(reconcile.BudgetStore); ok && budget {
-		b, err := reconcile.NewSharedBudget(bs, bcfg)
+	if bs, ok := st.Store.(budget.Store); ok && shared {
+		b, err := budget.New(bs, bcfg)
 		if err != nil {
 			st.Close()
 			return nil, nil, usageError(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/payrecon/payrecon/internal/dburl"
 	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/reconcile/cron"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
@@ -204,9 +205,9 @@ func newSettings() *settings {
 		formatDuration(cron.ReplayMargin)+" (a replay margin)")
 	plain("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", formatDuration(sw.IdempotencyKeyRetention), kindDuration, "how long purchase API idempotency keys are kept; at least 24h")
 	plain("budget", "PAYRECON_BUDGET", "true", kindBool, "provider calls wait for the provider account's rate budget, kept in the database and shared by every worker (--budget=false: calls never wait)")
-	plain("budget-account", "PAYRECON_BUDGET_ACCOUNT", reconcile.DefaultBudgetConfig().Account, kindString, "the provider account the budget is of: workers with the same account share one budget")
+	plain("budget-account", "PAYRECON_BUDGET_ACCOUNT", budget.DefaultConfig().Account, kindString, "the provider account the budget is of: workers with the same account share one budget")
 	for _, c := range append([]reconcile.BudgetClass{reconcile.ClassGlobal}, reconcile.BudgetClasses...) {
-		live, test := reconcile.DefaultBudgetLimits(true).Of(c), reconcile.DefaultBudgetLimits(false).Of(c)
+		live, test := budget.DefaultLimits(true).Of(c), budget.DefaultLimits(false).Of(c)
 		plain("budget-"+string(c), "PAYRECON_BUDGET_"+strings.ToUpper(string(c)), "", kindRate,
 			fmt.Sprintf("%s calls per second (default: Stripe's limit for the key's mode, %v with an sk_live_ key, %v otherwise)", budgetClassUsage[c], live, test))
 	}

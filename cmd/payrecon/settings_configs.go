@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/reconcile/cron"
 )
 
@@ -66,7 +67,7 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 // budgetConfig builds the provider rate budget's configuration from the
 // settings: live selects the defaults of Stripe's live mode. ok is false
 // when --budget is off.
-func (s *settings) budgetConfig(live bool) (cfg reconcile.BudgetConfig, ok bool, err error) {
+func (s *settings) budgetConfig(live bool) (cfg budget.Config, ok bool, err error) {
 	on, err := s.boolean("budget")
 	if err != nil || !on {
 		return cfg, false, err

@@ -13,6 +13,7 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/reconcile/cron"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
@@ -21,13 +22,13 @@ import (
 // which config fields it sets: "Type.Field", or "Type" for a setting that
 // sets a whole config (a spec). Its default must be the fields' default.
 var settingFields = map[string][]string{
-	"budget-account":           {"reconcile.BudgetConfig.Account"},
-	"budget-global":            {"reconcile.BudgetConfig.Limits"},
-	"budget-create":            {"reconcile.BudgetConfig.Limits"},
-	"budget-retrieve":          {"reconcile.BudgetConfig.Limits"},
-	"budget-search":            {"reconcile.BudgetConfig.Limits"},
-	"budget-list":              {"reconcile.BudgetConfig.Limits"},
-	"budget-refund":            {"reconcile.BudgetConfig.Limits"},
+	"budget-account":           {"budget.Config.Account"},
+	"budget-global":            {"budget.Config.Limits"},
+	"budget-create":            {"budget.Config.Limits"},
+	"budget-retrieve":          {"budget.Config.Limits"},
+	"budget-search":            {"budget.Config.Limits"},
+	"budget-list":              {"budget.Config.Limits"},
+	"budget-refund":            {"budget.Config.Limits"},
 	"worker-id":                {"reconcile.Config.WorkerID"},
 	"lease-duration":           {"reconcile.Config.LeaseDuration"},
 	"provider-timeout":         {"reconcile.Config.ProviderTimeout"},
@@ -161,7 +162,7 @@ func TestFlagDefaultsAreTheConfigs(t *testing.T) {
 		"fakeprovider.Config":       fake,
 		"fakeprovider.ServerConfig": server,
 		"sqlite.Config":             sqlite.Config{Synchronous: s.str("sqlite-synchronous")},
-		"reconcile.BudgetConfig":    bc,
+		"budget.Config":             bc,
 	}
 	want := map[string]any{
 		"reconcile.Config":     reconcile.DefaultConfig(),
@@ -174,8 +175,8 @@ func TestFlagDefaultsAreTheConfigs(t *testing.T) {
 		"fakeprovider.ServerConfig": fakeprovider.ServerConfig{},
 		"sqlite.Config":             sqlite.Config{Synchronous: sqlite.DefaultSynchronous},
 		// The limits' empty defaults leave them zero, to the key's mode's
-		// defaults (reconcile.DefaultBudgetLimits).
-		"reconcile.BudgetConfig": reconcile.BudgetConfig{Account: reconcile.DefaultBudgetConfig().Account},
+		// defaults (budget.DefaultLimits).
+		"budget.Config": budget.Config{Account: budget.DefaultConfig().Account},
 	}
 
 	listed := map[string]bool{}
@@ -261,7 +262,7 @@ func TestDefaultServiceConfig(t *testing.T) {
 	got, want := svc.Config(), reconcile.DefaultConfig()
 	// The budget is built over the store, the provider account's shared
 	// rate budget (--budget is on by default).
-	if _, ok := got.Budget.(*reconcile.SharedBudget); !ok {
+	if _, ok := got.Budget.(*budget.Shared); !ok {
 		t.Errorf("service budget %T, want the shared budget", got.Budget)
 	}
 	got.Budget = nil

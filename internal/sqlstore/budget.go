@@ -3,7 +3,7 @@ package sqlstore
 import (
 	"time"
 
-	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 )
 
 // BucketColumns are provider_budget's columns as ScanBucket reads them and
@@ -27,14 +27,14 @@ func unmicros(us int64) time.Time {
 }
 
 // ScanBucket reads one provider_budget row, in BucketColumns' order.
-func ScanBucket(row Row) (reconcile.Bucket, error) {
+func ScanBucket(row Row) (budget.Bucket, error) {
 	var (
-		b                reconcile.Bucket
+		b                budget.Bucket
 		updated, blocked int64
 		d1, d2, d3, d4   int64
 	)
 	if err := row.Scan(&b.Name, &b.Tokens, &b.Rate, &updated, &blocked, &d1, &d2, &d3, &d4, &b.Credit, &b.Throttled); err != nil {
-		return reconcile.Bucket{}, err
+		return budget.Bucket{}, err
 	}
 	// A row with updated_at 0 is a placeholder, inserted only to be locked.
 	b.Stored = updated != 0
@@ -44,7 +44,7 @@ func ScanBucket(row Row) (reconcile.Bucket, error) {
 }
 
 // BucketArgs are b's values in BucketColumns' order.
-func BucketArgs(b *reconcile.Bucket) []any {
+func BucketArgs(b *budget.Bucket) []any {
 	return []any{b.Name, b.Tokens, b.Rate, micros(b.UpdatedAt), micros(b.BlockedUntil),
 		micros(b.Demand[0]), micros(b.Demand[1]), micros(b.Demand[2]), micros(b.Demand[3]), b.Credit, b.Throttled}
 }
@@ -61,16 +61,16 @@ ON CONFLICT (account, bucket) DO UPDATE SET
 
 // BucketsByName orders rows as names lists them, giving a zero Bucket
 // (Stored false) named for each name no row has.
-func BucketsByName(names []string, rows []reconcile.Bucket) []*reconcile.Bucket {
-	by := make(map[string]reconcile.Bucket, len(rows))
+func BucketsByName(names []string, rows []budget.Bucket) []*budget.Bucket {
+	by := make(map[string]budget.Bucket, len(rows))
 	for _, r := range rows {
 		by[r.Name] = r
 	}
-	out := make([]*reconcile.Bucket, len(names))
+	out := make([]*budget.Bucket, len(names))
 	for i, n := range names {
 		b, ok := by[n]
 		if !ok {
-			b = reconcile.Bucket{Name: n}
+			b = budget.Bucket{Name: n}
 		}
 		out[i] = &b
 	}

@@ -6,17 +6,18 @@ import (
 
 	"github.com/payrecon/payrecon/internal/sqlstore"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 )
 
-var _ reconcile.BudgetStore = (*Store)(nil)
+var _ budget.Store = (*Store)(nil)
 
-// UpdateBuckets implements reconcile.BudgetStore in one transaction: it
+// UpdateBuckets implements budget.Store in one transaction: it
 // makes sure the rows exist (placeholders, ON CONFLICT DO NOTHING), locks
 // them with SELECT ... ORDER BY bucket FOR UPDATE (one order for every
 // taker, so that two takers never deadlock), calls fn with the store's
 // clock and upserts what fn left. Every replica's takes of a bucket are
 // serialised on its row lock.
-func (s *Store) UpdateBuckets(ctx context.Context, account string, names []string, fn func(now time.Time, b []*reconcile.Bucket) error) error {
+func (s *Store) UpdateBuckets(ctx context.Context, account string, names []string, fn func(now time.Time, b []*budget.Bucket) error) error {
 	return s.InTx(ctx, func(rtx reconcile.Tx) error {
 		t := rtx.(*txn)
 		if _, err := t.tx.Exec(ctx, `INSERT INTO provider_budget (account, bucket, tokens, rate, updated_at)
@@ -47,9 +48,9 @@ WHERE account = $1 AND bucket = ANY($2::text[]) ORDER BY bucket FOR UPDATE`, acc
 	})
 }
 
-// Buckets implements reconcile.BudgetStore.
-func (s *Store) Buckets(ctx context.Context, account string) ([]reconcile.Bucket, error) {
-	var out []reconcile.Bucket
+// Buckets implements budget.Store.
+func (s *Store) Buckets(ctx context.Context, account string) ([]budget.Bucket, error) {
+	var out []budget.Bucket
 	err := s.InTx(ctx, func(rtx reconcile.Tx) error {
 		rows, err := queryAll(ctx, rtx.(*txn), sqlstore.ScanBucket, "read budget of "+account,
 			`SELECT `+sqlstore.BucketColumns+` FROM provider_budget WHERE account = $1 AND updated_at <> 0 ORDER BY bucket`, account)

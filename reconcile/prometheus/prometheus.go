@@ -19,6 +19,7 @@ import (
 
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/reconcile/relay"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -63,10 +64,10 @@ type Metrics struct {
 }
 
 var (
-	_ reconcile.Observer       = (*Metrics)(nil)
-	_ relay.Observer           = (*Metrics)(nil)
-	_ reconcile.Observer       = (*Metrics)(nil)
-	_ reconcile.BudgetObserver = (*Metrics)(nil)
+	_ reconcile.Observer = (*Metrics)(nil)
+	_ relay.Observer     = (*Metrics)(nil)
+	_ reconcile.Observer = (*Metrics)(nil)
+	_ budget.Observer    = (*Metrics)(nil)
 
 	_ reconcile.EventSweepObserver = (*Metrics)(nil)
 )
@@ -241,17 +242,17 @@ var webhookOutcomes = []reconcile.EventOutcome{
 	reconcile.EventContradiction, reconcile.EventConfirming, reconcile.EventUnmatched,
 }
 
-// BudgetRate implements reconcile.BudgetObserver.
+// BudgetRate implements budget.Observer.
 func (m *Metrics) BudgetRate(class reconcile.BudgetClass, rate float64) {
 	m.budgetRate.WithLabelValues(string(class)).Set(rate)
 }
 
-// BudgetThrottled implements reconcile.BudgetObserver.
+// BudgetThrottled implements budget.Observer.
 func (m *Metrics) BudgetThrottled(class reconcile.BudgetClass) {
 	m.budgetThrottled.WithLabelValues(string(class)).Inc()
 }
 
-// BudgetWait implements reconcile.BudgetObserver.
+// BudgetWait implements budget.Observer.
 func (m *Metrics) BudgetWait(class reconcile.BudgetClass, waited time.Duration) {
 	m.budgetWait.WithLabelValues(string(class)).Observe(waited.Seconds())
 }

@@ -8,17 +8,18 @@ import (
 
 	"github.com/payrecon/payrecon/internal/sqlstore"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 )
 
-var _ reconcile.BudgetStore = (*Store)(nil)
+var _ budget.Store = (*Store)(nil)
 
 // bucketUpsert is sqlstore.BucketUpsert with SQLite's placeholders.
 var bucketUpsert = strings.ReplaceAll(sqlstore.BucketUpsert, "$", "?")
 
-// UpdateBuckets implements reconcile.BudgetStore in one BEGIN IMMEDIATE
+// UpdateBuckets implements budget.Store in one BEGIN IMMEDIATE
 // transaction: SQLite's single writer serialises every taker, in any
 // process, from the read of the buckets to the write of what fn left.
-func (s *Store) UpdateBuckets(ctx context.Context, account string, names []string, fn func(now time.Time, b []*reconcile.Bucket) error) error {
+func (s *Store) UpdateBuckets(ctx context.Context, account string, names []string, fn func(now time.Time, b []*budget.Bucket) error) error {
 	return s.InTx(ctx, func(rtx reconcile.Tx) error {
 		t := rtx.(*txn)
 		rows, err := queryAll(ctx, t, sqlstore.ScanBucket, "read budget of "+account,
@@ -58,9 +59,9 @@ func jsonList(names []string) string {
 	return b.String()
 }
 
-// Buckets implements reconcile.BudgetStore.
-func (s *Store) Buckets(ctx context.Context, account string) ([]reconcile.Bucket, error) {
-	var out []reconcile.Bucket
+// Buckets implements budget.Store.
+func (s *Store) Buckets(ctx context.Context, account string) ([]budget.Bucket, error) {
+	var out []budget.Bucket
 	err := s.InTx(ctx, func(rtx reconcile.Tx) error {
 		rows, err := queryAll(ctx, rtx.(*txn), sqlstore.ScanBucket, "read budget of "+account,
 			`SELECT `+sqlstore.BucketColumns+` FROM provider_budget WHERE account = ?1 AND updated_at <> 0 ORDER BY bucket`, account)

@@ -10,17 +10,18 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 )
 
-// The tests of reconcile.BudgetStore, and of reconcile.SharedBudget on
-// each store, on the store's injected clock.
+// The tests of budget.Store, and of budget.Shared on each store, on the
+// store's injected clock.
 
-// budgetStore returns s as a reconcile.BudgetStore, or fails the test.
-func budgetStore(t *testing.T, s *testStore) reconcile.BudgetStore {
+// budgetStore returns s as a budget.Store, or fails the test.
+func budgetStore(t *testing.T, s *testStore) budget.Store {
 	t.Helper()
-	bs, ok := s.Store.(reconcile.BudgetStore)
+	bs, ok := s.Store.(budget.Store)
 	if !ok {
-		t.Fatalf("%T does not implement reconcile.BudgetStore", s.Store)
+		t.Fatalf("%T does not implement budget.Store", s.Store)
 	}
 	return bs
 }
@@ -30,10 +31,10 @@ func testBudgetBuckets(t *testing.T, newStore func(*testing.T) *testStore) {
 		s := newStore(t)
 		bs := budgetStore(t, s)
 		ctx := t.Context()
-		want := reconcile.Bucket{Name: "create", Stored: true, Tokens: 0.75, Rate: 12.5,
+		want := budget.Bucket{Name: "create", Stored: true, Tokens: 0.75, Rate: 12.5,
 			UpdatedAt: at(time.Second), BlockedUntil: at(3 * time.Second), Credit: 1.25, Throttled: 3}
 		want.Demand[1] = at(2 * time.Second)
-		err := bs.UpdateBuckets(ctx, "acct", []string{"create", "global"}, func(now time.Time, b []*reconcile.Bucket) error {
+		err := bs.UpdateBuckets(ctx, "acct", []string{"create", "global"}, func(now time.Time, b []*budget.Bucket) error {
 			if !now.Equal(base) {
 				return fmt.Errorf("now %v, want the store's clock %v", now, base)
 			}
@@ -64,7 +65,7 @@ func testBudgetBuckets(t *testing.T, newStore func(*testing.T) *testStore) {
 		s := newStore(t)
 		bs := budgetStore(t, s)
 		boom := errors.New("boom")
-		err := bs.UpdateBuckets(t.Context(), "acct", []string{"create"}, func(_ time.Time, b []*reconcile.Bucket) error {
+		err := bs.UpdateBuckets(t.Context(), "acct", []string{"create"}, func(_ time.Time, b []*budget.Bucket) error {
 			b[0].Stored, b[0].Tokens, b[0].Rate, b[0].UpdatedAt = true, 1, 1, base
 			return boom
 		})
@@ -85,7 +86,7 @@ func testBudgetBuckets(t *testing.T, newStore func(*testing.T) *testStore) {
 		for i := range n {
 			wg.Go(func() {
 				for range each {
-					err := bs.UpdateBuckets(t.Context(), "acct", []string{"search", "global"}, func(now time.Time, b []*reconcile.Bucket) error {
+					err := bs.UpdateBuckets(t.Context(), "acct", []string{"search", "global"}, func(now time.Time, b []*budget.Bucket) error {
 						for _, bk := range b {
 							bk.Stored, bk.UpdatedAt, bk.Rate = true, now, 1
 							bk.Throttled++
@@ -115,24 +116,24 @@ func testBudgetBuckets(t *testing.T, newStore func(*testing.T) *testStore) {
 	})
 }
 
-// simBudget returns a SharedBudget on s, which a simulation drives with
+// simBudget returns a budget.Shared on s, which a simulation drives with
 // TryTake on the store's clock.
-func simBudget(t *testing.T, s *testStore, cfg reconcile.BudgetConfig) *reconcile.SharedBudget {
+func simBudget(t *testing.T, s *testStore, cfg budget.Config) *budget.Shared {
 	t.Helper()
 	cfg.Now = s.clock.Now
 	if cfg.Headroom == 0 {
 		cfg.Headroom = -1 // exact figures
 	}
-	b, err := reconcile.NewSharedBudget(budgetStore(t, s), cfg)
+	b, err := budget.New(budgetStore(t, s), cfg)
 	if err != nil {
-		t.Fatalf("NewSharedBudget: %v", err)
+		t.Fatalf("budget.New: %v", err)
 	}
 	return b
 }
 
 // try is one try for a token: whether it was granted, and when its call
 // may be sent.
-func try(t *testing.T, s *testStore, b *reconcile.SharedBudget, c reconcile.BudgetClass, p reconcile.Priority) (bool, time.Time) {
+func try(t *testing.T, s *testStore, b *budget.Shared, c reconcile.BudgetClass, p reconcile.Priority) (bool, time.Time) {
 	t.Helper()
 	ok, delay, _, err := b.TryTake(t.Context(), c, p)
 	if err != nil {
@@ -142,7 +143,7 @@ func try(t *testing.T, s *testStore, b *reconcile.SharedBudget, c reconcile.Budg
 }
 
 // got is try's first result.
-func got(t *testing.T, s *testStore, b *reconcile.SharedBudget, c reconcile.BudgetClass, p reconcile.Priority) bool {
+func got(t *testing.T, s *testStore, b *budget.Shared, c reconcile.BudgetClass, p reconcile.Priority) bool {
 	t.Helper()
 	ok, _ := try(t, s, b, c, p)
 	return ok
@@ -155,8 +156,8 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 		// Four workers try every tick for 5 s at a limit of 25/s: at most
 		// 25 in any 1-second window and one more.
 		s := newStore(t)
-		cfg := reconcile.BudgetConfig{Limits: reconcile.BudgetLimits{Create: 25, Global: 100}}
-		workers := []*reconcile.SharedBudget{simBudget(t, s, cfg), simBudget(t, s, cfg), simBudget(t, s, cfg), simBudget(t, s, cfg)}
+		cfg := budget.Config{Limits: budget.Limits{Create: 25, Global: 100}}
+		workers := []*budget.Shared{simBudget(t, s, cfg), simBudget(t, s, cfg), simBudget(t, s, cfg), simBudget(t, s, cfg)}
 		var grants []time.Time
 		for s.clock.Now().Before(at(5 * time.Second)) {
 			for _, w := range workers {
@@ -177,7 +178,7 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 
 	parallel(t, "GlobalOnTop", func(t *testing.T) {
 		s := newStore(t)
-		b := simBudget(t, s, reconcile.BudgetConfig{Limits: reconcile.BudgetLimits{Create: 25, Retrieve: 25, Global: 30}})
+		b := simBudget(t, s, budget.Config{Limits: budget.Limits{Create: 25, Retrieve: 25, Global: 30}})
 		n := 0
 		for s.clock.Now().Before(at(5 * time.Second)) {
 			for _, c := range []reconcile.BudgetClass{reconcile.ClassCreate, reconcile.ClassRetrieve} {
@@ -197,7 +198,7 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 		// everything: reconciliation gets its reserved share, no more;
 		// the audit (4), behind both, gets nothing.
 		s := newStore(t)
-		b := simBudget(t, s, reconcile.BudgetConfig{Limits: reconcile.BudgetLimits{Create: 25, Global: 100}, ReserveShare: 0.2})
+		b := simBudget(t, s, budget.Config{Limits: budget.Limits{Create: 25, Global: 100}, ReserveShare: 0.2})
 		n := map[reconcile.Priority]int{}
 		for s.clock.Now().Before(at(10 * time.Second)) {
 			for _, p := range []reconcile.Priority{reconcile.PriorityAudit, reconcile.PriorityReconcile, reconcile.PriorityNew} {
@@ -224,7 +225,7 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 		// at 10/s: each is sent within a few token intervals, and the
 		// backlog has the rest.
 		s := newStore(t)
-		b := simBudget(t, s, reconcile.BudgetConfig{Limits: reconcile.BudgetLimits{Create: 25, Global: 100}})
+		b := simBudget(t, s, budget.Config{Limits: budget.Limits{Create: 25, Global: 100}})
 		var newWaits []time.Duration
 		var waitingSince time.Time
 		backlog := 0
@@ -259,7 +260,7 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 
 	parallel(t, "ThrottledDecreasesAndRecovers", func(t *testing.T) {
 		s := newStore(t)
-		b := simBudget(t, s, reconcile.BudgetConfig{Limits: reconcile.BudgetLimits{Create: 20, Global: 100}, Increase: 1})
+		b := simBudget(t, s, budget.Config{Limits: budget.Limits{Create: 20, Global: 100}, Increase: 1})
 		ctx := t.Context()
 		for range 3 {
 			if err := b.Throttled(ctx, reconcile.ClassCreate, 0); err != nil {
@@ -298,14 +299,14 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 		// A worker that took tokens and died, or died inside the budget's
 		// transaction, holds nothing: the others get the whole rate.
 		s := newStore(t)
-		cfg := reconcile.BudgetConfig{Limits: reconcile.BudgetLimits{Create: 25, Global: 100}}
+		cfg := budget.Config{Limits: budget.Limits{Create: 25, Global: 100}}
 		dead, live := simBudget(t, s, cfg), simBudget(t, s, cfg)
 		for range 50 {
 			got(t, s, dead, reconcile.ClassCreate, reconcile.PriorityNew)
 			s.clock.Advance(tick)
 		}
 		crash := errors.New("crash")
-		err := budgetStore(t, s).UpdateBuckets(t.Context(), "default", []string{"create", "global"}, func(_ time.Time, b []*reconcile.Bucket) error {
+		err := budgetStore(t, s).UpdateBuckets(t.Context(), "default", []string{"create", "global"}, func(_ time.Time, b []*budget.Bucket) error {
 			for _, bk := range b {
 				bk.Tokens = -1000 // taken, never committed
 			}
@@ -326,7 +327,7 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 	})
 }
 
-func rateOf(t *testing.T, b *reconcile.SharedBudget, c reconcile.BudgetClass) float64 {
+func rateOf(t *testing.T, b *budget.Shared, c reconcile.BudgetClass) float64 {
 	t.Helper()
 	rates, err := b.Rates(t.Context())
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
@@ -83,9 +84,9 @@ type BacklogConfig struct {
 	// default.
 	Fresh bool
 	// Budget is the shared budget's configuration (--budget-create and
-	// the others), its limits defaulted as reconcile.NewSharedBudget
+	// the others), its limits defaulted as budget.New
 	// defaults them: the fake enforces them.
-	Budget reconcile.BudgetConfig
+	Budget budget.Config
 	// Reconcile is the workers' configuration; the bench sets its worker
 	// id, Logger, Budget, Observer, Backoff, MaxAttempts and, to at most
 	// 50ms, PollInterval.
@@ -106,7 +107,7 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 		return err
 	}
 	defer st.Close()
-	bs, ok := st.Store.(reconcile.BudgetStore)
+	bs, ok := st.Store.(budget.Store)
 	if !ok {
 		return fmt.Errorf("bench backlog: the store keeps no budget")
 	}
@@ -179,7 +180,7 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 	clock.offset.Store(int64(2 * time.Hour))
 	var svcs []*reconcile.Service
 	for i := range workers {
-		b, err := reconcile.NewSharedBudget(bs, bcfg)
+		b, err := budget.New(bs, bcfg)
 		if err != nil {
 			return usageError(err)
 		}

@@ -1,4 +1,4 @@
-package reconcile_test
+package budget_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/budget"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
@@ -90,16 +91,16 @@ func (o *budgetObserver) BudgetWait(reconcile.BudgetClass, time.Duration) {}
 
 // budgetWorkers returns n workers over st and p, each with a budget of
 // its own over st (as separate processes would have), configured by bcfg.
-func budgetWorkers(t *testing.T, st reconcile.Store, p provider.Provider, n int, bcfg reconcile.BudgetConfig) ([]*reconcile.Service, []*reconcile.SharedBudget) {
+func budgetWorkers(t *testing.T, st reconcile.Store, p provider.Provider, n int, bcfg budget.Config) ([]*reconcile.Service, []*budget.Shared) {
 	t.Helper()
 	var (
 		workers  []*reconcile.Service
-		budgets  []*reconcile.SharedBudget
-		bstore   = st.(reconcile.BudgetStore)
+		budgets  []*budget.Shared
+		bstore   = st.(budget.Store)
 		workerID = []string{"w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8"}
 	)
 	for i := range n {
-		b, err := reconcile.NewSharedBudget(bstore, bcfg)
+		b, err := budget.New(bstore, bcfg)
 		if err != nil {
 			t.Fatalf("NewSharedBudget: %v", err)
 		}
@@ -181,7 +182,7 @@ func TestBudgetFourWorkersShareOneBudget(t *testing.T) {
 	forEachStore(t, func(t *testing.T, newStore storeFactory) {
 		st := newStore(t, nil)
 		fake := fakeprovider.New(fakeprovider.Config{})
-		workers, _ := budgetWorkers(t, st, fake, 4, reconcile.BudgetConfig{Limits: reconcile.BudgetLimits{Create: 25, Global: 100}})
+		workers, _ := budgetWorkers(t, st, fake, 4, budget.Config{Limits: budget.Limits{Create: 25, Global: 100}})
 		const n = 150
 		createPurchases(t, workers[0], n)
 		stop := work(t, workers)
@@ -246,7 +247,7 @@ func TestBudgetBacklogDrains(t *testing.T) {
 		prov.down.Store(false)
 		offset.Store(int64(2 * time.Hour))
 		fake.SetRateLimits(fakeprovider.RateLimits{Create: limit})
-		workers, _ := budgetWorkers(t, st, prov, 4, reconcile.BudgetConfig{Limits: reconcile.BudgetLimits{Create: float64(limit), Global: 100}})
+		workers, _ := budgetWorkers(t, st, prov, 4, budget.Config{Limits: budget.Limits{Create: float64(limit), Global: 100}})
 		lift := time.Now()
 		stop := work(t, workers)
 
@@ -384,8 +385,8 @@ func TestBudget429Storm(t *testing.T) {
 	fake := fakeprovider.New(fakeprovider.Config{RateLimits: fakeprovider.RateLimits{Create: 5}})
 	prov := &outageProvider{Provider: fake}
 	obs := &budgetObserver{}
-	workers, budgets := budgetWorkers(t, st, prov, 4, reconcile.BudgetConfig{
-		Limits: reconcile.BudgetLimits{Create: 25, Global: 100}, Increase: 10, Observer: obs,
+	workers, budgets := budgetWorkers(t, st, prov, 4, budget.Config{
+		Limits: budget.Limits{Create: 25, Global: 100}, Increase: 10, Observer: obs,
 	})
 	ids := createPurchases(t, workers[0], 300)
 	stop := work(t, workers)
@@ -435,5 +436,95 @@ func TestBudget429Storm(t *testing.T) {
 			t.Fatal("no create was sent twice: the storm throttled nothing")
 		}
 		t.Logf("%d creates sent again after a 429, each with its first key and request", resent)
+	})
+}
+
+func TestBudgetReserveWithinHorizon(t *testing.T) {
+	// Reserve hands out the tokens due within its horizon, one interval
+	// apart, across every worker sharing the buckets; Unreserve takes back
+	// only tokens that nobody reserved after, so that no slot is handed
+	// out twice. The store's clock stands still: only the counts matter.
+	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+		clock := newClock()
+		st := newStore(t, clock.Now)
+		newBudget := func() *budget.Shared {
+			b, err := budget.New(st.(budget.Store), budget.Config{
+				Limits: budget.Limits{Create: 10, Global: 10}, Headroom: -1,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return b
+		}
+		a, b := newBudget(), newBudget() // two workers' views
+		ctx := t.Context()
+		reserve := func(bud *budget.Shared, n int) reconcile.Reservation {
+			t.Helper()
+			r, err := bud.Reserve(ctx, reconcile.ClassCreate, reconcile.PriorityNew, n, 0, time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return r
+		}
+		// 10/s, a burst of 1: the token there now and 10 more within 1 s.
+		r := reserve(a, 4)
+		if len(r.Delays) != 4 {
+			t.Fatalf("reserved %d of 4 tokens, want 4", len(r.Delays))
+		}
+		for i, d := range r.Delays {
+			if want := time.Duration(i) * 100 * time.Millisecond; d < want-time.Millisecond || d > want+time.Millisecond {
+				t.Errorf("token %d due after %s, want %s", i, d, want)
+			}
+		}
+		rb := reserve(b, 100)
+		if got := len(r.Delays) + len(rb.Delays); got != 11 {
+			t.Errorf("two workers reserved %d tokens within 1 s at 10/s, want 11", got)
+		}
+		if last := rb.Delays[len(rb.Delays)-1]; last > time.Second {
+			t.Errorf("last token due after %s, beyond the horizon", last)
+		}
+		if none := reserve(a, 1); len(none.Delays) != 0 || none.Retry <= 0 {
+			t.Errorf("a full horizon reserved %d more, retry %s; want none and a time to retry", len(none.Delays), none.Retry)
+		}
+
+		// a reserved before b: a's tokens cannot go back.
+		if err := a.Unreserve(ctx, r, 2); err != nil {
+			t.Fatal(err)
+		}
+		if again := reserve(a, 1); len(again.Delays) != 0 {
+			t.Errorf("tokens of an earlier reservation went back: %d reserved again", len(again.Delays))
+		}
+		// b's last 3 are the last handed out: they go back, and are the
+		// next reserved, in the same slots.
+		if err := b.Unreserve(ctx, rb, 3); err != nil {
+			t.Fatal(err)
+		}
+		again := reserve(a, 5)
+		if len(again.Delays) != 3 {
+			t.Fatalf("reserved %d after 3 went back, want 3", len(again.Delays))
+		}
+		for i, d := range again.Delays {
+			if want := rb.Delays[len(rb.Delays)-3+i]; d < want-time.Millisecond || d > want+time.Millisecond {
+				t.Errorf("token %d given back and reserved again due after %s, want its slot %s", i, d, want)
+			}
+		}
+
+		// An idle bucket's tokens due sooner than the lead go unused: the
+		// first call is due at the lead, the next one interval later.
+		idle, err := budget.New(st.(budget.Store), budget.Config{
+			Account: "idle", Limits: budget.Limits{Create: 10, Global: 10}, Headroom: -1,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		led, err := idle.Reserve(ctx, reconcile.ClassCreate, reconcile.PriorityNew, 2, 250*time.Millisecond, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range []time.Duration{250 * time.Millisecond, 350 * time.Millisecond} {
+			if i >= len(led.Delays) || led.Delays[i] < want-time.Millisecond || led.Delays[i] > want+time.Millisecond {
+				t.Errorf("with a lead of 250ms: delays %v, want token %d due after %s", led.Delays, i, want)
+			}
+		}
 	})
 }

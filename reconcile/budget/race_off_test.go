@@ -1,6 +1,6 @@
 //go:build !race
 
-package reconcile_test
+package budget_test
 
 // raceDetector reports whether the tests run under the race detector (see
 // race_on_test.go).
