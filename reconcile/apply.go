@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/provider"
-	"github.com/payrecon/payrecon/statemachine"
 )
 
 // callAndApply makes one provider call for p and applies its answer.
@@ -106,28 +105,12 @@ func (s *Service) callProvider(ctx context.Context, op provider.Op, p Purchase) 
 // the lease is lost, the answer is recorded unapplied and judged the same
 // way, outside the lease.
 func (s *Service) apply(ctx context.Context, l Lease, p Purchase, cause Cause, a Attempt, ans Answer) (bool, error) {
-	var err error
-	for range maxWriteRaces {
-		var done bool
-		done, err = s.applyOnce(ctx, l, p, cause, a, ans)
-		// A conflict: a concurrent writer committed between our read and
-		// write. A duplicate: another purchase took the payment id in the
-		// meantime. Either way, read again and judge again.
-		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
-			if err == nil {
-				return done, nil
-			}
-			break
-		}
-	}
-	// Not applied: record the answer anyway, as a fact about the provider,
-	// and let the judge weigh it against the purchase as it is.
-	a.Applied = false
-	a.Note = joinNote(a.Note, "not applied: "+reasonOf(err))
-	if lerr := s.applyLate(ctx, a, ans); lerr != nil {
-		return false, errors.Join(err, lerr)
-	}
-	return false, err
+	// A conflict: a concurrent writer committed between our read and
+	// write. A duplicate: another purchase took the payment id in the
+	// meantime. Either way, read again and judge again.
+	return purchases.apply(s, ctx, a.PurchaseID, a, ans, func() (bool, error) {
+		return s.applyOnce(ctx, l, p, cause, a, ans)
+	})
 }
 
 // applyOnce is one try of apply. It returns true when the job is complete
@@ -242,70 +225,10 @@ func (s *Service) transition(l Lease, p, next Purchase, cause Cause, evidence st
 // reconciling, or final with a doubt) into the purchase's next version
 // and the job's next run.
 func (s *Service) decide(l Lease, before, p Purchase, a Attempt, ans Answer, v Verdict, now time.Time) (next Purchase, done bool, runAt time.Time) {
-	next = p
-	next.UpdatedAt = now
 	if p.State.Terminal() {
 		return s.decideDoubt(l, before, p, a, ans, v, now)
 	}
-	var escalate EscalationReason
-	switch v.Kind {
-	case VerdictApply:
-		if ans.PaymentID != "" && next.ProviderPaymentID == "" {
-			next.ProviderPaymentID = ans.PaymentID
-		}
-		if v.Settles != "" {
-			next.State, next.SettledAt, done = v.Settles, ans.At, true
-			break
-		}
-		next.State = statemachine.Uncertain
-		switch {
-		case a.Outcome == provider.RetryLater && p.State == statemachine.Submitted && l.Checks < s.cfg.MaxAttempts:
-			// The provider did not act. From submitted nothing is
-			// uncertain: stay and resend the same request later.
-			next.State = statemachine.Submitted
-		case a.Op == provider.OpSearch && a.Outcome == provider.NotFound && !s.keyReplayable(p, now):
-			escalate = EscalationKeyRetentionExpired
-		}
-	case VerdictEscalate:
-		escalate = v.Reason
-		next.State = statemachine.Uncertain
-		if p.State == statemachine.Submitted && a.Outcome == provider.Rejected {
-			// Refused without acting: nothing is uncertain from submitted,
-			// but resending unchanged will not help. A human fixes the
-			// cause; the slow checks then resend the same request.
-			next.State = statemachine.Submitted
-		}
-	default: // record, confirm: the purchase's own outcome is still open
-		next.State = statemachine.Uncertain
-	}
-
-	if done {
-		// A settled purchase leaves the operator list, unless what put it
-		// there needs a human whatever the outcome.
-		if !p.EscalationReason.Sticky() {
-			next.EscalatedAt, next.EscalationReason = time.Time{}, ""
-		}
-		return next, true, time.Time{}
-	}
-	if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
-		next.UncertainSince = now
-	}
-	if escalate == "" && next.State == statemachine.Uncertain {
-		switch {
-		case l.Checks >= s.cfg.MaxAttempts:
-			escalate = EscalationAttemptsExhausted
-		case now.Sub(next.UncertainSince) >= s.cfg.MaxUncertainAge:
-			escalate = EscalationUncertainTooLong
-		}
-	}
-	if escalate != "" {
-		markEscalated(&next, escalate, now)
-	}
-	runAt = now.Add(s.cfg.backoff(l.Checks - 1))
-	if next.Escalated() {
-		runAt = now.Add(s.cfg.EscalatedInterval)
-	}
-	return next, false, runAt
+	return purchases.decide(s, l, p, a, ans, v, now)
 }
 
 // decideDoubt weighs the answer to a status query (or search) that
@@ -391,43 +314,6 @@ func doubt(p *Purchase, ans Answer, why string) bool {
 		p.ProviderPaymentID = ans.PaymentID
 	}
 	return true
-}
-
-// applyLate records an answer that could not be applied under its lease
-// and writes what its verdict asks of the purchase as it now is, outside
-// any lease: the answer is a fact about the provider, and an escalation
-// or a doubt must not be lost with the lease.
-func (s *Service) applyLate(ctx context.Context, a Attempt, ans Answer) error {
-	var v Verdict
-	err := s.retryRaces(ctx, func(tx Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		p, err := tx.GetPurchase(ctx, a.PurchaseID)
-		if err != nil {
-			return err
-		}
-		if ans.Owner, err = ownerOf(ctx, tx, ans.PaymentID); err != nil {
-			return err
-		}
-		v = Judge(p, ans)
-		a.At = now
-		if p.State.Terminal() || v.Kind == VerdictEscalate {
-			if err := s.applyLateVerdict(ctx, tx, p, ans, v, now); err != nil {
-				return err
-			}
-		}
-		return tx.InsertAttempt(ctx, a)
-	})
-	if err != nil {
-		return fmt.Errorf("reconcile: record unapplied %s answer for %s: %w", a.Op, a.PurchaseID, err)
-	}
-	if v.Kind == VerdictEscalate {
-		s.cfg.Logger.Error("a provider answer that lost a race disagrees with the books; the purchase is escalated",
-			"purchase", a.PurchaseID, "verdict", v.String())
-	}
-	return nil
 }
 
 // ownerOf returns the purchase the books give paymentID to, "" if none.

@@ -21,34 +21,8 @@ import (
 
 // processRefund is Process for a refund job.
 func (s *Service) processRefund(ctx context.Context, l Lease) error {
-	for range maxStepsPerRun {
-		done, err := s.refundStep(ctx, &l)
-		switch {
-		case err != nil:
-			return s.runFailed(l, err)
-		case done:
-			return nil
-		}
-	}
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		now := s.leaseNow(l)
-		r, err := tx.GetRefund(ctx, l.RefundID)
-		if err != nil {
-			return err
-		}
-		if r.State == statemachine.Reconciling {
-			next := r
-			next.State, next.UpdatedAt = statemachine.Uncertain, now
-			if err := s.updateRefund(ctx, tx, s.cfg.WorkerID, l.Token, r, next, CauseLeaseLost, "step limit reached while reconciling"); err != nil {
-				return err
-			}
-		}
-		return tx.RescheduleJob(ctx, l.RefundID, now.Add(s.cfg.backoff(0)))
-	})
-	if err != nil {
+	limited, err := refunds.runSteps(s, ctx, l, l.RefundID, s.refundStep)
+	if limited && err != nil {
 		s.cfg.Logger.Warn("reschedule refund after step limit", "refund", l.RefundID, "err", err)
 	}
 	return err
@@ -72,21 +46,21 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 	now := s.leaseNow(*l)
 	final := statemachine.Refund.Terminal(r.State)
 	if !final && !r.Escalated() && l.Checks > s.cfg.MaxAttempts {
-		return false, s.escalateRefundOnly(ctx, *l, r, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
+		return false, refunds.escalateOnly(s, ctx, *l, r, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
 	}
 	switch r.State {
 	case statemachine.Succeeded, statemachine.Failed:
-		return s.finishRefundJob(ctx, *l, r)
+		return refunds.finishJob(s, ctx, *l, r.ID, r)
 	case statemachine.Created:
 		if r.EscalationReason.ChargeMayExist() {
-			return true, s.holdRefund(ctx, *l, r)
+			return true, s.hold(ctx, *l, r.ID)
 		}
 		if s.heldByRecovery(r.CreatedAt) {
 			return true, s.holdForRecovery(ctx, *l, r.ID, "refund create")
 		}
 		next := r
 		next.State, next.FirstAttemptAt, next.UpdatedAt = statemachine.Submitted, now, now
-		ok, err := s.writeRefund(ctx, *l, r, next, CauseSubmit, "sending stored request "+r.ParamsHash[:12]+" under key "+r.ProviderKey)
+		ok, err := refunds.write(s, ctx, *l, r, next, CauseSubmit, "sending stored request "+r.ParamsHash[:12]+" under key "+r.ProviderKey)
 		if err != nil || !ok {
 			return false, err
 		}
@@ -97,26 +71,26 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		switch {
 		case l.TakenOver:
 			l.TakenOver = false
-			return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseLeaseLost,
+			return false, refunds.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseLeaseLost,
 				"previous lease expired while submitted: the refund call's outcome is unknown")
 		case r.EscalationReason.ChargeMayExist():
-			return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseFinding,
+			return false, refunds.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseFinding,
 				"a refund may exist ("+string(r.EscalationReason)+"): nothing is resent; reconciling by lookup")
 		case s.heldByRecovery(r.CreatedAt):
 			return true, s.holdForRecovery(ctx, *l, r.ID, "replay of the refund create")
 		case !s.refundKeyReplayable(r, now):
-			return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseSubmitResponse,
+			return false, refunds.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseSubmitResponse,
 				"provider key retention ended before the refund was accepted")
 		}
 		// The provider refused an earlier attempt before acting: send the
 		// same stored request again, if the refund is still as read.
-		if ok, err := s.fenceRefundUnchanged(ctx, *l, r); err != nil || !ok {
+		if ok, err := refunds.fenceUnchanged(s, ctx, *l, r); err != nil || !ok {
 			return false, err
 		}
 		return s.callAndApplyRefund(ctx, *l, r, provider.OpRefundCreate, SourceCreate, CauseSubmitResponse)
 	case statemachine.Reconciling:
 		l.TakenOver = false
-		return false, s.moveRefundOnly(ctx, *l, r, statemachine.Uncertain, CauseLeaseLost, "previous lease expired while reconciling")
+		return false, refunds.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseLeaseLost, "previous lease expired while reconciling")
 	case statemachine.Uncertain:
 		op, src, cause := provider.OpRefundList, SourceSearch, CauseSearch
 		switch {
@@ -127,7 +101,7 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		}
 		next := r
 		next.State, next.UpdatedAt = statemachine.Reconciling, now
-		ok, err := s.writeRefund(ctx, *l, r, next, cause, "checking by "+string(op))
+		ok, err := refunds.write(s, ctx, *l, r, next, cause, "checking by "+string(op))
 		if err != nil || !ok {
 			return false, err
 		}
@@ -163,103 +137,6 @@ func (s *Service) refundKeyReplayable(r Refund, now time.Time) bool {
 		return false
 	}
 	return now.Before(r.FirstAttemptAt.Add(s.cfg.KeyRetention - s.cfg.KeyReplayMargin))
-}
-
-// fenceRefundUnchanged is fenceUnchanged for a refund.
-func (s *Service) fenceRefundUnchanged(ctx context.Context, l Lease, r Refund) (bool, error) {
-	var same bool
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		cur, err := tx.GetRefund(ctx, r.ID)
-		same = err == nil && cur.Version == r.Version
-		return err
-	})
-	return same, err
-}
-
-// finishRefundJob completes the job of r, read final, unless it changed
-// since.
-func (s *Service) finishRefundJob(ctx context.Context, l Lease, r Refund) (bool, error) {
-	var done bool
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		cur, err := tx.GetRefund(ctx, r.ID)
-		if err != nil {
-			return err
-		}
-		if done = cur.Version == r.Version; !done {
-			return nil
-		}
-		return tx.CompleteJob(ctx, r.ID, s.leaseNow(l))
-	})
-	return done, err
-}
-
-// holdRefund reschedules the job of a refund kept from the provider at
-// the slow cadence of escalated cases.
-func (s *Service) holdRefund(ctx context.Context, l Lease, r Refund) error {
-	return s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		return tx.RescheduleJob(ctx, r.ID, s.leaseNow(l).Add(s.cfg.EscalatedInterval))
-	})
-}
-
-// moveRefundOnly makes a refund transition that involves no provider call.
-func (s *Service) moveRefundOnly(ctx context.Context, l Lease, r Refund, to statemachine.State, cause Cause, evidence string) error {
-	next := r
-	next.State, next.UpdatedAt = to, s.leaseNow(l)
-	if to == statemachine.Uncertain && next.UncertainSince.IsZero() {
-		next.UncertainSince = next.UpdatedAt
-	}
-	_, err := s.writeRefund(ctx, l, r, next, cause, evidence)
-	return err
-}
-
-// writeRefund commits one fenced, conditional move of a refund. It
-// returns false, nil when the refund moved on under the caller.
-func (s *Service) writeRefund(ctx context.Context, l Lease, r, next Refund, cause Cause, evidence string) (bool, error) {
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		return s.updateRefund(ctx, tx, s.cfg.WorkerID, l.Token, r, next, cause, evidence)
-	})
-	switch {
-	case err == nil:
-		s.observeRefundMove(r, next, cause)
-		return true, nil
-	case errors.Is(err, ErrConflict):
-		return false, nil
-	default:
-		return false, err
-	}
-}
-
-// escalateRefundOnly puts r on the operator list without moving it.
-func (s *Service) escalateRefundOnly(ctx context.Context, l Lease, r Refund, reason EscalationReason, why string) error {
-	q := r
-	now := s.leaseNow(l)
-	if !escalate(&q.EscalatedAt, &q.EscalationReason, reason, now) {
-		return nil
-	}
-	q.UpdatedAt = now
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		return tx.UpdateRefund(ctx, q, r.State)
-	})
-	if err != nil {
-		return fmt.Errorf("reconcile: escalate refund %s: %w", r.ID, err)
-	}
-	s.cfg.Logger.Warn("refund escalated to operators", "refund", r.ID, "reason", q.EscalationReason, "why", why)
-	return nil
 }
 
 // updateRefund is update for a refund: the one write path of a refund's
@@ -401,23 +278,9 @@ func (s *Service) callRefundProvider(ctx context.Context, op provider.Op, r Refu
 // cannot be applied (the refund moved meanwhile, the lease was lost) is
 // still recorded, and an escalation it calls for still written.
 func (s *Service) applyRefund(ctx context.Context, l Lease, before Refund, cause Cause, a Attempt, ans Answer) (bool, error) {
-	var err error
-	for range maxWriteRaces {
-		var done bool
-		done, err = s.applyRefundOnce(ctx, l, before, cause, a, ans)
-		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
-			if err == nil {
-				return done, nil
-			}
-			break
-		}
-	}
-	a.Applied = false
-	a.Note = joinNote(a.Note, "not applied: "+reasonOf(err))
-	if lerr := s.applyRefundLate(ctx, a, ans); lerr != nil {
-		return false, errors.Join(err, lerr)
-	}
-	return false, err
+	return refunds.apply(s, ctx, a.RefundID, a, ans, func() (bool, error) {
+		return s.applyRefundOnce(ctx, l, before, cause, a, ans)
+	})
 }
 
 func (s *Service) applyRefundOnce(ctx context.Context, l Lease, before Refund, cause Cause, a Attempt, ans Answer) (bool, error) {
@@ -450,7 +313,7 @@ func (s *Service) applyRefundOnce(ctx context.Context, l Lease, before Refund, c
 		}
 		var done bool
 		var runAt time.Time
-		next, done, runAt = s.decideRefund(l, r, a, ans, v, now)
+		next, done, runAt = refunds.decide(s, l, r, a, ans, v, now)
 		a.Applied = v.Kind == VerdictApply
 		if !a.Applied {
 			a.Note = joinNote(a.Note, "verdict "+v.String())
@@ -487,68 +350,6 @@ func (s *Service) applyRefundOnce(ctx context.Context, l Lease, before Refund, c
 	return true, nil
 }
 
-// decideRefund turns the judge's verdict on an answer about r (submitted
-// or reconciling, as the worker left it for the call) into the refund's
-// next version and the job's next run.
-func (s *Service) decideRefund(l Lease, r Refund, a Attempt, ans Answer, v Verdict, now time.Time) (next Refund, done bool, runAt time.Time) {
-	next = r
-	next.UpdatedAt = now
-	var reason EscalationReason
-	switch v.Kind {
-	case VerdictApply:
-		if ans.PaymentID != "" && next.ProviderRefundID == "" {
-			next.ProviderRefundID = ans.PaymentID
-		}
-		if v.Settles != "" {
-			next.State, next.SettledAt, done = v.Settles, ans.At, true
-			if v.Settles == statemachine.Failed {
-				next.FailureReason = joinNote(a.Note, a.Error)
-			}
-			break
-		}
-		next.State = statemachine.Uncertain
-		switch {
-		case a.Outcome == provider.RetryLater && r.State == statemachine.Submitted && l.Checks < s.cfg.MaxAttempts:
-			next.State = statemachine.Submitted // not acted on: resend later
-		case a.Op == provider.OpRefundList && a.Outcome == provider.NotFound && !s.refundKeyReplayable(r, now):
-			reason = EscalationKeyRetentionExpired
-		}
-	case VerdictEscalate:
-		reason = v.Reason
-		next.State = statemachine.Uncertain
-		if r.State == statemachine.Submitted && a.Outcome == provider.Rejected {
-			next.State = statemachine.Submitted
-		}
-	default:
-		next.State = statemachine.Uncertain
-	}
-	if done {
-		if !r.EscalationReason.Sticky() {
-			next.EscalatedAt, next.EscalationReason = time.Time{}, ""
-		}
-		return next, true, time.Time{}
-	}
-	if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
-		next.UncertainSince = now
-	}
-	if reason == "" && next.State == statemachine.Uncertain {
-		switch {
-		case l.Checks >= s.cfg.MaxAttempts:
-			reason = EscalationAttemptsExhausted
-		case now.Sub(next.UncertainSince) >= s.cfg.MaxUncertainAge:
-			reason = EscalationUncertainTooLong
-		}
-	}
-	if reason != "" {
-		escalate(&next.EscalatedAt, &next.EscalationReason, reason, now)
-	}
-	runAt = now.Add(s.cfg.backoff(l.Checks - 1))
-	if next.Escalated() {
-		runAt = now.Add(s.cfg.EscalatedInterval)
-	}
-	return next, false, runAt
-}
-
 // applyRefundEscalation writes the escalation a verdict asks of r, as it
 // now is, without moving it.
 func (s *Service) applyRefundEscalation(ctx context.Context, tx Tx, r Refund, v Verdict, now time.Time) error {
@@ -561,39 +362,6 @@ func (s *Service) applyRefundEscalation(ctx context.Context, tx Tx, r Refund, v 
 	}
 	next.UpdatedAt = now
 	return tx.UpdateRefund(ctx, next, r.State)
-}
-
-// applyRefundLate records a refund answer that could not be applied under
-// its lease, and the escalation its verdict asks for, outside any lease.
-func (s *Service) applyRefundLate(ctx context.Context, a Attempt, ans Answer) error {
-	var v Verdict
-	err := s.retryRaces(ctx, func(tx Tx) error {
-		now, err := tx.Now(ctx)
-		if err != nil {
-			return err
-		}
-		r, err := tx.GetRefund(ctx, a.RefundID)
-		if err != nil {
-			return err
-		}
-		if ans.Owner, err = refundOwnerOf(ctx, tx, ans.PaymentID); err != nil {
-			return err
-		}
-		v = JudgeRefund(r, ans)
-		a.At = now
-		if err := s.applyRefundEscalation(ctx, tx, r, v, now); err != nil {
-			return err
-		}
-		return tx.InsertAttempt(ctx, a)
-	})
-	if err != nil {
-		return fmt.Errorf("reconcile: record unapplied %s answer for refund %s: %w", a.Op, a.RefundID, err)
-	}
-	if v.Kind == VerdictEscalate {
-		s.cfg.Logger.Error("a refund answer that lost a race disagrees with the books; the refund is escalated",
-			"refund", a.RefundID, "verdict", v.String())
-	}
-	return nil
 }
 
 // refundOwnerOf returns the refund the books give the provider refund id

@@ -210,40 +210,9 @@ func (s *Service) Process(ctx context.Context, l Lease) error {
 	if l.Kind == JobRefund {
 		return s.processRefund(ctx, l)
 	}
-	log := s.cfg.Logger.With("purchase", l.PurchaseID, "lease_token", l.Token)
-	for range maxStepsPerRun {
-		done, err := s.step(ctx, &l)
-		switch {
-		case err != nil:
-			return s.runFailed(l, err)
-		case done:
-			return nil
-		}
-	}
-	// Still moving after many steps: something keeps changing the purchase
-	// under us. Check again later rather than spin; a purchase left
-	// reconciling goes back to uncertain first, so that none waits there
-	// without a lease.
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		now := s.leaseNow(l)
-		p, err := tx.GetPurchase(ctx, l.PurchaseID)
-		if err != nil {
-			return err
-		}
-		if p.State == statemachine.Reconciling {
-			next := p
-			next.State, next.UpdatedAt = statemachine.Uncertain, now
-			if err := s.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, CauseLeaseLost, "step limit reached while reconciling"); err != nil {
-				return err
-			}
-		}
-		return tx.RescheduleJob(ctx, l.PurchaseID, now.Add(s.cfg.backoff(0)))
-	})
-	if err != nil {
-		log.Warn("reschedule after step limit", "err", err)
+	limited, err := purchases.runSteps(s, ctx, l, l.PurchaseID, s.step)
+	if limited && err != nil {
+		s.cfg.Logger.With("purchase", l.PurchaseID, "lease_token", l.Token).Warn("reschedule after step limit", "err", err)
 	}
 	return err
 }
@@ -288,19 +257,19 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 		// (each failed before its answer was applied): put it in front of a
 		// human now, whatever keeps failing. The state is left for the next
 		// step to handle.
-		return false, s.escalateOnly(ctx, *l, p, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
+		return false, purchases.escalateOnly(s, ctx, *l, p, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
 	}
 	switch p.State {
 	case statemachine.Succeeded, statemachine.Declined:
 		if p.Doubt != "" {
 			return s.confirm(ctx, *l, p)
 		}
-		return s.finishJob(ctx, *l, p)
+		return purchases.finishJob(s, ctx, *l, l.PurchaseID, p)
 	case statemachine.Created:
 		if p.EscalationReason.ChargeMayExist() {
 			// A charge for this purchase may exist already: never send a
 			// create over it. The operator decides.
-			return true, s.hold(ctx, *l, p)
+			return true, s.hold(ctx, *l, p.ID)
 		}
 		if s.heldByRecovery(p.CreatedAt) {
 			// Restored from a backup: the provider may hold its charge
@@ -314,11 +283,11 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 			// The previous worker died or stalled during its call: the
 			// provider may have acted. Never a new key; reconcile instead.
 			l.TakenOver = false
-			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
+			return false, purchases.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
 				"previous lease expired while submitted: the create call's outcome is unknown")
 		}
 		if p.EscalationReason.ChargeMayExist() {
-			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseFinding,
+			return false, purchases.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseFinding,
 				"a charge may exist ("+string(p.EscalationReason)+"): no create is resent; reconciling by status or search")
 		}
 		if s.heldByRecovery(p.CreatedAt) {
@@ -327,19 +296,19 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 		// Submitted with a clean lease: the provider refused an earlier
 		// attempt before acting. Send the same stored request again.
 		if !s.keyReplayable(p, s.leaseNow(*l)) {
-			return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseSubmitResponse,
+			return false, purchases.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseSubmitResponse,
 				"provider key retention ended before a create was accepted")
 		}
 		// The purchase must still be as read: a finding that a charge may
 		// exist, committed since, forbids the resend.
-		if ok, err := s.fenceUnchanged(ctx, *l, p); err != nil || !ok {
+		if ok, err := purchases.fenceUnchanged(s, ctx, *l, p); err != nil || !ok {
 			return false, err
 		}
 		return s.callAndApply(ctx, *l, p, provider.OpCreate, SourceCreate, CauseSubmitResponse)
 	case statemachine.Reconciling:
 		// Only a lost lease leaves a purchase reconciling between runs.
 		l.TakenOver = false
-		return false, s.moveOnly(ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
+		return false, purchases.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
 			"previous lease expired while reconciling")
 	case statemachine.Uncertain:
 		return s.advance(ctx, s.reconcileIntent(*l, p))
@@ -366,59 +335,9 @@ func (s *Service) fence(ctx context.Context, l Lease) error {
 	return s.store.InTx(ctx, func(tx Tx) error { return tx.CheckLease(ctx, l) })
 }
 
-// fenceUnchanged is fence for a call that p's state alone justifies: it
-// also reports false, with no error, when the purchase changed since p was
-// read (a webhook's escalation, say), so that the caller reads it again
-// before sending anything.
-func (s *Service) fenceUnchanged(ctx context.Context, l Lease, p Purchase) (bool, error) {
-	var same bool
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		cur, err := tx.GetPurchase(ctx, p.ID)
-		same = err == nil && cur.Version == p.Version
-		return err
-	})
-	return same, err
-}
-
 // leaseCommitMargin is the part of a lease kept free after a provider call
 // for committing its answer.
 func (s *Service) leaseCommitMargin() time.Duration { return s.cfg.LeaseDuration / 10 }
-
-// finishJob completes the job of p, read final and without a doubt,
-// unless the purchase changed since: a doubt raised meanwhile (a newer
-// contradicting event reopens the job without touching the lease) must
-// not be completed over. It reports whether it completed the job.
-func (s *Service) finishJob(ctx context.Context, l Lease, p Purchase) (bool, error) {
-	var done bool
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		cur, err := tx.GetPurchase(ctx, p.ID)
-		if err != nil {
-			return err
-		}
-		if done = cur.Version == p.Version; !done {
-			return nil // step again: it changed
-		}
-		return tx.CompleteJob(ctx, l.PurchaseID, s.leaseNow(l))
-	})
-	return done, err
-}
-
-// hold reschedules the job of a purchase kept from the provider at the
-// slow cadence of escalated purchases.
-func (s *Service) hold(ctx context.Context, l Lease, p Purchase) error {
-	return s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		return tx.RescheduleJob(ctx, p.ID, s.leaseNow(l).Add(s.cfg.EscalatedInterval))
-	})
-}
 
 // keyReplayable reports whether the provider still certainly retains p's
 // idempotency key at now (the store's clock), so that replaying the
@@ -522,7 +441,7 @@ func (s *Service) reconcileIntent(l Lease, p Purchase) intent {
 // advance writes in and, once it has committed, makes its call and
 // applies the answer.
 func (s *Service) advance(ctx context.Context, in intent) (bool, error) {
-	ok, err := s.write(ctx, in.l, in.p, in.next, in.cause, in.evidence)
+	ok, err := purchases.write(s, ctx, in.l, in.p, in.next, in.cause, in.evidence)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -544,60 +463,6 @@ func (s *Service) confirm(ctx context.Context, l Lease, p Purchase) (bool, error
 		return false, err
 	}
 	return s.callAndApply(ctx, l, p, op, src, CauseStatusQuery)
-}
-
-// moveOnly makes a transition that involves no provider call.
-func (s *Service) moveOnly(ctx context.Context, l Lease, p Purchase, to statemachine.State, cause Cause, evidence string) error {
-	next := p
-	next.State = to
-	next.UpdatedAt = s.leaseNow(l)
-	if to == statemachine.Uncertain && next.UncertainSince.IsZero() {
-		next.UncertainSince = next.UpdatedAt
-	}
-	_, err := s.write(ctx, l, p, next, cause, evidence)
-	return err
-}
-
-// write commits one fenced, conditional move. It returns false, nil when
-// the purchase moved on under the caller (re-read and decide again).
-func (s *Service) write(ctx context.Context, l Lease, p, next Purchase, cause Cause, evidence string) (bool, error) {
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		return s.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, cause, evidence)
-	})
-	switch {
-	case err == nil:
-		s.observeMove(p, next, cause)
-		return true, nil
-	case errors.Is(err, ErrConflict):
-		return false, nil
-	default:
-		return false, err
-	}
-}
-
-// escalateOnly puts p on the operator list without moving it, fenced by
-// the lease.
-func (s *Service) escalateOnly(ctx context.Context, l Lease, p Purchase, reason EscalationReason, why string) error {
-	q := p
-	now := s.leaseNow(l)
-	if !markEscalated(&q, reason, now) {
-		return nil
-	}
-	q.UpdatedAt = now
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		return tx.UpdatePurchase(ctx, q, p.State)
-	})
-	if err != nil {
-		return fmt.Errorf("reconcile: escalate %s: %w", p.ID, err)
-	}
-	s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", q.EscalationReason, "why", why)
-	return nil
 }
 
 // markEscalated puts p on the operator list for reason at now, or gives it

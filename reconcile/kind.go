@@ -1,0 +1,397 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// A purchase and a refund each move through their own state machine, with
+// their own ids, rows and provider keys; what the worker does with either
+// under a lease (fence, write a move, escalate, finish the job, give up
+// after too many steps) is the same. kind holds what differs, so that
+// those moves are written once.
+type kind[T any] struct {
+	// noun names the kind in logs: "purchase" or "refund".
+	noun string
+	// named is how an error names the row with id.
+	named func(id string) string
+	// row gives the fields the shared moves read and write.
+	row func(*T) rowRef
+	// get reads the row with id in tx.
+	get func(ctx context.Context, tx Tx, id string) (T, error)
+	// put writes next over the row in state from, without a transition.
+	put func(ctx context.Context, tx Tx, next T, from statemachine.State) error
+	// update is the kind's one write path of a move (update, updateRefund).
+	update func(s *Service, ctx context.Context, tx Tx, actor string, token int64, cur, next T, cause Cause, evidence string) error
+	// observe counts a committed move (observeMove, observeRefundMove).
+	observe func(s *Service, cur, next T, cause Cause)
+	// judge is the kind's judge (Judge, JudgeRefund), and owner looks up
+	// the row the books give an answer's provider id to.
+	judge func(cur T, ans Answer) Verdict
+	owner func(ctx context.Context, tx Tx, providerID string) (string, error)
+	// late writes what a verdict on an answer that lost a race asks of
+	// cur, the row as it now is, without moving it.
+	late func(s *Service, ctx context.Context, tx Tx, cur T, ans Answer, v Verdict, now time.Time) error
+	// search is the call that looks for the row by its metadata
+	// (OpSearch, OpRefundList), and keyReplayable reports whether the
+	// provider still certainly retains cur's idempotency key at now.
+	search        provider.Op
+	keyReplayable func(s *Service, cur T, now time.Time) bool
+	// settled, if set, adds what an answer that settles next in v.Settles
+	// records beyond the state (a refund's failure reason).
+	settled func(next *T, v Verdict, a Attempt)
+	// lostRace is the log message of an answer that lost a race and
+	// escalated.
+	lostRace string
+}
+
+// rowRef points at the fields of a purchase or a refund that the shared
+// moves read and write.
+type rowRef struct {
+	id             *string
+	version        *int64
+	state          *statemachine.State
+	updatedAt      *time.Time
+	uncertainSince *time.Time
+	escalatedAt    *time.Time
+	reason         *EscalationReason
+	settledAt      *time.Time
+	// providerID is the provider's id of the payment or refund.
+	providerID *string
+}
+
+// purchases is the kind of a purchase.
+var purchases = kind[Purchase]{
+	noun:  "purchase",
+	named: func(id string) string { return id },
+	row: func(p *Purchase) rowRef {
+		return rowRef{&p.ID, &p.Version, &p.State, &p.UpdatedAt, &p.UncertainSince, &p.EscalatedAt, &p.EscalationReason, &p.SettledAt, &p.ProviderPaymentID}
+	},
+	get: func(ctx context.Context, tx Tx, id string) (Purchase, error) { return tx.GetPurchase(ctx, id) },
+	put: func(ctx context.Context, tx Tx, next Purchase, from statemachine.State) error {
+		return tx.UpdatePurchase(ctx, next, from)
+	},
+	update:  (*Service).update,
+	observe: (*Service).observeMove,
+	judge:   Judge,
+	owner:   ownerOf,
+	late: func(s *Service, ctx context.Context, tx Tx, p Purchase, ans Answer, v Verdict, now time.Time) error {
+		if p.State.Terminal() || v.Kind == VerdictEscalate {
+			return s.applyLateVerdict(ctx, tx, p, ans, v, now)
+		}
+		return nil
+	},
+	search:        provider.OpSearch,
+	keyReplayable: (*Service).keyReplayable,
+	lostRace:      "a provider answer that lost a race disagrees with the books; the purchase is escalated",
+}
+
+// refunds is the kind of a refund.
+var refunds = kind[Refund]{
+	noun:  "refund",
+	named: func(id string) string { return "refund " + id },
+	row: func(r *Refund) rowRef {
+		return rowRef{&r.ID, &r.Version, &r.State, &r.UpdatedAt, &r.UncertainSince, &r.EscalatedAt, &r.EscalationReason, &r.SettledAt, &r.ProviderRefundID}
+	},
+	get: func(ctx context.Context, tx Tx, id string) (Refund, error) { return tx.GetRefund(ctx, id) },
+	put: func(ctx context.Context, tx Tx, next Refund, from statemachine.State) error {
+		return tx.UpdateRefund(ctx, next, from)
+	},
+	update:  (*Service).updateRefund,
+	observe: (*Service).observeRefundMove,
+	judge:   JudgeRefund,
+	owner:   refundOwnerOf,
+	late: func(s *Service, ctx context.Context, tx Tx, r Refund, _ Answer, v Verdict, now time.Time) error {
+		return s.applyRefundEscalation(ctx, tx, r, v, now)
+	},
+	search:        provider.OpRefundList,
+	keyReplayable: (*Service).refundKeyReplayable,
+	settled: func(next *Refund, v Verdict, a Attempt) {
+		if v.Settles == statemachine.Failed {
+			next.FailureReason = joinNote(a.Note, a.Error)
+		}
+	},
+	lostRace: "a refund answer that lost a race disagrees with the books; the refund is escalated",
+}
+
+// runSteps moves the job leased by l (its row id) with step until it is
+// done, fails (runFailed) or has made maxStepsPerRun moves. After that many
+// it checks again later rather than spin: something keeps changing the row
+// under it. A row left reconciling goes back to uncertain first, so that
+// none waits there without a lease. limited reports that the step limit was
+// reached; err is then the reschedule's, for the caller to log.
+func (k kind[T]) runSteps(s *Service, ctx context.Context, l Lease, id string, step func(context.Context, *Lease) (bool, error)) (limited bool, err error) {
+	for range maxStepsPerRun {
+		done, err := step(ctx, &l)
+		switch {
+		case err != nil:
+			return false, s.runFailed(l, err)
+		case done:
+			return false, nil
+		}
+	}
+	return true, s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		now := s.leaseNow(l)
+		cur, err := k.get(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if *k.row(&cur).state == statemachine.Reconciling {
+			next := cur
+			n := k.row(&next)
+			*n.state, *n.updatedAt = statemachine.Uncertain, now
+			if err := k.update(s, ctx, tx, s.cfg.WorkerID, l.Token, cur, next, CauseLeaseLost, "step limit reached while reconciling"); err != nil {
+				return err
+			}
+		}
+		return tx.RescheduleJob(ctx, id, now.Add(s.cfg.backoff(0)))
+	})
+}
+
+// fenceUnchanged is fence for a call that cur's state alone justifies: it
+// also reports false, with no error, when the row changed since cur was
+// read (a webhook's escalation, say), so that the caller reads it again
+// before sending anything.
+func (k kind[T]) fenceUnchanged(s *Service, ctx context.Context, l Lease, cur T) (bool, error) {
+	c := k.row(&cur)
+	var same bool
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		now, err := k.get(ctx, tx, *c.id)
+		same = err == nil && *k.row(&now).version == *c.version
+		return err
+	})
+	return same, err
+}
+
+// finishJob completes job, the job of cur, read final, unless the row
+// changed since: a doubt raised meanwhile (a newer contradicting event
+// reopens the job without touching the lease) must not be completed over.
+// It reports whether it completed the job.
+func (k kind[T]) finishJob(s *Service, ctx context.Context, l Lease, job string, cur T) (bool, error) {
+	c := k.row(&cur)
+	var done bool
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		now, err := k.get(ctx, tx, *c.id)
+		if err != nil {
+			return err
+		}
+		if done = *k.row(&now).version == *c.version; !done {
+			return nil // step again: it changed
+		}
+		return tx.CompleteJob(ctx, job, s.leaseNow(l))
+	})
+	return done, err
+}
+
+// moveOnly makes a transition that involves no provider call.
+func (k kind[T]) moveOnly(s *Service, ctx context.Context, l Lease, cur T, to statemachine.State, cause Cause, evidence string) error {
+	next := cur
+	n := k.row(&next)
+	*n.state, *n.updatedAt = to, s.leaseNow(l)
+	if to == statemachine.Uncertain && n.uncertainSince.IsZero() {
+		*n.uncertainSince = *n.updatedAt
+	}
+	_, err := k.write(s, ctx, l, cur, next, cause, evidence)
+	return err
+}
+
+// write commits one fenced, conditional move. It returns false, nil when
+// the row moved on under the caller (re-read and decide again).
+func (k kind[T]) write(s *Service, ctx context.Context, l Lease, cur, next T, cause Cause, evidence string) (bool, error) {
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		return k.update(s, ctx, tx, s.cfg.WorkerID, l.Token, cur, next, cause, evidence)
+	})
+	switch {
+	case err == nil:
+		k.observe(s, cur, next, cause)
+		return true, nil
+	case errors.Is(err, ErrConflict):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// escalateOnly puts cur on the operator list without moving it, fenced by
+// the lease.
+func (k kind[T]) escalateOnly(s *Service, ctx context.Context, l Lease, cur T, reason EscalationReason, why string) error {
+	c := k.row(&cur)
+	q := cur
+	n := k.row(&q)
+	now := s.leaseNow(l)
+	if !escalate(n.escalatedAt, n.reason, reason, now) {
+		return nil
+	}
+	*n.updatedAt = now
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		return k.put(ctx, tx, q, *c.state)
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: escalate %s: %w", k.named(*c.id), err)
+	}
+	s.cfg.Logger.Warn(k.noun+" escalated to operators", k.noun, *c.id, "reason", *n.reason, "why", why)
+	return nil
+}
+
+// apply applies an answer about the row with id, a the attempt that
+// records it, with once: one try, in one transaction fenced by the lease.
+// A try that lost a conditional write to a concurrent writer, or whose
+// payment id another row took meanwhile, runs again from a fresh read. An
+// answer that could not be applied is still recorded (applyLate), as a
+// fact about the provider, and judged against the row as it is.
+func (k kind[T]) apply(s *Service, ctx context.Context, id string, a Attempt, ans Answer, once func() (bool, error)) (bool, error) {
+	var err error
+	for range maxWriteRaces {
+		var done bool
+		done, err = once()
+		if !errors.Is(err, ErrConflict) && !errors.Is(err, ErrDuplicate) {
+			if err == nil {
+				return done, nil
+			}
+			break
+		}
+	}
+	a.Applied = false
+	a.Note = joinNote(a.Note, "not applied: "+reasonOf(err))
+	if lerr := k.applyLate(s, ctx, id, a, ans); lerr != nil {
+		return false, errors.Join(err, lerr)
+	}
+	return false, err
+}
+
+// applyLate records an answer about the row with id that could not be
+// applied under its lease, and writes what its verdict asks of the row as
+// it now is (late), outside any lease: the answer is a fact about the
+// provider, and an escalation or a doubt must not be lost with the lease.
+func (k kind[T]) applyLate(s *Service, ctx context.Context, id string, a Attempt, ans Answer) error {
+	var v Verdict
+	err := s.retryRaces(ctx, func(tx Tx) error {
+		now, err := tx.Now(ctx)
+		if err != nil {
+			return err
+		}
+		cur, err := k.get(ctx, tx, id)
+		if err != nil {
+			return err
+		}
+		if ans.Owner, err = k.owner(ctx, tx, ans.PaymentID); err != nil {
+			return err
+		}
+		v = k.judge(cur, ans)
+		a.At = now
+		if err := k.late(s, ctx, tx, cur, ans, v, now); err != nil {
+			return err
+		}
+		return tx.InsertAttempt(ctx, a)
+	})
+	if err != nil {
+		return fmt.Errorf("reconcile: record unapplied %s answer for %s: %w", a.Op, k.named(id), err)
+	}
+	if v.Kind == VerdictEscalate {
+		s.cfg.Logger.Error(k.lostRace, k.noun, id, "verdict", v.String())
+	}
+	return nil
+}
+
+// decide turns the judge's verdict v on an answer about cur (not final:
+// submitted or reconciling, as the worker left it for the call) into the
+// row's next version and the job's next run.
+func (k kind[T]) decide(s *Service, l Lease, cur T, a Attempt, ans Answer, v Verdict, now time.Time) (next T, done bool, runAt time.Time) {
+	c := k.row(&cur)
+	next = cur
+	n := k.row(&next)
+	*n.updatedAt = now
+	var reason EscalationReason
+	switch v.Kind {
+	case VerdictApply:
+		if ans.PaymentID != "" && *n.providerID == "" {
+			*n.providerID = ans.PaymentID
+		}
+		if v.Settles != "" {
+			*n.state, *n.settledAt, done = v.Settles, ans.At, true
+			if k.settled != nil {
+				k.settled(&next, v, a)
+			}
+			break
+		}
+		*n.state = statemachine.Uncertain
+		switch {
+		case a.Outcome == provider.RetryLater && *c.state == statemachine.Submitted && l.Checks < s.cfg.MaxAttempts:
+			// The provider did not act. From submitted nothing is
+			// uncertain: stay and resend the same request later.
+			*n.state = statemachine.Submitted
+		case a.Op == k.search && a.Outcome == provider.NotFound && !k.keyReplayable(s, cur, now):
+			reason = EscalationKeyRetentionExpired
+		}
+	case VerdictEscalate:
+		reason = v.Reason
+		*n.state = statemachine.Uncertain
+		if *c.state == statemachine.Submitted && a.Outcome == provider.Rejected {
+			// Refused without acting: nothing is uncertain from submitted,
+			// but resending unchanged will not help. A human fixes the
+			// cause; the slow checks then resend the same request.
+			*n.state = statemachine.Submitted
+		}
+	default: // record, confirm: the row's own outcome is still open
+		*n.state = statemachine.Uncertain
+	}
+
+	if done {
+		// A settled row leaves the operator list, unless what put it
+		// there needs a human whatever the outcome.
+		if !c.reason.Sticky() {
+			*n.escalatedAt, *n.reason = time.Time{}, ""
+		}
+		return next, true, time.Time{}
+	}
+	if *n.state == statemachine.Uncertain && n.uncertainSince.IsZero() {
+		*n.uncertainSince = now
+	}
+	if reason == "" && *n.state == statemachine.Uncertain {
+		switch {
+		case l.Checks >= s.cfg.MaxAttempts:
+			reason = EscalationAttemptsExhausted
+		case now.Sub(*n.uncertainSince) >= s.cfg.MaxUncertainAge:
+			reason = EscalationUncertainTooLong
+		}
+	}
+	if reason != "" {
+		escalate(n.escalatedAt, n.reason, reason, now)
+	}
+	runAt = now.Add(s.cfg.backoff(l.Checks - 1))
+	if !n.escalatedAt.IsZero() {
+		runAt = now.Add(s.cfg.EscalatedInterval)
+	}
+	return next, false, runAt
+}
+
+// hold reschedules job, kept from the provider, at the slow cadence of
+// escalated cases.
+func (s *Service) hold(ctx context.Context, l Lease, job string) error {
+	return s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		return tx.RescheduleJob(ctx, job, s.leaseNow(l).Add(s.cfg.EscalatedInterval))
+	})
+}
