@@ -343,9 +343,10 @@ func TestBudgetBacklogDrains(t *testing.T) {
 			throttled, 100*float64(throttled)/float64(calls+throttled), len(lat), pct(lat, 0.50), pct(lat, 0.99))
 		// Reserved creates are paced at 95% of the limit; the floor
 		// catches a budget that idles (a lost token, a claim that waits
-		// for nothing), not a loaded machine, which measured 89% here.
-		if share < 0.8 {
-			t.Errorf("the drain used %.1f%% of the budget, want at least 80%%", 100*share)
+		// for nothing), not a loaded machine, which measured 73–89% here
+		// beside other test binaries.
+		if share < 0.6 {
+			t.Errorf("the drain used %.1f%% of the budget, want at least 60%%", 100*share)
 		}
 		if float64(throttled) >= 0.01*float64(calls+throttled) {
 			t.Errorf("%d of %d calls throttled, want under 1%%", throttled, calls+throttled)
