@@ -99,8 +99,6 @@ type BacklogConfig struct {
 // Backlog runs bench backlog: it drains a backlog of uncertain purchases
 // after a provider outage, within the shared rate budget.
 func Backlog(ctx context.Context, cfg BacklogConfig) error {
-	n, workers, rate, fresh := cfg.N, cfg.Workers, cfg.Rate, cfg.Fresh
-	bcfg, base := cfg.Budget, cfg.Reconcile
 	clock := &backlogClock{}
 	st, err := cfg.OpenStore(ctx, StoreOptions{Ready: true, Now: clock.now})
 	if err != nil {
@@ -111,56 +109,119 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 	if !ok {
 		return fmt.Errorf("bench backlog: the store keeps no budget")
 	}
-	var pending int
-	err = st.Store.InTx(ctx, func(tx reconcile.Tx) error {
-		c, err := tx.CountByState(ctx)
-		for state, k := range c {
-			if !state.Terminal() {
-				pending += k
-			}
-		}
-		return err
-	})
+	pending, err := countStates(ctx, st.Store, false)
 	if err != nil {
 		return err
 	}
 	if pending > 0 {
 		return usageError(fmt.Errorf("the database holds %d purchases not final: use a scratch database", pending))
 	}
-
 	fake := fakeprovider.New(fakeprovider.Config{})
-	prov := &outage{Provider: fake}
-	leaseLost := &leaseLostCounter{}
-	newService := func(id string, budget reconcile.Budget, backoff time.Duration) (*reconcile.Service, error) {
-		rc := base
-		rc.WorkerID, rc.Logger, rc.Budget, rc.Observer = id, cfg.Log, budget, leaseLost
-		rc.Backoff = []time.Duration{backoff}
-		rc.MaxAttempts = 1000
-		rc.PollInterval = min(rc.PollInterval, 50*time.Millisecond)
-		return reconcile.New(st.Store, prov, rc)
+	r := &backlogRun{cfg: cfg, store: st.Store, fake: fake, prov: &outage{Provider: fake}, leaseLost: &leaseLostCounter{}}
+	if err := r.makeBacklog(ctx); err != nil {
+		return err
 	}
 
-	// The outage: every purchase's create fails, outcome unknown. A
-	// fresh backlog is only created.
-	prov.down.Store(true)
-	down, err := newService("bench-outage", nil, time.Hour)
+	// The outage lifts: the fake enforces the budget's limits, the
+	// backlog is due, new purchases keep arriving.
+	limits := cfg.Budget.Limits
+	fake.SetRateLimits(fakeprovider.RateLimits{Global: int(limits.Global), Create: int(limits.Create), Retrieve: int(limits.Retrieve),
+		Search: int(limits.Search), List: int(limits.List), Refund: int(limits.Refund)})
+	r.prov.down.Store(false)
+	clock.offset.Store(int64(2 * time.Hour))
+	for i := range cfg.Workers {
+		b, err := budget.New(bs, cfg.Budget)
+		if err != nil {
+			return usageError(err)
+		}
+		svc, err := r.newService(fmt.Sprintf("bench-%d", i+1), b, 200*time.Millisecond)
+		if err != nil {
+			return usageError(err)
+		}
+		r.svcs = append(r.svcs, svc)
+	}
+	lift := time.Now()
+	workCtx, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, svc := range r.svcs {
+		wg.Go(func() { _ = svc.Work(workCtx) })
+	}
+	defer func() { stopWork(); wg.Wait() }()
+	arrive, stopArrivals := context.WithCancel(ctx)
+	defer stopArrivals()
+	var awg sync.WaitGroup
+	awg.Go(func() { r.arrivals(ctx, arrive.Done()) })
+
+	if err := r.waitDrained(ctx); err != nil {
+		return err
+	}
+	drained := time.Now()
+	stopArrivals()
+	awg.Wait()
+	if err := r.waitNewFinal(ctx); err != nil {
+		return err
+	}
+	stopWork()
+	wg.Wait()
+
+	report, err := r.report(ctx, lift, drained)
+	if err != nil {
+		return err
+	}
+	writeBacklogReport(cfg.Stdout, report)
+	if got, want := len(fake.Charges()), cfg.N+len(r.newIDs); got != want {
+		return fmt.Errorf("THE LEDGER CHECK FAILED: %d charges for %d purchases", got, want)
+	}
+	return nil
+}
+
+// backlogRun is one run of bench backlog, from the outage to the report.
+type backlogRun struct {
+	cfg       BacklogConfig
+	store     reconcile.Store
+	fake      *fakeprovider.Fake
+	prov      *outage
+	leaseLost *leaseLostCounter
+	backlog   map[string]bool // the ids of the backlog's purchases
+	svcs      []*reconcile.Service
+
+	mu     sync.Mutex
+	newIDs []string // the purchases that arrived while it drained
+}
+
+// newService is a bench worker over the run's store and provider.
+func (r *backlogRun) newService(id string, budget reconcile.Budget, backoff time.Duration) (*reconcile.Service, error) {
+	rc := r.cfg.Reconcile
+	rc.WorkerID, rc.Logger, rc.Budget, rc.Observer = id, r.cfg.Log, budget, r.leaseLost
+	rc.Backoff = []time.Duration{backoff}
+	rc.MaxAttempts = 1000
+	rc.PollInterval = min(rc.PollInterval, 50*time.Millisecond)
+	return reconcile.New(r.store, r.prov, rc)
+}
+
+// makeBacklog creates the backlog during the outage: every create fails,
+// outcome unknown, so each purchase ends uncertain. A fresh backlog is
+// only created.
+func (r *backlogRun) makeBacklog(ctx context.Context) error {
+	r.prov.down.Store(true)
+	down, err := r.newService("bench-outage", nil, time.Hour)
 	if err != nil {
 		return usageError(err)
 	}
-	if fresh {
-		fmt.Fprintf(cfg.Stderr, "creating %d purchases, none sent\n", n)
+	if r.cfg.Fresh {
+		fmt.Fprintf(r.cfg.Stderr, "creating %d purchases, none sent\n", r.cfg.N)
 	} else {
-		fmt.Fprintf(cfg.Stderr, "outage: making %d purchases uncertain\n", n)
+		fmt.Fprintf(r.cfg.Stderr, "outage: making %d purchases uncertain\n", r.cfg.N)
 	}
-	backlog := make(map[string]bool, n)
-	for i := range n {
+	r.backlog = make(map[string]bool, r.cfg.N)
+	for i := range r.cfg.N {
 		p, err := down.CreatePurchase(ctx, benchPurchase(i))
 		if err != nil {
 			return err
 		}
-		backlog[p.ID] = true
+		r.backlog[p.ID] = true
 	}
-	for !fresh {
+	for !r.cfg.Fresh {
 		k, err := down.RunOnce(ctx)
 		if err != nil {
 			return err
@@ -169,114 +230,83 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 			break
 		}
 	}
-	leaseLost.n.Store(0)
+	r.leaseLost.n.Store(0)
+	return nil
+}
 
-	// The outage lifts: the fake enforces the budget's limits, the
-	// backlog is due, new purchases keep arriving.
-	limits := bcfg.Limits
-	fake.SetRateLimits(fakeprovider.RateLimits{Global: int(limits.Global), Create: int(limits.Create), Retrieve: int(limits.Retrieve),
-		Search: int(limits.Search), List: int(limits.List), Refund: int(limits.Refund)})
-	prov.down.Store(false)
-	clock.offset.Store(int64(2 * time.Hour))
-	var svcs []*reconcile.Service
-	for i := range workers {
-		b, err := budget.New(bs, bcfg)
-		if err != nil {
-			return usageError(err)
-		}
-		svc, err := newService(fmt.Sprintf("bench-%d", i+1), b, 200*time.Millisecond)
-		if err != nil {
-			return usageError(err)
-		}
-		svcs = append(svcs, svc)
+// arrivals creates new purchases at the configured rate until stop is
+// closed.
+func (r *backlogRun) arrivals(ctx context.Context, stop <-chan struct{}) {
+	if r.cfg.Rate == 0 {
+		return
 	}
-	lift := time.Now()
-	workCtx, stopWork := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, svc := range svcs {
-		wg.Go(func() { _ = svc.Work(workCtx) })
-	}
-	defer func() { stopWork(); wg.Wait() }()
-
-	var (
-		mu     sync.Mutex
-		newIDs []string
-	)
-	arrive, stopArrivals := context.WithCancel(ctx)
-	defer stopArrivals()
-	var awg sync.WaitGroup
-	awg.Go(func() {
-		if rate == 0 {
+	tick := time.NewTicker(time.Duration(float64(time.Second) / r.cfg.Rate))
+	defer tick.Stop()
+	for i := r.cfg.N; ; i++ {
+		select {
+		case <-stop:
 			return
+		case <-tick.C:
 		}
-		tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
-		defer tick.Stop()
-		for i := n; ; i++ {
-			select {
-			case <-arrive.Done():
-				return
-			case <-tick.C:
-			}
-			p, err := svcs[0].CreatePurchase(ctx, benchPurchase(i))
-			if err != nil {
-				cfg.Log.Error("create a new purchase", "err", err)
-				continue
-			}
-			mu.Lock()
-			newIDs = append(newIDs, p.ID)
-			mu.Unlock()
+		p, err := r.svcs[0].CreatePurchase(ctx, benchPurchase(i))
+		if err != nil {
+			r.cfg.Log.Error("create a new purchase", "err", err)
+			continue
 		}
-	})
-	finalOf := func(ids []string) (int, error) {
-		k := 0
-		for _, id := range ids {
-			d, err := svcs[0].Purchase(ctx, id)
-			if err != nil {
-				return 0, err
-			}
-			if d.Purchase.State.Terminal() {
-				k++
-			}
-		}
-		return k, nil
+		r.mu.Lock()
+		r.newIDs = append(r.newIDs, p.ID)
+		r.mu.Unlock()
 	}
-	terminal := func() (int, error) {
-		k := 0
-		err := st.Store.InTx(ctx, func(tx reconcile.Tx) error {
-			c, err := tx.CountByState(ctx)
-			for state, m := range c {
-				if state.Terminal() {
-					k += m
-				}
-			}
-			return err
-		})
-		return k, err
+}
+
+// arrived returns the purchases that have arrived so far.
+func (r *backlogRun) arrived() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.newIDs)
+}
+
+// finalOf counts the purchases of ids that are final.
+func (r *backlogRun) finalOf(ctx context.Context, ids []string) (int, error) {
+	k := 0
+	for _, id := range ids {
+		d, err := r.svcs[0].Purchase(ctx, id)
+		if err != nil {
+			return 0, err
+		}
+		if d.Purchase.State.Terminal() {
+			k++
+		}
 	}
-	startTerminal, err := terminal()
+	return k, nil
+}
+
+// waitDrained returns when every purchase of the backlog is final: the
+// final purchases in the store, less those final at the start and the
+// new ones, reach the backlog's size. It prints progress each second.
+func (r *backlogRun) waitDrained(ctx context.Context) error {
+	startTerminal, err := countStates(ctx, r.store, true)
 	if err != nil {
 		return err
 	}
 	last := time.Now()
 	for {
-		mu.Lock()
-		ids := slices.Clone(newIDs)
-		mu.Unlock()
-		nf, err := finalOf(ids)
+		ids := r.arrived()
+		nf, err := r.finalOf(ctx, ids)
 		if err != nil {
 			return err
 		}
-		all, err := terminal()
+		all, err := countStates(ctx, r.store, true)
 		if err != nil {
 			return err
 		}
-		drainedSoFar := all - startTerminal - nf
+		drained := all - startTerminal - nf
 		if time.Since(last) >= time.Second {
-			fmt.Fprintf(cfg.Stderr, "drain: %d/%d of the backlog final, %d new purchases\n", drainedSoFar, n, len(ids))
+			fmt.Fprintf(r.cfg.Stderr, "drain: %d/%d of the backlog final, %d new purchases\n", drained, r.cfg.N, len(ids))
 			last = time.Now()
 		}
-		if drainedSoFar >= n {
-			break
+		if drained >= r.cfg.N {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
@@ -284,28 +314,34 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	drained := time.Now()
-	stopArrivals()
-	awg.Wait()
+}
+
+// waitNewFinal returns when every purchase that arrived is final.
+func (r *backlogRun) waitNewFinal(ctx context.Context) error {
 	for {
-		mu.Lock()
-		ids := slices.Clone(newIDs)
-		mu.Unlock()
-		nf, err := finalOf(ids)
+		ids := r.arrived()
+		nf, err := r.finalOf(ctx, ids)
 		if err != nil {
 			return err
 		}
 		if nf == len(ids) {
-			break
+			return nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
 	}
-	stopWork()
-	wg.Wait()
+}
 
+// report measures the run from the fake's ledger and the purchases:
+// the creates admitted between the lift and the drain, the new
+// purchases' latencies and the charges' spacing.
+func (r *backlogRun) report(ctx context.Context, lift, drained time.Time) (backlogReport, error) {
 	var calls int
 	var first time.Time
-	for _, at := range fake.AdmittedTimes("create") {
+	for _, at := range r.fake.AdmittedTimes("create") {
 		if !at.Before(lift) && !at.After(drained) {
 			if calls == 0 {
 				first = at
@@ -314,22 +350,21 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 		}
 	}
 	var lat []time.Duration
-	for _, id := range newIDs {
-		d, err := svcs[0].Purchase(ctx, id)
+	for _, id := range r.newIDs {
+		d, err := r.svcs[0].Purchase(ctx, id)
 		if err != nil {
-			return err
+			return backlogReport{}, err
 		}
 		lat = append(lat, d.Purchase.UpdatedAt.Sub(d.Purchase.CreatedAt))
 	}
 	slices.Sort(lat)
-	dur := drained.Sub(first)
 	throttled := 0
 	for _, c := range []string{"create", "retrieve", "search", "list", "refund"} {
-		throttled += fake.ThrottledCalls(c)
+		throttled += r.fake.ThrottledCalls(c)
 	}
 	var charged []time.Time
-	for _, c := range fake.Charges() {
-		if backlog[c.PurchaseID] {
+	for _, c := range r.fake.Charges() {
+		if r.backlog[c.PurchaseID] {
 			charged = append(charged, c.CreatedAt)
 		}
 	}
@@ -341,15 +376,28 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 	for i := 1; i < len(charged); i++ {
 		gap = max(gap, charged[i].Sub(charged[i-1]))
 	}
-	writeBacklogReport(cfg.Stdout, backlogReport{
-		n: n, workers: workers, rate: rate, limit: limits.Create, global: limits.Global, headroom: bcfg.Headroom, fresh: fresh,
-		drain: dur, calls: calls, throttled: throttled, newLatencies: lat, charges: len(fake.Charges()),
-		leaseLost: int(leaseLost.n.Load()), peak: maxPerSecond(fake.AdmittedTimes("create")), tail: tail, gap: gap,
+	limits := r.cfg.Budget.Limits
+	return backlogReport{
+		n: r.cfg.N, workers: r.cfg.Workers, rate: r.cfg.Rate, limit: limits.Create, global: limits.Global, headroom: r.cfg.Budget.Headroom, fresh: r.cfg.Fresh,
+		drain: drained.Sub(first), calls: calls, throttled: throttled, newLatencies: lat, charges: len(r.fake.Charges()),
+		leaseLost: int(r.leaseLost.n.Load()), peak: maxPerSecond(r.fake.AdmittedTimes("create")), tail: tail, gap: gap,
+	}, nil
+}
+
+// countStates counts the purchases whose state is final (terminal) or
+// not final.
+func countStates(ctx context.Context, st reconcile.Store, terminal bool) (int, error) {
+	k := 0
+	err := st.InTx(ctx, func(tx reconcile.Tx) error {
+		c, err := tx.CountByState(ctx)
+		for state, m := range c {
+			if state.Terminal() == terminal {
+				k += m
+			}
+		}
+		return err
 	})
-	if got, want := len(fake.Charges()), n+len(newIDs); got != want {
-		return fmt.Errorf("THE LEDGER CHECK FAILED: %d charges for %d purchases", got, want)
-	}
-	return nil
+	return k, err
 }
 
 type backlogReport struct {
