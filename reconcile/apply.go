@@ -108,7 +108,7 @@ func (s *Service) apply(ctx context.Context, l Lease, p Purchase, cause Cause, a
 	// A conflict: a concurrent writer committed between our read and
 	// write. A duplicate: another purchase took the payment id in the
 	// meantime. Either way, read again and judge again.
-	return purchases.apply(s, ctx, a.PurchaseID, a, ans, func() (bool, error) {
+	return purchaseKind.apply(s, ctx, a.PurchaseID, a, ans, func() (bool, error) {
 		return s.applyOnce(ctx, l, p, cause, a, ans)
 	})
 }
@@ -151,7 +151,7 @@ func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause
 		if mv.Transition != nil {
 			evidence = mv.Transition.Evidence
 		}
-		if err := s.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, cause, evidence); err != nil {
+		if err := purchaseKind.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, cause, evidence); err != nil {
 			return err
 		}
 		if err := tx.InsertAttempt(ctx, *mv.Attempt); err != nil {
@@ -228,7 +228,7 @@ func (s *Service) decide(l Lease, before, p Purchase, a Attempt, ans Answer, v V
 	if p.State.Terminal() {
 		return s.decideDoubt(l, before, p, a, ans, v, now)
 	}
-	return purchases.decide(s, l, p, a, ans, v, now)
+	return purchaseKind.decide(s, l, p, a, ans, v, now)
 }
 
 // decideDoubt weighs the answer to a status query (or search) that

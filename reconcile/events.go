@@ -513,7 +513,7 @@ func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Eve
 	var moves []move
 	step := func(to statemachine.State) error {
 		cur := webhookStep(next, to, settledAt)
-		if err := s.update(ctx, tx, "webhook", 0, next, cur, CauseWebhook, evidence); err != nil {
+		if err := purchaseKind.update(ctx, tx, "webhook", 0, next, cur, CauseWebhook, evidence); err != nil {
 			return err
 		}
 		moves = append(moves, move{from: next.State, to: to, cause: CauseWebhook, p: cur})

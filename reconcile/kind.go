@@ -26,8 +26,10 @@ type kind[T any] struct {
 	get func(ctx context.Context, tx Tx, id string) (T, error)
 	// put writes next over the row in state from, without a transition.
 	put func(ctx context.Context, tx Tx, next T, from statemachine.State) error
-	// update is the kind's one write path of a move (update, updateRefund).
-	update func(s *Service, ctx context.Context, tx Tx, actor string, token int64, cur, next T, cause Cause, evidence string) error
+	// machine is the kind's state machine, which every move must pass.
+	machine statemachine.Machine
+	// ids gives a move's transition record the ids it is filed under.
+	ids func(cur T) (purchaseID, refundID string)
 	// observe counts a committed move (observeMove, observeRefundMove).
 	observe func(s *Service, cur, next T, cause Cause)
 	// judge is the kind's judge (Judge, JudgeRefund), and owner looks up
@@ -65,8 +67,8 @@ type rowRef struct {
 	providerID *string
 }
 
-// purchases is the kind of a purchase.
-var purchases = kind[Purchase]{
+// purchaseKind is the kind of a purchase.
+var purchaseKind = kind[Purchase]{
 	noun:  "purchase",
 	named: func(id string) string { return id },
 	row: func(p *Purchase) rowRef {
@@ -76,7 +78,8 @@ var purchases = kind[Purchase]{
 	put: func(ctx context.Context, tx Tx, next Purchase, from statemachine.State) error {
 		return tx.UpdatePurchase(ctx, next, from)
 	},
-	update:  (*Service).update,
+	machine: statemachine.Purchase,
+	ids:     func(p Purchase) (string, string) { return p.ID, "" },
 	observe: (*Service).observeMove,
 	judge:   Judge,
 	owner:   ownerOf,
@@ -91,8 +94,8 @@ var purchases = kind[Purchase]{
 	lostRace:      "a provider answer that lost a race disagrees with the books; the purchase is escalated",
 }
 
-// refunds is the kind of a refund.
-var refunds = kind[Refund]{
+// refundKind is the kind of a refund.
+var refundKind = kind[Refund]{
 	noun:  "refund",
 	named: func(id string) string { return "refund " + id },
 	row: func(r *Refund) rowRef {
@@ -102,7 +105,8 @@ var refunds = kind[Refund]{
 	put: func(ctx context.Context, tx Tx, next Refund, from statemachine.State) error {
 		return tx.UpdateRefund(ctx, next, from)
 	},
-	update:  (*Service).updateRefund,
+	machine: statemachine.Refund,
+	ids:     func(r Refund) (string, string) { return r.PurchaseID, r.ID },
 	observe: (*Service).observeRefundMove,
 	judge:   JudgeRefund,
 	owner:   refundOwnerOf,
@@ -117,6 +121,31 @@ var refunds = kind[Refund]{
 		}
 	},
 	lostRace: "a refund answer that lost a race disagrees with the books; the refund is escalated",
+}
+
+// update is the one write path of a row's state, shared by the worker,
+// the webhook inbox, the operators and the recovery: it writes next over
+// cur, conditional on cur's state and version, and appends the
+// transition if the state changes. The machine's check runs first so
+// that a bug fails with a clear error before the database refuses it
+// too.
+func (k kind[T]) update(ctx context.Context, tx Tx, actor string, token int64, cur, next T, cause Cause, evidence string) error {
+	c, n := k.row(&cur), k.row(&next)
+	from, to := *c.state, *n.state
+	if to != from {
+		if err := k.machine.Transition(from, to); err != nil {
+			return fmt.Errorf("reconcile: %s %s: %w", k.noun, *c.id, err)
+		}
+	}
+	if err := k.put(ctx, tx, next, from); err != nil {
+		return err
+	}
+	if to == from {
+		return nil
+	}
+	rec := TransitionRecord{From: from, To: to, Cause: cause, Evidence: evidence, Actor: actor, LeaseToken: token, At: *n.updatedAt}
+	rec.PurchaseID, rec.RefundID = k.ids(cur)
+	return tx.InsertTransition(ctx, rec)
 }
 
 // runSteps moves the job leased by l (its row id) with step until it is
@@ -148,7 +177,7 @@ func (k kind[T]) runSteps(s *Service, ctx context.Context, l Lease, id string, s
 			next := cur
 			n := k.row(&next)
 			*n.state, *n.updatedAt = statemachine.Uncertain, now
-			if err := k.update(s, ctx, tx, s.cfg.WorkerID, l.Token, cur, next, CauseLeaseLost, "step limit reached while reconciling"); err != nil {
+			if err := k.update(ctx, tx, s.cfg.WorkerID, l.Token, cur, next, CauseLeaseLost, "step limit reached while reconciling"); err != nil {
 				return err
 			}
 		}
@@ -216,7 +245,7 @@ func (k kind[T]) write(s *Service, ctx context.Context, l Lease, cur, next T, ca
 		if err := tx.CheckLease(ctx, l); err != nil {
 			return err
 		}
-		return k.update(s, ctx, tx, s.cfg.WorkerID, l.Token, cur, next, cause, evidence)
+		return k.update(ctx, tx, s.cfg.WorkerID, l.Token, cur, next, cause, evidence)
 	})
 	switch {
 	case err == nil:

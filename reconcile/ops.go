@@ -317,7 +317,7 @@ func (s *Service) resolveUnderLease(ctx context.Context, l Lease, r Resolution) 
 					next.ProviderPaymentID = ans.PaymentID
 				}
 			}
-			if err := s.update(ctx, tx, "operator:"+r.Operator, l.Token, cur, next, CauseOperator, evidence); err != nil {
+			if err := purchaseKind.update(ctx, tx, "operator:"+r.Operator, l.Token, cur, next, CauseOperator, evidence); err != nil {
 				return err
 			}
 			moves = append(moves, move{from: cur.State, to: to, cause: CauseOperator, p: next})

@@ -402,7 +402,7 @@ func (s *Service) relinkRefunds(ctx context.Context, w provider.Window) ([]strin
 			if cur.State == statemachine.Created {
 				next := cur
 				next.State, next.UpdatedAt, next.FirstAttemptAt = statemachine.Submitted, now, now
-				if err := s.updateRefund(ctx, tx, actor, 0, cur, next, CauseRecovery, evidence); err != nil {
+				if err := refundKind.update(ctx, tx, actor, 0, cur, next, CauseRecovery, evidence); err != nil {
 					return err
 				}
 				next.Version++
@@ -416,7 +416,7 @@ func (s *Service) relinkRefunds(ctx context.Context, w provider.Window) ([]strin
 			if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
 				next.UncertainSince = now
 			}
-			if err := s.updateRefund(ctx, tx, actor, 0, cur, next, CauseRecovery, evidence); err != nil {
+			if err := refundKind.update(ctx, tx, actor, 0, cur, next, CauseRecovery, evidence); err != nil {
 				return err
 			}
 			did = true
@@ -447,7 +447,7 @@ func (s *Service) relink(ctx context.Context, tx Tx, p Purchase, pay provider.Pa
 		if next.FirstAttemptAt.IsZero() || next.FirstAttemptAt.After(now) {
 			next.FirstAttemptAt = now
 		}
-		if err := s.update(ctx, tx, s.cfg.WorkerID+"/recovery", 0, cur, next, CauseRecovery, evidence); err != nil {
+		if err := purchaseKind.update(ctx, tx, s.cfg.WorkerID+"/recovery", 0, cur, next, CauseRecovery, evidence); err != nil {
 			return err
 		}
 		next.Version++
@@ -461,7 +461,7 @@ func (s *Service) relink(ctx context.Context, tx Tx, p Purchase, pay provider.Pa
 	if next.State == statemachine.Uncertain && next.UncertainSince.IsZero() {
 		next.UncertainSince = now
 	}
-	return s.update(ctx, tx, s.cfg.WorkerID+"/recovery", 0, cur, next, CauseRecovery, evidence)
+	return purchaseKind.update(ctx, tx, s.cfg.WorkerID+"/recovery", 0, cur, next, CauseRecovery, evidence)
 }
 
 // RecoveryStatus returns the recovery epochs, latest first, and what the

@@ -107,7 +107,7 @@ func (s *Service) applyToRefund(ctx context.Context, tx Tx, r Refund, ev Event, 
 				cur.EscalatedAt, cur.EscalationReason = time.Time{}, ""
 			}
 		}
-		if err := s.updateRefund(ctx, tx, "webhook", 0, next, cur, CauseWebhook, evidence); err != nil {
+		if err := refundKind.update(ctx, tx, "webhook", 0, next, cur, CauseWebhook, evidence); err != nil {
 			return err
 		}
 		cur.Version++

@@ -21,7 +21,7 @@ import (
 
 // processRefund is Process for a refund job.
 func (s *Service) processRefund(ctx context.Context, l Lease) error {
-	limited, err := refunds.runSteps(s, ctx, l, l.RefundID, s.refundStep)
+	limited, err := refundKind.runSteps(s, ctx, l, l.RefundID, s.refundStep)
 	if limited && err != nil {
 		s.cfg.Logger.Warn("reschedule refund after step limit", "refund", l.RefundID, "err", err)
 	}
@@ -46,11 +46,11 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 	now := s.leaseNow(*l)
 	final := statemachine.Refund.Terminal(r.State)
 	if !final && !r.Escalated() && l.Checks > s.cfg.MaxAttempts {
-		return false, refunds.escalateOnly(s, ctx, *l, r, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
+		return false, refundKind.escalateOnly(s, ctx, *l, r, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
 	}
 	switch r.State {
 	case statemachine.Succeeded, statemachine.Failed:
-		return refunds.finishJob(s, ctx, *l, r.ID, r)
+		return refundKind.finishJob(s, ctx, *l, r.ID, r)
 	case statemachine.Created:
 		if r.EscalationReason.ChargeMayExist() {
 			return true, s.hold(ctx, *l, r.ID)
@@ -60,7 +60,7 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		}
 		next := r
 		next.State, next.FirstAttemptAt, next.UpdatedAt = statemachine.Submitted, now, now
-		ok, err := refunds.write(s, ctx, *l, r, next, CauseSubmit, "sending stored request "+r.ParamsHash[:12]+" under key "+r.ProviderKey)
+		ok, err := refundKind.write(s, ctx, *l, r, next, CauseSubmit, "sending stored request "+r.ParamsHash[:12]+" under key "+r.ProviderKey)
 		if err != nil || !ok {
 			return false, err
 		}
@@ -71,26 +71,26 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		switch {
 		case l.TakenOver:
 			l.TakenOver = false
-			return false, refunds.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseLeaseLost,
+			return false, refundKind.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseLeaseLost,
 				"previous lease expired while submitted: the refund call's outcome is unknown")
 		case r.EscalationReason.ChargeMayExist():
-			return false, refunds.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseFinding,
+			return false, refundKind.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseFinding,
 				"a refund may exist ("+string(r.EscalationReason)+"): nothing is resent; reconciling by lookup")
 		case s.heldByRecovery(r.CreatedAt):
 			return true, s.holdForRecovery(ctx, *l, r.ID, "replay of the refund create")
 		case !s.refundKeyReplayable(r, now):
-			return false, refunds.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseSubmitResponse,
+			return false, refundKind.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseSubmitResponse,
 				"provider key retention ended before the refund was accepted")
 		}
 		// The provider refused an earlier attempt before acting: send the
 		// same stored request again, if the refund is still as read.
-		if ok, err := refunds.fenceUnchanged(s, ctx, *l, r); err != nil || !ok {
+		if ok, err := refundKind.fenceUnchanged(s, ctx, *l, r); err != nil || !ok {
 			return false, err
 		}
 		return s.callAndApplyRefund(ctx, *l, r, provider.OpRefundCreate, SourceCreate, CauseSubmitResponse)
 	case statemachine.Reconciling:
 		l.TakenOver = false
-		return false, refunds.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseLeaseLost, "previous lease expired while reconciling")
+		return false, refundKind.moveOnly(s, ctx, *l, r, statemachine.Uncertain, CauseLeaseLost, "previous lease expired while reconciling")
 	case statemachine.Uncertain:
 		op, src, cause := provider.OpRefundList, SourceSearch, CauseSearch
 		switch {
@@ -101,7 +101,7 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		}
 		next := r
 		next.State, next.UpdatedAt = statemachine.Reconciling, now
-		ok, err := refunds.write(s, ctx, *l, r, next, cause, "checking by "+string(op))
+		ok, err := refundKind.write(s, ctx, *l, r, next, cause, "checking by "+string(op))
 		if err != nil || !ok {
 			return false, err
 		}
@@ -139,33 +139,7 @@ func (s *Service) refundKeyReplayable(r Refund, now time.Time) bool {
 	return now.Before(r.FirstAttemptAt.Add(s.cfg.KeyRetention - s.cfg.KeyReplayMargin))
 }
 
-// updateRefund is update for a refund: the one write path of a refund's
-// state, shared by the worker, the webhook inbox and the sweeps.
-func (s *Service) updateRefund(ctx context.Context, tx Tx, actor string, token int64, r, next Refund, cause Cause, evidence string) error {
-	if next.State != r.State {
-		if err := statemachine.Refund.Transition(r.State, next.State); err != nil {
-			return fmt.Errorf("reconcile: refund %s: %w", r.ID, err)
-		}
-	}
-	if err := tx.UpdateRefund(ctx, next, r.State); err != nil {
-		return err
-	}
-	if next.State == r.State {
-		return nil
-	}
-	return tx.InsertTransition(ctx, TransitionRecord{
-		PurchaseID: r.PurchaseID,
-		RefundID:   r.ID,
-		From:       r.State,
-		To:         next.State,
-		Cause:      cause,
-		Evidence:   evidence,
-		Actor:      actor,
-		LeaseToken: token,
-		At:         next.UpdatedAt,
-	})
-}
-
+// observeRefundMove counts a committed move of a refund.
 func (s *Service) observeRefundMove(r, next Refund, cause Cause) {
 	if r.State == next.State {
 		return
@@ -278,7 +252,7 @@ func (s *Service) callRefundProvider(ctx context.Context, op provider.Op, r Refu
 // cannot be applied (the refund moved meanwhile, the lease was lost) is
 // still recorded, and an escalation it calls for still written.
 func (s *Service) applyRefund(ctx context.Context, l Lease, before Refund, cause Cause, a Attempt, ans Answer) (bool, error) {
-	return refunds.apply(s, ctx, a.RefundID, a, ans, func() (bool, error) {
+	return refundKind.apply(s, ctx, a.RefundID, a, ans, func() (bool, error) {
 		return s.applyRefundOnce(ctx, l, before, cause, a, ans)
 	})
 }
@@ -313,7 +287,7 @@ func (s *Service) applyRefundOnce(ctx context.Context, l Lease, before Refund, c
 		}
 		var done bool
 		var runAt time.Time
-		next, done, runAt = refunds.decide(s, l, r, a, ans, v, now)
+		next, done, runAt = refundKind.decide(s, l, r, a, ans, v, now)
 		a.Applied = v.Kind == VerdictApply
 		if !a.Applied {
 			a.Note = joinNote(a.Note, "verdict "+v.String())
@@ -325,7 +299,7 @@ func (s *Service) applyRefundOnce(ctx context.Context, l Lease, before Refund, c
 		if v.Kind != VerdictApply {
 			evidence += "; " + v.String()
 		}
-		if err := s.updateRefund(ctx, tx, s.cfg.WorkerID, l.Token, r, next, cause, evidence); err != nil {
+		if err := refundKind.update(ctx, tx, s.cfg.WorkerID, l.Token, r, next, cause, evidence); err != nil {
 			return err
 		}
 		if err := tx.InsertAttempt(ctx, a); err != nil {

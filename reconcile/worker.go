@@ -210,7 +210,7 @@ func (s *Service) Process(ctx context.Context, l Lease) error {
 	if l.Kind == JobRefund {
 		return s.processRefund(ctx, l)
 	}
-	limited, err := purchases.runSteps(s, ctx, l, l.PurchaseID, s.step)
+	limited, err := purchaseKind.runSteps(s, ctx, l, l.PurchaseID, s.step)
 	if limited && err != nil {
 		s.cfg.Logger.With("purchase", l.PurchaseID, "lease_token", l.Token).Warn("reschedule after step limit", "err", err)
 	}
@@ -257,14 +257,14 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 		// (each failed before its answer was applied): put it in front of a
 		// human now, whatever keeps failing. The state is left for the next
 		// step to handle.
-		return false, purchases.escalateOnly(s, ctx, *l, p, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
+		return false, purchaseKind.escalateOnly(s, ctx, *l, p, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
 	}
 	switch p.State {
 	case statemachine.Succeeded, statemachine.Declined:
 		if p.Doubt != "" {
 			return s.confirm(ctx, *l, p)
 		}
-		return purchases.finishJob(s, ctx, *l, l.PurchaseID, p)
+		return purchaseKind.finishJob(s, ctx, *l, l.PurchaseID, p)
 	case statemachine.Created:
 		if p.EscalationReason.ChargeMayExist() {
 			// A charge for this purchase may exist already: never send a
@@ -283,11 +283,11 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 			// The previous worker died or stalled during its call: the
 			// provider may have acted. Never a new key; reconcile instead.
 			l.TakenOver = false
-			return false, purchases.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
+			return false, purchaseKind.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
 				"previous lease expired while submitted: the create call's outcome is unknown")
 		}
 		if p.EscalationReason.ChargeMayExist() {
-			return false, purchases.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseFinding,
+			return false, purchaseKind.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseFinding,
 				"a charge may exist ("+string(p.EscalationReason)+"): no create is resent; reconciling by status or search")
 		}
 		if s.heldByRecovery(p.CreatedAt) {
@@ -296,19 +296,19 @@ func (s *Service) step(ctx context.Context, l *Lease) (done bool, err error) {
 		// Submitted with a clean lease: the provider refused an earlier
 		// attempt before acting. Send the same stored request again.
 		if !s.keyReplayable(p, s.leaseNow(*l)) {
-			return false, purchases.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseSubmitResponse,
+			return false, purchaseKind.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseSubmitResponse,
 				"provider key retention ended before a create was accepted")
 		}
 		// The purchase must still be as read: a finding that a charge may
 		// exist, committed since, forbids the resend.
-		if ok, err := purchases.fenceUnchanged(s, ctx, *l, p); err != nil || !ok {
+		if ok, err := purchaseKind.fenceUnchanged(s, ctx, *l, p); err != nil || !ok {
 			return false, err
 		}
 		return s.callAndApply(ctx, *l, p, provider.OpCreate, SourceCreate, CauseSubmitResponse)
 	case statemachine.Reconciling:
 		// Only a lost lease leaves a purchase reconciling between runs.
 		l.TakenOver = false
-		return false, purchases.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
+		return false, purchaseKind.moveOnly(s, ctx, *l, p, statemachine.Uncertain, CauseLeaseLost,
 			"previous lease expired while reconciling")
 	case statemachine.Uncertain:
 		return s.advance(ctx, s.reconcileIntent(*l, p))
@@ -441,7 +441,7 @@ func (s *Service) reconcileIntent(l Lease, p Purchase) intent {
 // advance writes in and, once it has committed, makes its call and
 // applies the answer.
 func (s *Service) advance(ctx context.Context, in intent) (bool, error) {
-	ok, err := purchases.write(s, ctx, in.l, in.p, in.next, in.cause, in.evidence)
+	ok, err := purchaseKind.write(s, ctx, in.l, in.p, in.next, in.cause, in.evidence)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -570,4 +570,16 @@ func (s *Service) EscalateOverdue(ctx context.Context) (int, error) {
 		s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", EscalationUncertainTooLong)
 	}
 	return n, nil
+}
+
+// observeMove counts a committed move of a purchase, and the time it
+// spent uncertain when it settles.
+func (s *Service) observeMove(p, next Purchase, cause Cause) {
+	if p.State == next.State {
+		return
+	}
+	s.cfg.Observer.Transition(p.State, next.State, cause)
+	if next.State.Terminal() && !next.UncertainSince.IsZero() {
+		s.cfg.Observer.Resolved(next.UpdatedAt.Sub(next.UncertainSince))
+	}
 }
