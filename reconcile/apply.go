@@ -31,54 +31,75 @@ func (s *Service) call(ctx context.Context, l Lease, p Purchase, op provider.Op,
 // callDue is call whose token, when reserved, the claim reserved (see
 // grants): it is sent when due, without waiting for the budget again.
 func (s *Service) callDue(ctx context.Context, l Lease, p Purchase, op provider.Op, src Source, due time.Time, reserved bool) (Attempt, Answer, error) {
-	// The call must end while the lease still holds, with time left to
-	// commit its answer: a call that outlived its lease could race the
-	// worker that took the job over. The wait for the provider's budget
-	// comes first, and leaves the call half the lease's time left; a
-	// reserved token is due within reserveHorizon, a quarter of it.
-	var err error
-	if reserved {
-		err = s.awaitDue(ctx, op, due)
-	} else {
-		err = s.awaitBudget(ctx, op, priorityOf(p, op), s.leaseBudgetWait(l), true)
+	// A reserved token is due within reserveHorizon, a quarter of the
+	// lease; any other waits for the budget, leaving the call half the
+	// lease's time.
+	await := func() error {
+		if reserved {
+			return s.awaitDue(ctx, op, due)
+		}
+		return s.awaitBudget(ctx, op, priorityOf(p, op), s.leaseBudgetWait(l), true)
 	}
+	c, err := callUnderLease(s, ctx, l, "purchase "+p.ID, op, await, crashpoint.AnswerRead,
+		func(ctx context.Context) (provider.Result, error) { return s.callProvider(ctx, op, p) }, provider.OutcomeOf)
 	if err != nil {
-		return Attempt{}, Answer{}, fmt.Errorf("reconcile: purchase %s: %w", p.ID, err)
+		return Attempt{}, Answer{}, err
+	}
+	a := c.attempt(s, l, op)
+	a.PurchaseID, a.PaymentID, a.Status, a.Note = p.ID, c.res.PaymentID, c.res.Status, c.res.Reason
+	if op == provider.OpCreate {
+		a.Key = p.ProviderRequest.IdempotencyKey
+	}
+	ans := answerOf(src, c.outcome, c.res)
+	ans.At = c.start
+	return a, ans, nil
+}
+
+// leasedCall is one provider call made under a lease: its answer, its
+// outcome, when it started by the lease's clock and how long it took.
+type leasedCall[R any] struct {
+	res     R
+	err     error
+	outcome provider.Outcome
+	start   time.Time
+	took    time.Duration
+}
+
+// callUnderLease makes one provider call about what (a purchase or a
+// refund) under l: it waits with await (for the budget or a reserved
+// token), then calls send, which must end while the lease still holds,
+// with time left to commit its answer: a call that outlived its lease
+// could race the worker that took the job over. It returns ErrLeaseLost,
+// without calling, when the lease has no time left. It hits the crash
+// point answered once the answer is read, and counts the call.
+func callUnderLease[R any](s *Service, ctx context.Context, l Lease, what string, op provider.Op, await func() error,
+	answered crashpoint.Point, send func(context.Context) (R, error), outcomeOf func(R, error) provider.Outcome) (leasedCall[R], error) {
+	if err := await(); err != nil {
+		return leasedCall[R]{}, fmt.Errorf("reconcile: %s: %w", what, err)
 	}
 	start := s.leaseNow(l)
 	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(start)-s.leaseCommitMargin())
 	if timeout <= 0 {
-		return Attempt{}, Answer{}, fmt.Errorf("reconcile: purchase %s: no time left on the lease for a provider call: %w", p.ID, ErrLeaseLost)
+		return leasedCall[R]{}, fmt.Errorf("reconcile: %s: no time left on the lease for a provider call: %w", what, ErrLeaseLost)
 	}
 	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	res, err := s.callProvider(callCtx, op, p)
+	res, err := send(callCtx)
 	cancel()
-	crashpoint.Hit(crashpoint.AnswerRead)
-	took := s.leaseNow(l).Sub(start)
-	outcome := provider.OutcomeOf(res, err)
-	s.cfg.Observer.ProviderCall(op, outcome, took)
+	crashpoint.Hit(answered)
+	c := leasedCall[R]{res: res, err: err, outcome: outcomeOf(res, err), start: start, took: s.leaseNow(l).Sub(start)}
+	s.cfg.Observer.ProviderCall(op, c.outcome, c.took)
 	s.noteThrottle(ctx, op, err)
+	return c, nil
+}
 
-	a := Attempt{
-		PurchaseID: p.ID,
-		Op:         op,
-		Outcome:    outcome,
-		PaymentID:  res.PaymentID,
-		Status:     res.Status,
-		Latency:    took,
-		Actor:      s.cfg.WorkerID,
-		LeaseToken: l.Token,
-		Note:       res.Reason,
+// attempt is the record of c shared by both kinds; the caller adds the
+// ids, the provider's status and note, and the key of a create.
+func (c leasedCall[R]) attempt(s *Service, l Lease, op provider.Op) Attempt {
+	a := Attempt{Op: op, Outcome: c.outcome, Latency: c.took, Actor: s.cfg.WorkerID, LeaseToken: l.Token}
+	if c.err != nil {
+		a.Error = c.err.Error()
 	}
-	if op == provider.OpCreate {
-		a.Key = p.ProviderRequest.IdempotencyKey
-	}
-	if err != nil {
-		a.Error = err.Error()
-	}
-	ans := answerOf(src, outcome, res)
-	ans.At = start
-	return a, ans, nil
+	return a
 }
 
 // callProvider sends op for p: the stored create (never a new one), a

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -156,7 +158,7 @@ func (a anomalies) String() string {
 // exactly once, escalates the purchases concerned, and a second run finds
 // nothing new.
 func TestAuditFindsEveryAnomalyOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{Instance: "audit"}, reconcile.Config{})
 		svc := f.service(f.fake, "worker-a", reconcile.Config{BatchSize: 100, Concurrency: 8})
 		ps, w := auditBooks(t, f, svc, 1000)
@@ -247,7 +249,7 @@ func (c *crashingList) List(ctx context.Context, w provider.Window, gate provide
 // watermark: together the two runs store exactly what one clean run
 // would, with no finding twice and none missed.
 func TestAuditResumesAfterACrash(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{Instance: "crash"}, reconcile.Config{})
 		crashing := &crashingList{Fake: f.fake}
 		cfg := reconcile.Config{BatchSize: 100, Concurrency: 8, AuditChunk: 5 * time.Minute}

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
@@ -75,7 +77,7 @@ func (s *takeoverStore) ClaimJobs(ctx context.Context, owner string, limit int, 
 // A batch member whose lease was taken over commits nothing, and sends
 // nothing, while the rest of its batch commits and is charged once.
 func TestBatchMemberWithLeaseTakenOverCommitsNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		var ps []reconcile.Purchase
 		for _, c := range []string{"b1", "b2", "b3", "b4"} {

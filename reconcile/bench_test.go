@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
 )
@@ -13,14 +15,14 @@ import (
 // to terminal: 4 workers over one store, an instant fake provider with no
 // faults. Creating the purchases is not timed.
 func BenchmarkReconcileThroughput(b *testing.B) {
-	for name, newStore := range storeFactories {
+	for name, newStore := range stores.All {
 		b.Run(name, func(b *testing.B) {
 			benchThroughput(b, newStore)
 		})
 	}
 }
 
-func benchThroughput(b *testing.B, newStore storeFactory) {
+func benchThroughput(b *testing.B, newStore stores.Factory) {
 	ctx := context.Background()
 	st := newStore(b, nil)
 	fake := fakeprovider.New(fakeprovider.Config{})
@@ -44,7 +46,7 @@ func benchThroughput(b *testing.B, newStore storeFactory) {
 // workers, the instant fake. Settling the purchases and creating the
 // refunds is not timed.
 func BenchmarkRefundThroughput(b *testing.B) {
-	for name, newStore := range storeFactories {
+	for name, newStore := range stores.All {
 		b.Run(name, func(b *testing.B) {
 			ctx := context.Background()
 			st := newStore(b, nil)

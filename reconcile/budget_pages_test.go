@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/workertest"
+
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -42,7 +46,7 @@ func TestBudgetAuditTakesATokenPerPage(t *testing.T) {
 	// The provider counts every page of a listing as a request: the audit
 	// takes one token of the budget for each, of payments and of refunds
 	// alike, and no page goes without one.
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		st := newStore(t, nil)
 		const pageSize, n = 2, 5 // 3 pages: 2, 2 and 1
 		fake := fakeprovider.New(fakeprovider.Config{ListPageSize: pageSize})
@@ -118,7 +122,7 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 	// uncertain (lease_lost), and no call is answered 429. The leases are
 	// short, so that the queue behind the budget outlasts them many times
 	// over: 4 × 32 purchases in flight are 5 s of budget, a lease 6 s.
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		st := newStore(t, nil)
 		limits := fakeprovider.RateLimits{Global: 25, Create: 25, Retrieve: 25, Search: 20, List: 25, Refund: 25}
 		fake := fakeprovider.New(fakeprovider.Config{RateLimits: limits})
@@ -140,8 +144,8 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 			}
 			workers = append(workers, svc)
 		}
-		ids := createPurchases(t, workers[0], n)
-		stop := work(t, workers)
+		ids := workertest.CreatePurchases(t, workers[0], n)
+		stop := workertest.Work(t, workers)
 		select {
 		case <-obs.done:
 		case <-time.After(5 * time.Minute): // a hang, not a measure
@@ -169,7 +173,7 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 		times := fake.AdmittedTimes("create")
 		t.Logf("%d purchases, %d charges, %d creates (%.1f/s), %d lease_lost transitions, %d answered 429, at most %d creates in any second",
 			n, charges, fake.Calls(provider.OpCreate), float64(len(times)-1)/times[len(times)-1].Sub(times[0]).Seconds(),
-			leaseLost, throttled, maxInWindow(times, time.Second))
+			leaseLost, throttled, workertest.MaxInWindow(times, time.Second))
 		if leaseLost != 0 {
 			t.Errorf("%d transitions of cause lease_lost, want none", leaseLost)
 		}
@@ -180,49 +184,4 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 			t.Errorf("%d charges for %d purchases", charges, n)
 		}
 	})
-}
-
-// work runs the workers until the returned stop is called.
-func work(t *testing.T, workers []*reconcile.Service) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Go(func() {
-			if err := w.Work(ctx); err != nil {
-				t.Errorf("Work: %v", err)
-			}
-		})
-	}
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-	t.Cleanup(stop)
-	return stop
-}
-
-// createPurchases creates n purchases through svc and returns their ids.
-func createPurchases(t *testing.T, svc *reconcile.Service, n int) []string {
-	t.Helper()
-	ids := make([]string, n)
-	for i := range n {
-		p, err := svc.CreatePurchase(t.Context(), reconcile.NewPurchase{Customer: "budget", Amount: 300, Currency: "usd"})
-		if err != nil {
-			t.Fatalf("CreatePurchase: %v", err)
-		}
-		ids[i] = p.ID
-	}
-	return ids
-}
-
-// maxInWindow returns the most times within any window of length w
-// (sorted times, half-open windows).
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	worst, j := 0, 0
-	for i := range ts {
-		for ts[i].Sub(ts[j]) >= w {
-			j++
-		}
-		worst = max(worst, i-j+1)
-	}
-	return worst
 }

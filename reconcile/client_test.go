@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
 )
@@ -16,7 +18,7 @@ import (
 // id. A reference another client used is refused without naming its
 // purchase.
 func TestPurchaseClient(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		ctx := context.Background()
 		render := func(p reconcile.Purchase) (int, []byte, error) { return 201, []byte(p.ID), nil }

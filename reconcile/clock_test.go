@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
 )
@@ -16,7 +18,7 @@ import (
 // decision follow the store's clock, so every decision is the same: the
 // transitions, the calls, the escalations and the next checks.
 func TestWorkerClockSkewChangesNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		var want string
 		for _, skew := range []time.Duration{0, 2 * time.Hour, -2 * time.Hour} {
 			got := skewRun(t, newStore, skew)
@@ -34,7 +36,7 @@ func TestWorkerClockSkewChangesNothing(t *testing.T) {
 // skewRun works a fixed set of faulty purchases over three simulated days
 // with the workers' clocks skew off the store's, and returns every
 // decision, with times relative to the start.
-func skewRun(t *testing.T, newStore storeFactory, skew time.Duration) string {
+func skewRun(t *testing.T, newStore stores.Factory, skew time.Duration) string {
 	t.Helper()
 	f := setup(t, newStore, fakeprovider.Config{Instance: "skew", SettleAfter: 90 * time.Second}, reconcile.Config{MaxAttempts: 6})
 	f.skew = skew

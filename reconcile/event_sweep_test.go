@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/provider/stripe"
@@ -43,7 +45,7 @@ const sweepInterval = 5 * time.Minute
 func TestEventSweepLateApprovalWithoutWebhooks(t *testing.T) {
 	for _, late := range []time.Duration{3 * time.Hour, 72 * time.Hour} {
 		t.Run(late.String(), func(t *testing.T) {
-			forEachStore(t, func(t *testing.T, newStore storeFactory) {
+			stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 				f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 				p := f.create("ann")
 				f.fake.Script(p.ID, fakeprovider.Decline)
@@ -87,7 +89,7 @@ func TestEventSweepLateApprovalWithoutWebhooks(t *testing.T) {
 // sweep judges the cancel as its webhook (confirming), and the status
 // query that follows flags the purchase.
 func TestEventSweepLateCancelWithoutWebhooks(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("bob")
 		f.runUntilIdle(f.svc)
@@ -115,7 +117,7 @@ func TestEventSweepLateCancelWithoutWebhooks(t *testing.T) {
 // through the inbox, as their webhooks would have settled them, and a
 // stale processing event never overwrites a success.
 func TestEventSweepSettlesLostWebhooks(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
 		p := f.create("cy")
 		f.fake.Script(p.ID, fakeprovider.Processing)
@@ -212,7 +214,7 @@ func (f *fixture) hooked(svc func() *reconcile.Service) *hookedProvider {
 // sweep, by event id and digest, and change nothing; the one webhook
 // dropped is applied by the sweep, once.
 func TestEventSweepSkipsWhatWebhooksApplied(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{Instance: "Dedup"}, reconcile.Config{})
 		var svc *reconcile.Service
 		h := f.hooked(func() *reconcile.Service { return svc })
@@ -295,7 +297,7 @@ func (t failingTx) SaveAuditRun(ctx context.Context, r reconcile.AuditRun) error
 // watermark minus the overlap and applies the rest, each event once, so
 // that every event of the log is in the inbox.
 func TestEventSweepResumesWithoutGaps(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		cfg := reconcile.Config{EventSweepChunk: 2}
 		var ids []string
@@ -382,7 +384,7 @@ func (b *countingBudget) Throttled(context.Context, reconcile.BudgetClass, time.
 // TestEventSweepTakesATokenPerPage: N pages of the provider's event log
 // are N provider calls and N tokens of the list budget.
 func TestEventSweepTakesATokenPerPage(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		for i := range 7 {
 			f.create(fmt.Sprintf("fay-%d", i))

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -31,7 +33,7 @@ func (f *fixture) inboxOutcome(id string) reconcile.EventOutcome {
 // the payment once, by a status query: an orphan_charge finding when it
 // took money, none when it was declined, and the events are not retried.
 func TestForeignPaymentEvents(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		ctx := context.Background()
 		paid := f.fake.ChargeOutside(fakeprovider.OutsideCharge{Amount: 4200, Currency: "usd"})
@@ -88,7 +90,7 @@ func TestForeignPaymentEvents(t *testing.T) {
 // back): it stays unmatched, costs the provider no call, and the audit's
 // listing reports the charge.
 func TestUnknownPurchaseEventStaysUnmatched(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		ctx := context.Background()
 		c := f.fake.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: "pur_unknown", Amount: 300, Currency: "usd"})
@@ -112,7 +114,7 @@ func TestUnknownPurchaseEventStaysUnmatched(t *testing.T) {
 // its webhooks would have: listed, not refused, stored unmatched, and
 // judged by the unmatched-event sweep (an orphan_charge finding).
 func TestEventSweepStoresForeignPayments(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		ctx := context.Background()
 		paid := f.fake.ChargeOutside(fakeprovider.OutsideCharge{Amount: 4200, Currency: "usd"})

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -129,7 +131,7 @@ type groupFixture struct {
 	svc *reconcile.Service // groups over gs
 }
 
-func setupGroup(t *testing.T, newStore storeFactory) *groupFixture {
+func setupGroup(t *testing.T, newStore stores.Factory) *groupFixture {
 	t.Helper()
 	f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 	gs := &gatedStore{Store: f.store}
@@ -228,7 +230,7 @@ func (g *groupFixture) applyAll(evs []reconcile.Event) ([]func(), []applied) {
 // its savepoint, runs again alone after the group's commit, fails again,
 // and stores nothing.
 func TestGroupCommitNeighbourFails(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g := setupGroup(t, newStore)
 		charges := g.uncertainCharges(4)
 		var evs []reconcile.Event
@@ -272,7 +274,7 @@ func TestGroupCommitNeighbourFails(t *testing.T) {
 // A member that panics is rolled back to its savepoint, its neighbours
 // commit, and the panic goes on in its own request's goroutine.
 func TestGroupCommitMemberPanics(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g := setupGroup(t, newStore)
 		charges := g.uncertainCharges(3)
 		g.gs.fault = func(id string) error {
@@ -313,7 +315,7 @@ func TestGroupCommitMemberPanics(t *testing.T) {
 // failed commit), nothing of it is kept and every member runs again in a
 // transaction of its own.
 func TestGroupCommitFailedCommitFallsBackToSingles(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g := setupGroup(t, newStore)
 		charges := g.uncertainCharges(4)
 		var evs []reconcile.Event
@@ -338,7 +340,7 @@ func TestGroupCommitFailedCommitFallsBackToSingles(t *testing.T) {
 // decides as between transactions. The first applies it, the others read
 // its row and answer duplicate, and the purchase moves once.
 func TestGroupCommitDuplicatesInOneGroup(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g := setupGroup(t, newStore)
 		c := g.uncertainCharges(1)[0]
 		ev := event("evt_dup", provider.Succeeded, c, g.clock.Now())
@@ -364,7 +366,7 @@ func TestGroupCommitDuplicatesInOneGroup(t *testing.T) {
 // reference already used in the group is a conflict naming its purchase;
 // each refusal is its member's own, and the rest commit.
 func TestGroupCommitPurchaseRequests(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g := setupGroup(t, newStore)
 		type req struct {
 			key, hash, customer, reference string
@@ -424,7 +426,7 @@ func TestGroupCommitPurchaseRequests(t *testing.T) {
 // A purchase whose transaction fails in the group for an unknown reason
 // runs again alone, and its neighbours commit.
 func TestGroupCommitPurchaseNeighbourFails(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g := setupGroup(t, newStore)
 		injected := errors.New("injected: cannot save the response of k2")
 		g.gs.fault = func(key string) error {
@@ -457,7 +459,7 @@ func TestGroupCommitPurchaseNeighbourFails(t *testing.T) {
 // A request whose context ends while it waits in the queue leaves at
 // once, and the group goes on without it.
 func TestGroupCommitCancelledWhileQueued(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g := setupGroup(t, newStore)
 		charges := g.uncertainCharges(3)
 		ctx, cancel := context.WithCancel(context.Background())
@@ -493,7 +495,7 @@ func TestGroupCommitCancelledWhileQueued(t *testing.T) {
 func TestConcurrentDuplicateEvents(t *testing.T) {
 	for _, off := range []bool{false, true} {
 		t.Run(fmt.Sprintf("group commit off %v", off), func(t *testing.T) {
-			forEachStore(t, func(t *testing.T, newStore storeFactory) {
+			stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 				f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{GroupCommitOff: off})
 				p := f.create("dup")
 				f.fake.Script(p.ID, fakeprovider.LostReply)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
@@ -127,7 +129,7 @@ func (t countingTx) FindPurchaseByReference(ctx context.Context, customer, refer
 }
 
 // setupSetGroup is setupGroup over a countingStore.
-func setupSetGroup(t *testing.T, newStore storeFactory) (*groupFixture, *countingStore) {
+func setupSetGroup(t *testing.T, newStore stores.Factory) (*groupFixture, *countingStore) {
 	t.Helper()
 	f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 	cs := &countingStore{gatedStore: &gatedStore{Store: f.store}}
@@ -191,7 +193,7 @@ func wantCreatedNow(t *testing.T, g *groupFixture, what string, r createReq, c c
 // (ReferenceConflictError), and its neighbours are created and answered
 // 201 in the same group transaction.
 func TestGroupCreateReferenceConflict(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, _ := setupSetGroup(t, newStore)
 		before, err := createOnce(g, createReq{"k0", "h0", "cus-a", "order-1"})
 		if err != nil {
@@ -234,7 +236,7 @@ func TestGroupCreateReferenceConflict(t *testing.T) {
 // replays its answer (the same body) or is refused as a mismatch (another
 // body), exactly as in a later transaction; never two purchases.
 func TestGroupCreateSameKeyTwice(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, _ := setupSetGroup(t, newStore)
 		reqs := []createReq{
 			{"k1", "h1", "cus-a", ""},
@@ -265,7 +267,7 @@ func TestGroupCreateSameKeyTwice(t *testing.T) {
 // A group of creates costs the same handful of statements whatever its
 // size: the clock and one set insert.
 func TestGroupCreateStatementsPerGroup(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, cs := setupSetGroup(t, newStore)
 		var per []map[string]int
 		for _, n := range []int{2, 16} {
@@ -308,7 +310,7 @@ func equalCalls(t *testing.T, what string, got, want map[string]int) {
 // create runs again alone, and is created once and answered as a first
 // attempt.
 func TestGroupCreateFailedGroupRunsAlone(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, _ := setupSetGroup(t, newStore)
 		reqs := []createReq{{"k1", "h1", "cus-a", "order-1"}, {"k2", "h2", "cus-b", ""}, {"k3", "h3", "cus-c", ""}}
 		calls, got := createAll(g, reqs)
@@ -328,7 +330,7 @@ func TestGroupCreateFailedGroupRunsAlone(t *testing.T) {
 // group's transaction: nothing of it commits, every request runs alone
 // and is created once, and the process goes on.
 func TestGroupCreatePanicRunsEachAlone(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, cs := setupSetGroup(t, newStore)
 		reqs := []createReq{{"k1", "h1", "cus-a", "order-1"}, {"k2", "h2", "cus-b", ""}}
 		calls, got := createAll(g, reqs)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
 )
@@ -103,7 +105,7 @@ func wantIDsByClock(t *testing.T, f *fixture, what, prefix string, n int, make f
 // TestPurchaseIDsFollowTheStoresClock: the purchase API names a purchase
 // by the time it creates it at, so purchases created later sort later.
 func TestPurchaseIDsFollowTheStoresClock(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{Instance: "ids"}, reconcile.Config{})
 		wantIDsByClock(t, f, "purchase", "pur_", 5, func() (string, time.Time) {
 			p := f.create("ids")
@@ -115,7 +117,7 @@ func TestPurchaseIDsFollowTheStoresClock(t *testing.T) {
 // TestRefundIDsFollowTheStoresClock: a refund is named by the time the
 // store gives its creation, as a purchase is.
 func TestRefundIDsFollowTheStoresClock(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{Instance: "refundids"}, reconcile.Config{})
 		p := f.settle("refund-ids")
 		wantIDsByClock(t, f, "refund", "ref_", 3, func() (string, time.Time) {

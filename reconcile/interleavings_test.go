@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -76,7 +78,7 @@ func (h *hookStore) read(p reconcile.Purchase) {
 // A doubt raised between the worker's read of a final purchase and its
 // completion of the job is not lost: the job is not completed over it.
 func TestDoubtRaisedBeforeFinishJobIsConfirmed(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("rev1")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -116,7 +118,7 @@ func TestDoubtRaisedBeforeFinishJobIsConfirmed(t *testing.T) {
 // An audit by hand keeps its own watermark: the periodic audit goes on
 // from its own, and covers what happened between.
 func TestManualAuditLeavesNoGapForTheSweep(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		ctx := context.Background()
 		if _, err := f.svc.AuditDue(ctx); err != nil { // sweep: Done = T0-5m
@@ -149,7 +151,7 @@ func TestManualAuditLeavesNoGapForTheSweep(t *testing.T) {
 func TestAuditFindsADuplicateAcrossAResume(t *testing.T) {
 	for _, crash := range []bool{false, true} {
 		t.Run(map[bool]string{false: "one run", true: "resumed"}[crash], func(t *testing.T) {
-			forEachStore(t, func(t *testing.T, newStore storeFactory) {
+			stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 				f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 				ctx := context.Background()
 				start := f.clock.Now()
@@ -186,7 +188,7 @@ func TestAuditFindsADuplicateAcrossAResume(t *testing.T) {
 // A finding that a charge may exist, committed between the step's read of
 // a submitted purchase and its resend of the create, stops the create.
 func TestNoResendAfterAFindingCommittedMeanwhile(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("rev4")
 		f.fake.Script(p.ID, fakeprovider.FailBefore)
@@ -230,7 +232,7 @@ func (u unknownForeign) Search(ctx context.Context, purchaseID string) (provider
 // An answer that settles nothing but names a payment (an error body can
 // carry one) is still judged: the books give it to another purchase.
 func TestUnknownAnswerAboutAForeignPaymentEscalates(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		x := f.create("rev5x")
 		f.runUntilIdle(f.svc)

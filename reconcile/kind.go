@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -26,6 +27,8 @@ type kind[T any] struct {
 	get func(ctx context.Context, tx Tx, id string) (T, error)
 	// put writes next over the row in state from, without a transition.
 	put func(ctx context.Context, tx Tx, next T, from statemachine.State) error
+	// overdue lists up to limit rows uncertain since before before.
+	overdue func(ctx context.Context, tx Tx, before time.Time, limit int) ([]T, error)
 	// machine is the kind's state machine, which every move must pass.
 	machine statemachine.Machine
 	// ids gives a move's transition record the ids it is filed under.
@@ -78,6 +81,9 @@ var purchaseKind = kind[Purchase]{
 	put: func(ctx context.Context, tx Tx, next Purchase, from statemachine.State) error {
 		return tx.UpdatePurchase(ctx, next, from)
 	},
+	overdue: func(ctx context.Context, tx Tx, before time.Time, limit int) ([]Purchase, error) {
+		return tx.ListOverdueUncertain(ctx, before, limit)
+	},
 	machine: statemachine.Purchase,
 	ids:     func(p Purchase) (string, string) { return p.ID, "" },
 	observe: (*Service).observeMove,
@@ -104,6 +110,9 @@ var refundKind = kind[Refund]{
 	get: func(ctx context.Context, tx Tx, id string) (Refund, error) { return tx.GetRefund(ctx, id) },
 	put: func(ctx context.Context, tx Tx, next Refund, from statemachine.State) error {
 		return tx.UpdateRefund(ctx, next, from)
+	},
+	overdue: func(ctx context.Context, tx Tx, before time.Time, limit int) ([]Refund, error) {
+		return tx.ListOverdueUncertainRefunds(ctx, before, limit)
 	},
 	machine: statemachine.Refund,
 	ids:     func(r Refund) (string, string) { return r.PurchaseID, r.ID },
@@ -146,6 +155,46 @@ func (k kind[T]) update(ctx context.Context, tx Tx, actor string, token int64, c
 	rec := TransitionRecord{From: from, To: to, Cause: cause, Evidence: evidence, Actor: actor, LeaseToken: token, At: *n.updatedAt}
 	rec.PurchaseID, rec.RefundID = k.ids(cur)
 	return tx.InsertTransition(ctx, rec)
+}
+
+// escalateOverdue puts on the operator list every row uncertain longer
+// than Config.MaxUncertainAge, up to 500 a run, without waiting for its
+// next check; the row stays uncertain and keeps being checked. A row
+// that moved meanwhile is left to its worker. Returns how many it
+// escalated.
+func (k kind[T]) escalateOverdue(s *Service, ctx context.Context) (int, error) {
+	var (
+		now     time.Time
+		overdue []T
+	)
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		if now, err = tx.Now(ctx); err != nil {
+			return err
+		}
+		overdue, err = k.overdue(ctx, tx, now.Add(-s.cfg.MaxUncertainAge), 500)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("reconcile: escalate overdue %ss: %w", k.noun, err)
+	}
+	n := 0
+	for _, cur := range overdue {
+		next := cur
+		c, x := k.row(&cur), k.row(&next)
+		*x.escalatedAt, *x.reason, *x.updatedAt = now, EscalationUncertainTooLong, now
+		err := s.store.InTx(ctx, func(tx Tx) error { return k.put(ctx, tx, next, *c.state) })
+		switch {
+		case errors.Is(err, ErrConflict):
+			continue // a worker moved it meanwhile; its next check decides
+		case err != nil:
+			return n, fmt.Errorf("reconcile: escalate %s: %w", k.named(*c.id), err)
+		}
+		n++
+		crashpoint.Hit(crashpoint.SweepMidBatch)
+		s.cfg.Logger.Warn(k.noun+" escalated to operators", k.noun, *c.id, "reason", EscalationUncertainTooLong)
+	}
+	return n, nil
 }
 
 // runSteps moves the job leased by l (its row id) with step until it is

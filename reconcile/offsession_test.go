@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/sqlstore"
 	"github.com/payrecon/payrecon/provider"
@@ -212,7 +214,7 @@ func wantNoMismatch(t *testing.T, d reconcile.Detail) {
 // the key as Stripe does: the worker sends exactly the stored request,
 // without off_session, and meets no idempotency mismatch.
 func TestPurchaseStoredBeforeVersionsReplaysItsOwnRequest(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		// The old worker sent its create, which charged, and died before
 		// recording the answer. Today's worker takes the job over and
 		// replays the stored create under its key.
@@ -293,7 +295,7 @@ func TestPurchaseStoredBeforeVersionsReplaysItsOwnRequest(t *testing.T) {
 // (off_session=true on the wire), and its replay after a lost reply sends
 // the same request again.
 func TestNewPurchaseChargesOffSession(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		w := serveFake(t, f)
 		svc := f.service(w.adapter, "worker-now", reconcile.Config{})
@@ -345,7 +347,7 @@ func TestNewPurchaseChargesOffSession(t *testing.T) {
 // a pending charge left for escalation, through the fake in process and
 // through the real adapter and the fake's HTTP server.
 func TestAuthenticationRequiredIsADecline(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		for _, over := range []string{"InProcess", "HTTP"} {
 			t.Run(over, func(t *testing.T) {
 				f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/events"
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -42,7 +44,7 @@ func outboxTypes(es []reconcile.OutboxEvent) []events.Type {
 // valid event saying so; an operator's resolution of an escalated
 // purchase writes its events after the escalation's.
 func TestOutboxEventsOfSettlements(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		for _, tc := range []struct {
 			name   string
 			method string
@@ -116,7 +118,7 @@ func (t *outboxSpy) AppendOutbox(ctx context.Context, es ...events.Event) ([]rec
 // purchase's settlement and its event are written leaves neither; once
 // the worker runs again both commit, together.
 func TestOutboxCommitsWithItsChange(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		clock := newClock()
 		st := &crashBeforeCommit{Store: newStore(t, clock.Now)}
 		st.armed.Store(true)
@@ -169,7 +171,7 @@ func TestOutboxCommitsWithItsChange(t *testing.T) {
 // (purchase.resolved, with its outcome and operator), numbered 1, 2, 3 in
 // commit order.
 func TestOutboxEventsOfEscalationAndResolution(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxAttempts: 1})
 		p := f.create("c")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -206,7 +208,7 @@ func sequences(es []reconcile.OutboxEvent) []int64 {
 // purchase's own, in the purchase's numbering; a finding about no
 // purchase (an orphan charge) writes none.
 func TestOutboxEventsOfRefundsAndFindings(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("c")
 		f.runUntilIdle(f.svc)

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/provider"
@@ -32,27 +34,9 @@ type fixture struct {
 	skew time.Duration
 }
 
-// storeFactory returns a fresh, migrated, empty store on the clock now;
-// nil means the store's own clock (the database's).
-type storeFactory func(tb testing.TB, now func() time.Time) reconcile.Store
-
-// storeFactories lists the stores every protocol test runs against.
-var storeFactories = map[string]storeFactory{}
-
-// forEachStore runs fn once per store, as subtests.
-func forEachStore(t *testing.T, fn func(t *testing.T, newStore storeFactory)) {
-	t.Helper()
-	if len(storeFactories) == 0 {
-		t.Fatal("no store registered")
-	}
-	for name, newStore := range storeFactories {
-		t.Run(name, func(t *testing.T) { fn(t, newStore) })
-	}
-}
-
 // setup returns a fixture over a fresh store, a fake provider configured
 // by fcfg (its clock and seed are set here), and a service with cfg.
-func setup(t *testing.T, newStore storeFactory, fcfg fakeprovider.Config, cfg reconcile.Config) *fixture {
+func setup(t *testing.T, newStore stores.Factory, fcfg fakeprovider.Config, cfg reconcile.Config) *fixture {
 	t.Helper()
 	f := &fixture{t: t, clock: newClock()}
 	f.store = newStore(t, f.clock.Now)
@@ -158,7 +142,7 @@ func wantPath(t *testing.T, d reconcile.Detail, want ...string) {
 }
 
 func TestCleanSuccess(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("alice")
 		f.runUntilIdle(f.svc)
@@ -178,7 +162,7 @@ func TestCleanSuccess(t *testing.T) {
 }
 
 func TestDecline(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("bob")
 		f.fake.Script(p.ID, fakeprovider.Decline)
@@ -193,7 +177,7 @@ func TestDecline(t *testing.T) {
 // lost. The purchase goes uncertain, and the next check replays the same
 // key: one charge, succeeded.
 func TestLostReplyThenReconciliation(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("carol")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -227,7 +211,7 @@ func TestLostReplyThenReconciliation(t *testing.T) {
 // TestTimeoutBeforeChargeThenReplay: the request timed out before the
 // provider acted. The replay under the same key makes the one charge.
 func TestTimeoutBeforeChargeThenReplay(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("dave")
 		f.fake.Script(p.ID, fakeprovider.Timeout)
@@ -244,7 +228,7 @@ func TestTimeoutBeforeChargeThenReplay(t *testing.T) {
 // TestRetryLaterStaysSubmitted: a refusal before acting is not uncertain:
 // the purchase stays submitted and the same request is sent again.
 func TestRetryLaterStaysSubmitted(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("erin")
 		f.fake.Script(p.ID, fakeprovider.FailBefore)
@@ -261,7 +245,7 @@ func TestRetryLaterStaysSubmitted(t *testing.T) {
 // TestProcessingSettles: an in-progress answer is uncertain with a known
 // payment id; the next check queries its status.
 func TestProcessingSettles(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: 90 * time.Second}, reconcile.Config{})
 		p := f.create("frank")
 		f.fake.Script(p.ID, fakeprovider.Processing)
@@ -368,7 +352,7 @@ func (f *fixture) stall(p provider.Provider, op provider.Op) stalled {
 // lease expires, worker B takes the job over and settles the purchase.
 // When A's answer finally arrives, A commits nothing.
 func TestStaleWorkerCannotCommit(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		b := f.service(f.fake, "worker-b", reconcile.Config{})
 		p := f.create("grace")
@@ -413,7 +397,7 @@ func TestStaleWorkerCannotCommit(t *testing.T) {
 // TestExpiredLeaseWritesNothing: a lease past its expiry, not yet taken
 // over, cannot write either.
 func TestExpiredLeaseWritesNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("heidi")
 		l := claimOne(t, f, "worker-a")
@@ -429,7 +413,7 @@ func TestExpiredLeaseWritesNothing(t *testing.T) {
 // TestStaleProcessingAfterSuccess: a status answer of "processing" that
 // arrives after the purchase succeeded is recorded and changes nothing.
 func TestStaleProcessingAfterSuccess(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
 		p := f.create("ivan")
 		f.fake.Script(p.ID, fakeprovider.Processing)
@@ -483,7 +467,7 @@ func (s staleAnswer) Status(ctx context.Context, id string) (provider.Result, er
 // past the provider's key retention. A replay could now create a second
 // charge, so none is sent: search only, and the case is escalated.
 func TestKeyRetentionExpiredNeverCreatesAgain(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SearchLag: 72 * time.Hour}, reconcile.Config{})
 		p := f.create("judy")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -525,7 +509,7 @@ func TestKeyRetentionExpiredNeverCreatesAgain(t *testing.T) {
 // TestEscalationAfterAttempts: a purchase that stays unknown is escalated
 // after MaxAttempts runs, stays uncertain, and keeps being checked.
 func TestEscalationAfterAttempts(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxAttempts: 3, Backoff: []time.Duration{time.Minute}})
 		p := f.create("ken")
 		f.fake.Script(p.ID, fakeprovider.Timeout, fakeprovider.Timeout, fakeprovider.Timeout)
@@ -550,7 +534,7 @@ func TestEscalationAfterAttempts(t *testing.T) {
 // TestBadInputChangesNothing: invalid purchases are refused with a clear
 // error naming the field, and nothing is stored.
 func TestBadInputChangesNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		tests := []struct {
 			name string

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -16,7 +18,7 @@ import (
 // while a worker is inside a provider call for it; once the worker is
 // done, the operator can.
 func TestResolveWaitsForInFlightCall(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("olga")
 		f.fake.Script(p.ID, fakeprovider.Timeout, fakeprovider.Timeout)
@@ -62,7 +64,7 @@ func TestResolveWaitsForInFlightCall(t *testing.T) {
 // recorded unapplied, confirmed by a status query, and the purchase is
 // escalated as a state disagreement.
 func TestLateSuccessContradictsDecline(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("pavel")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -101,7 +103,7 @@ func TestLateSuccessContradictsDecline(t *testing.T) {
 // still be at the provider, but within the margin of its retention: the
 // worker searches instead of replaying.
 func TestReplayStopsAtTheMargin(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("quinn")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -120,7 +122,7 @@ func TestReplayStopsAtTheMargin(t *testing.T) {
 // TestEscalateOverdue: the sweep escalates a purchase uncertain past the
 // maximum age without waiting for its next check, once.
 func TestEscalateOverdue(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxUncertainAge: 2 * time.Hour})
 		p := f.create("rita")
 		fresh := f.create("sam")
@@ -148,7 +150,7 @@ func TestEscalateOverdue(t *testing.T) {
 // TestMaxAgeEscalation: a purchase still unknown past MaxUncertainAge is
 // escalated by the worker's own check.
 func TestMaxAgeEscalation(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxUncertainAge: time.Hour, Backoff: []time.Duration{40 * time.Minute}})
 		p := f.create("tom")
 		f.fake.Script(p.ID, fakeprovider.Timeout, fakeprovider.Timeout, fakeprovider.Timeout)
@@ -171,7 +173,7 @@ func TestMaxAgeEscalation(t *testing.T) {
 // other parameters (a bug somewhere). The purchase is escalated at once and
 // never retried under another key.
 func TestIdempotencyMismatchEscalatesAtOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("ursula")
 		// Someone else used payrecon's key for this purchase with another
@@ -199,7 +201,7 @@ func TestIdempotencyMismatchEscalatesAtOnce(t *testing.T) {
 // worker stalled mid-reconcile: reconciling→uncertain (lease_lost), then a
 // replay settles it. The stalled worker's late answer is not applied.
 func TestRescueExpiredTakesOver(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("vera")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -230,7 +232,7 @@ func TestRescueExpiredTakesOver(t *testing.T) {
 // applied; it is recorded, and the purchase goes to the operators instead
 // of failing its job forever.
 func TestPaymentIDOfAnotherPurchaseEscalates(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("walt")
 		other := f.create("xena")
@@ -269,7 +271,7 @@ func TestPaymentIDOfAnotherPurchaseEscalates(t *testing.T) {
 // raceStatusQueryAndEvent holds a worker inside its status query, lets a
 // success event arrive before (eventFirst) or after the query's answer is
 // applied, and checks that exactly one move to succeeded is recorded.
-func raceStatusQueryAndEvent(t *testing.T, newStore storeFactory, eventFirst bool) {
+func raceStatusQueryAndEvent(t *testing.T, newStore stores.Factory, eventFirst bool) {
 	f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
 	p := f.create("yusuf")
 	f.fake.Script(p.ID, fakeprovider.Processing)
@@ -323,13 +325,13 @@ func raceStatusQueryAndEvent(t *testing.T, newStore storeFactory, eventFirst boo
 }
 
 func TestEventWinsRaceWithStatusQuery(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		raceStatusQueryAndEvent(t, newStore, true)
 	})
 }
 
 func TestStatusQueryWinsRaceWithEvent(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		raceStatusQueryAndEvent(t, newStore, false)
 	})
 }
@@ -339,7 +341,7 @@ func TestStatusQueryWinsRaceWithEvent(t *testing.T) {
 // operators at once, and once the cause is fixed the slow check resends
 // the same request: one charge, and off the list.
 func TestRejectedEscalatesAtOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("zoe")
 		f.fake.Script(p.ID, fakeprovider.Reject)

@@ -4,118 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
-	"github.com/payrecon/payrecon/internal/testing/pgtest"
 	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
-	"github.com/payrecon/payrecon/reconcile/postgres"
-	"github.com/payrecon/payrecon/reconcile/sqlite"
 	"github.com/payrecon/payrecon/statemachine"
 )
-
-// backupable is a store that can be backed up and restored the way an
-// operator does it: open opens the books afresh (after a restore), dump
-// takes a backup of them as they are, restore puts a backup back.
-type backupable struct {
-	open    func(t *testing.T) reconcile.Store
-	dump    func(t *testing.T, st reconcile.Store) string
-	restore func(t *testing.T, st reconcile.Store, backup string)
-}
-
-// postgresBackupable backs up with pg_dump and restores with
-// pg_restore into a database dropped and created again.
-func postgresBackupable(t *testing.T, now func() time.Time) backupable {
-	t.Helper()
-	url := pgtest.NewDatabase(t)
-	return backupable{
-		open: func(t *testing.T) reconcile.Store {
-			t.Helper()
-			st, err := postgres.Open(context.Background(), postgres.Config{URL: url, Now: now})
-			if err != nil {
-				t.Fatalf("open postgres: %v", err)
-			}
-			t.Cleanup(func() { st.Close() })
-			if err := st.Migrate(context.Background()); err != nil {
-				t.Fatalf("migrate: %v", err)
-			}
-			return st
-		},
-		dump: func(t *testing.T, _ reconcile.Store) string { t.Helper(); return pgtest.Dump(t, url) },
-		restore: func(t *testing.T, st reconcile.Store, backup string) {
-			t.Helper()
-			st.Close()
-			pgtest.Restore(t, url, backup)
-		},
-	}
-}
-
-// sqliteBackupable backs up by copying the closed file (and its WAL),
-// and restores by copying it back.
-func sqliteBackupable(t *testing.T, now func() time.Time) backupable {
-	t.Helper()
-	dir := t.TempDir()
-	path := filepath.Join(dir, "payrecon.db")
-	copyFiles := func(t *testing.T, from, to string) {
-		t.Helper()
-		for _, suffix := range []string{"", "-wal", "-shm"} {
-			os.Remove(to + suffix)
-			src, err := os.Open(from + suffix)
-			if errors.Is(err, os.ErrNotExist) {
-				continue
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			dst, err := os.Create(to + suffix)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := io.Copy(dst, src); err != nil {
-				t.Fatal(err)
-			}
-			src.Close()
-			if err := dst.Close(); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	b := backupable{}
-	b.open = func(t *testing.T) reconcile.Store {
-		t.Helper()
-		st, err := sqlite.Open(context.Background(), sqlite.Config{Path: path, Now: now})
-		if err != nil {
-			t.Fatalf("open sqlite: %v", err)
-		}
-		t.Cleanup(func() { st.Close() })
-		if err := st.Migrate(context.Background()); err != nil {
-			t.Fatalf("migrate: %v", err)
-		}
-		return st
-	}
-	b.dump = func(t *testing.T, st reconcile.Store) string {
-		t.Helper()
-		st.Close() // a consistent copy: the file closed, its WAL checkpointed
-		backup := filepath.Join(dir, "backup.db")
-		copyFiles(t, path, backup)
-		return backup
-	}
-	b.restore = func(t *testing.T, st reconcile.Store, backup string) {
-		t.Helper()
-		st.Close()
-		copyFiles(t, backup, path)
-	}
-	return b
-}
 
 // TestRestoreOldBackup is issue 16's backup-restore test: take a backup;
 // run purchases through the fake with a short key retention; restore the
@@ -124,18 +26,12 @@ func sqliteBackupable(t *testing.T, now func() time.Time) backupable {
 // settle, and the worker refuses to start before recover and resumes
 // after.
 func TestRestoreOldBackup(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		make func(*testing.T, func() time.Time) backupable
-	}{
-		{"postgres", postgresBackupable},
-		{"sqlite", sqliteBackupable},
-	} {
-		t.Run(tc.name, func(t *testing.T) { testRestoreOldBackup(t, tc.make) })
+	for _, b := range stores.Backupables {
+		t.Run(b.Name, func(t *testing.T) { testRestoreOldBackup(t, b.Make) })
 	}
 }
 
-func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() time.Time) backupable) {
+func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() time.Time) stores.Backupable) {
 	const (
 		settledBefore = 8  // settled before the backup
 		inBackup      = 12 // created before the backup, charged after it
@@ -194,7 +90,7 @@ func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() t
 
 	// Before the backup: the first start records the cluster, some
 	// purchases settle, more are created and not yet worked.
-	st := b.open(t)
+	st := b.Open(t)
 	svc := newService(st)
 	if err := svc.CheckRestore(ctx); err != nil {
 		t.Fatalf("first start: %v", err)
@@ -210,8 +106,8 @@ func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() t
 	}
 	clock.Advance(time.Minute)
 	backupAt := clock.Now()
-	backup := b.dump(t, st)
-	st = b.open(t) // the books go on (SQLite's copy closed them)
+	backup := b.Dump(t, st)
+	st = b.Open(t) // the books go on (SQLite's copy closed them)
 	svc = newService(st)
 
 	// After the backup: the restored ones are charged, and more are
@@ -229,9 +125,9 @@ func testRestoreOldBackup(t *testing.T, makeBackupable func(*testing.T, func() t
 
 	// The restore, and the key retention passes: a create now would
 	// charge the restored purchases a second time.
-	b.restore(t, st, backup)
+	b.Restore(t, st, backup)
 	clock.Advance(retention + time.Minute)
-	st = b.open(t)
+	st = b.Open(t)
 	svc = newService(st)
 	for _, id := range restored {
 		if s := state(svc, id); s != statemachine.Created {
@@ -341,7 +237,7 @@ func sorted(s []string) []string {
 // is sent to the provider until its audit completes; what is created
 // after goes through; status queries and searches still run.
 func TestRecoveryGuard(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		for _, tc := range []struct {
 			name string
 			// before makes the job the epoch finds, and returns the
@@ -421,7 +317,7 @@ func TestRecoveryGuard(t *testing.T) {
 // other than the one recorded is a sign of a restore into another
 // cluster, until recover records the new one. SQLite has none.
 func TestCheckRestoreSystemIdentifier(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		ctx := context.Background()
 		if err := f.svc.CheckRestore(ctx); err != nil {
@@ -478,7 +374,7 @@ func (p failingList) List(ctx context.Context, w provider.Window, gate provider.
 // start waits, and a purchase written meanwhile (the API serves) does not
 // hide the signs from the check made once the provider answers.
 func TestWaitRestoreCheck(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		ctx := context.Background()
 		// A charge the books do not know, newer than their latest write:

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -76,7 +78,7 @@ func refundPath(d reconcile.RefundDetail) []string {
 // TestRefundCleanSuccess: a refund is its own process, with its own key,
 // and its transitions and call are recorded apart from the purchase's.
 func TestRefundCleanSuccess(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.settle("amy")
 		r := f.refund(p, 100)
@@ -108,7 +110,7 @@ func TestRefundCleanSuccess(t *testing.T) {
 // failed; its reconciliation replays the same key and finds the one
 // refund. The fake's ledger holds exactly one refund.
 func TestRefundLostReplyThenReconciliation(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.settle("bert")
 		r := f.refund(p, 300)
@@ -143,7 +145,7 @@ func TestRefundLostReplyThenReconciliation(t *testing.T) {
 // refunds; finding none is not a failure: it stays uncertain and goes to
 // the operators, and no refund is ever sent under a new key.
 func TestRefundTimeoutThenNotFoundIsNeverFailed(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.settle("cora")
 		r := f.refund(p, 50)
@@ -173,7 +175,7 @@ func TestRefundTimeoutThenNotFoundIsNeverFailed(t *testing.T) {
 // together exceed the payment: one is stored, the other refused with
 // ErrRefundExceeds, and nothing is ever sent for it.
 func TestConcurrentRefundsExceedingAmount(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.settle("dora") // 300
 		var wg sync.WaitGroup
@@ -224,7 +226,7 @@ func TestConcurrentRefundsExceedingAmount(t *testing.T) {
 // TestRefundRefusedBeforeAnythingIsStored: bad requests are refused with a
 // clear error and store nothing.
 func TestRefundRefusedBeforeAnythingIsStored(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.settle("edda")
 		pending := f.create("fred") // never run: still created
@@ -253,7 +255,7 @@ func TestRefundRefusedBeforeAnythingIsStored(t *testing.T) {
 // TestStaleRefundPendingAfterSuccess: a "pending" that arrives after the
 // refund succeeded, by webhook or by lookup, changes nothing.
 func TestStaleRefundPendingAfterSuccess(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.settle("gus")
 		r := f.refund(p, 120)
@@ -293,7 +295,7 @@ func TestStaleRefundPendingAfterSuccess(t *testing.T) {
 // settled by the provider's event, through the inbox, both moves recorded;
 // a duplicate of the event changes nothing.
 func TestRefundWebhookSettlesUncertainRefund(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.settle("hana")
 		r := f.refund(p, 300)
@@ -331,7 +333,7 @@ func TestRefundWebhookSettlesUncertainRefund(t *testing.T) {
 // returns it through the refund process, and the provider ends with one
 // net charge for the purchase, every step audited.
 func TestOperatorRefundsDuplicateCharge(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		start := f.clock.Now()
 		p := f.settle("ines")
@@ -401,7 +403,7 @@ func TestOperatorRefundsDuplicateCharge(t *testing.T) {
 // beyond its amount, and every refund's chain of transitions is unbroken
 // and in the refund table.
 func TestRaceWorkersWithRefundFaults(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		n := 500
 		if testing.Short() {
 			n = 100
@@ -541,7 +543,7 @@ func raceRefunds(t *testing.T, f *fixture, workers []*reconcile.Service, ids []s
 // made in the dashboard is an orphan_refund, one whose amount disagrees
 // with the books a refund_mismatch; payrecon's own refund is no finding.
 func TestAuditMatchesRefunds(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		start := f.clock.Now()
 		ours := f.settle("jon")
@@ -603,7 +605,7 @@ func TestAuditMatchesRefunds(t *testing.T) {
 // TestEscalateOverdueRefunds: a refund uncertain longer than the limit
 // goes to the operator list, stays uncertain and keeps being checked.
 func TestEscalateOverdueRefunds(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxUncertainAge: time.Hour})
 		p := f.settle("max")
 		r := f.refund(p, 30)
@@ -634,7 +636,7 @@ func TestEscalateOverdueRefunds(t *testing.T) {
 // submitted twice refunds the charge once; a second refund is refused
 // with the first one's id until the first has failed.
 func TestRefundChargeTwiceRefundsOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		start := f.clock.Now()
 		p := f.settle("nils")
@@ -669,7 +671,7 @@ func TestRefundChargeTwiceRefundsOnce(t *testing.T) {
 // little) made nothing under its key: it fails at once, with the
 // provider's reason, and no longer holds the payment's amount.
 func TestRefundRefusedByTheProviderFails(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.settle("rex") // 300
 		if _, err := f.fake.RefundOutside(fakeprovider.OutsideRefund{PaymentID: p.ProviderPaymentID, Amount: 200}); err != nil {

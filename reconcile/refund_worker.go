@@ -161,43 +161,29 @@ func (s *Service) callAndApplyRefund(ctx context.Context, l Lease, r Refund, op 
 // attempt that records it and the answer for the judge, or ErrLeaseLost,
 // without calling, when the lease has no time left for the call.
 func (s *Service) callRefund(ctx context.Context, l Lease, r Refund, op provider.Op, src Source) (Attempt, Answer, error) {
-	if err := s.awaitBudget(ctx, op, PriorityReconcile, s.leaseBudgetWait(l), true); err != nil {
-		return Attempt{}, Answer{}, fmt.Errorf("reconcile: refund %s: %w", r.ID, err)
+	type listed struct {
+		res     provider.RefundResult
+		charges int
 	}
-	start := s.leaseNow(l)
-	timeout := min(s.cfg.ProviderTimeout, l.ExpiresAt.Sub(start)-s.leaseCommitMargin())
-	if timeout <= 0 {
-		return Attempt{}, Answer{}, fmt.Errorf("reconcile: refund %s: no time left on the lease for a provider call: %w", r.ID, ErrLeaseLost)
+	await := func() error { return s.awaitBudget(ctx, op, PriorityReconcile, s.leaseBudgetWait(l), true) }
+	c, err := callUnderLease(s, ctx, l, "refund "+r.ID, op, await, crashpoint.RefundAnswerRead,
+		func(ctx context.Context) (listed, error) {
+			res, charges, err := s.callRefundProvider(ctx, op, r)
+			return listed{res, charges}, err
+		},
+		func(x listed, err error) provider.Outcome { return provider.RefundOutcomeOf(x.res, err) })
+	if err != nil {
+		return Attempt{}, Answer{}, err
 	}
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
-	res, charges, err := s.callRefundProvider(callCtx, op, r)
-	cancel()
-	crashpoint.Hit(crashpoint.RefundAnswerRead)
-	took := s.leaseNow(l).Sub(start)
-	outcome := provider.RefundOutcomeOf(res, err)
-	s.cfg.Observer.ProviderCall(op, outcome, took)
-	s.noteThrottle(ctx, op, err)
-	a := Attempt{
-		PurchaseID: r.PurchaseID,
-		RefundID:   r.ID,
-		Op:         op,
-		Outcome:    outcome,
-		PaymentID:  res.ID,
-		Status:     res.Status,
-		Latency:    took,
-		Actor:      s.cfg.WorkerID,
-		LeaseToken: l.Token,
-		Note:       res.Reason,
-	}
+	res := c.res.res
+	a := c.attempt(s, l, op)
+	a.PurchaseID, a.RefundID, a.PaymentID, a.Status, a.Note = r.PurchaseID, r.ID, res.ID, res.Status, res.Reason
 	if op == provider.OpRefundCreate {
 		a.Key = r.ProviderRequest.IdempotencyKey
 	}
-	if err != nil {
-		a.Error = err.Error()
-	}
-	ans := refundAnswerOf(src, outcome, res)
-	ans.Charges = charges
-	ans.At = start
+	ans := refundAnswerOf(src, c.outcome, res)
+	ans.Charges = c.res.charges
+	ans.At = c.start
 	return a, ans, nil
 }
 
@@ -351,40 +337,7 @@ func refundOwnerOf(ctx context.Context, tx Tx, providerRefundID string) (string,
 	return rs[0].ID, nil
 }
 
-// EscalateOverdueRefunds puts on the operator list every refund uncertain
-// longer than Config.MaxUncertainAge, without waiting for its next check;
-// it stays uncertain and keeps being checked. Returns how many it
-// escalated.
+// EscalateOverdueRefunds is EscalateOverdue for refunds.
 func (s *Service) EscalateOverdueRefunds(ctx context.Context) (int, error) {
-	var (
-		now     time.Time
-		overdue []Refund
-	)
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		var err error
-		if now, err = tx.Now(ctx); err != nil {
-			return err
-		}
-		overdue, err = tx.ListOverdueUncertainRefunds(ctx, now.Add(-s.cfg.MaxUncertainAge), 500)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("reconcile: escalate overdue refunds: %w", err)
-	}
-	n := 0
-	for _, r := range overdue {
-		next := r
-		next.EscalatedAt, next.EscalationReason, next.UpdatedAt = now, EscalationUncertainTooLong, now
-		err := s.store.InTx(ctx, func(tx Tx) error { return tx.UpdateRefund(ctx, next, r.State) })
-		switch {
-		case errors.Is(err, ErrConflict):
-			continue
-		case err != nil:
-			return n, fmt.Errorf("reconcile: escalate refund %s: %w", r.ID, err)
-		}
-		n++
-		crashpoint.Hit(crashpoint.SweepMidBatch)
-		s.cfg.Logger.Warn("refund escalated to operators", "refund", r.ID, "reason", EscalationUncertainTooLong)
-	}
-	return n, nil
+	return refundKind.escalateOverdue(s, ctx)
 }

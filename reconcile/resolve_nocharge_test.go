@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -19,7 +21,7 @@ import (
 // reports the purchase as missing at the provider, with the money at
 // risk. An honest success with its charge is not reported.
 func TestResolveSucceededWithoutCharge(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxAttempts: 1})
 		ctx := context.Background()
 		start := f.clock.Now()
@@ -91,7 +93,7 @@ func TestResolveSucceededWithoutCharge(t *testing.T) {
 // which does not list the charge (created earlier), finds the charge by
 // the purchase and reports nothing.
 func TestAuditSucceededWithoutPaymentIDButCharged(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SearchLag: time.Hour}, reconcile.Config{MaxAttempts: 1})
 		ctx := context.Background()
 		p := f.create("vic")

@@ -8,20 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/testing/testclock"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )
-
-// backupables are the stores a restore is simulated on.
-var backupables = []struct {
-	name string
-	make func(*testing.T, func() time.Time) backupable
-}{
-	{"postgres", postgresBackupable},
-	{"sqlite", sqliteBackupable},
-}
 
 // TestRestoreOfAnyAgeIsDetected: a backup holding a purchase and a
 // refund still created, both sent to the provider after the backup, is
@@ -34,14 +27,14 @@ var backupables = []struct {
 // time. After recover the purchase
 // and the refund settle with one charge and one refund.
 func TestRestoreOfAnyAgeIsDetected(t *testing.T) {
-	for _, b := range backupables {
+	for _, b := range stores.Backupables {
 		for _, age := range []time.Duration{26 * time.Hour, 7 * 24 * time.Hour, 40 * 24 * time.Hour} {
-			t.Run(fmt.Sprintf("%s/%s", b.name, age), func(t *testing.T) { testRestoreOfAge(t, b.make, age) })
+			t.Run(fmt.Sprintf("%s/%s", b.Name, age), func(t *testing.T) { testRestoreOfAge(t, b.Make, age) })
 		}
 	}
 }
 
-func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.Time) backupable, age time.Duration) {
+func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.Time) stores.Backupable, age time.Duration) {
 	ctx := context.Background()
 	clock := testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 	b := makeBackupable(t, clock.Now)
@@ -78,7 +71,7 @@ func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.
 		return p
 	}
 
-	st := b.open(t)
+	st := b.Open(t)
 	svc := newService(st)
 	if err := svc.CheckRestore(ctx); err != nil {
 		t.Fatalf("first start: %v", err)
@@ -92,12 +85,12 @@ func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.
 	}
 	clock.Advance(time.Minute)
 	backupAt := clock.Now()
-	backup := b.dump(t, st)
+	backup := b.Dump(t, st)
 
 	// The books go on for age: the purchase is charged and the refund
 	// sent an hour before the restore.
 	clock.Advance(age - time.Hour)
-	st = b.open(t)
+	st = b.Open(t)
 	svc = newService(st)
 	runUntilIdle(svc)
 	if got := fake.MoneyTaken(pending.ID); got != 1 {
@@ -110,9 +103,9 @@ func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.
 
 	// The restore; the provider forgets the keys (a day passes).
 	clock.Advance(time.Hour)
-	b.restore(t, st, backup)
+	b.Restore(t, st, backup)
 	clock.Advance(25 * time.Hour)
-	st = b.open(t)
+	st = b.Open(t)
 	svc = newService(st)
 	create(svc, "stored-after-the-restore") // `purchase create` runs no check
 	if d, err := svc.Purchase(ctx, pending.ID); err != nil || d.Purchase.State != statemachine.Created {
@@ -182,7 +175,7 @@ func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.
 // from that send and finds nothing. A purchase stored meanwhile and not
 // yet sent is no sign either.
 func TestLongIdleBooksStart(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		ctx := context.Background()
 		p := f.settle("idle")

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -70,7 +72,7 @@ func (f *fixture) wantNotStranded(id string) {
 func TestScenarioSecondChargeDuringCreate(t *testing.T) {
 	for _, webhookFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("webhook first %v", webhookFirst), func(t *testing.T) {
-			forEachStore(t, func(t *testing.T, newStore storeFactory) {
+			stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 				f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 				p := f.create("amy")
 				a := f.stall(f.fake, provider.OpCreate) // submitted; the create is in flight
@@ -98,7 +100,7 @@ func TestScenarioSecondChargeDuringCreate(t *testing.T) {
 // Scenario 2: a search finds two charges for one purchase. It is not
 // settled on either: it is escalated as a duplicate charge.
 func TestScenarioSearchFindsTwoCharges(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("ben")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -133,7 +135,7 @@ func (m mislabeledSearch) Search(ctx context.Context, purchaseID string) (provid
 // Scenario 3: a search result whose metadata does not name the purchase is
 // never applied to it.
 func TestScenarioSearchResultOfNoPurchase(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		svc := f.service(mislabeledSearch{f.fake}, "worker-a", reconcile.Config{})
 		p := f.create("cleo")
@@ -158,7 +160,7 @@ func TestScenarioWebhookWithAnotherAmount(t *testing.T) {
 		currency string
 	}{{"amount", 999, "usd"}, {"currency", 300, "eur"}} {
 		t.Run(tc.name, func(t *testing.T) {
-			forEachStore(t, func(t *testing.T, newStore storeFactory) {
+			stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 				f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 				p := f.create("dora")
 				f.fake.Script(p.ID, fakeprovider.Timeout)
@@ -178,7 +180,7 @@ func TestScenarioWebhookWithAnotherAmount(t *testing.T) {
 // give to another purchase: a verdict, never a database error, and no
 // purchase is left reconciling.
 func TestScenarioPaymentOfAnotherPurchase(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		x := f.create("eve")
 		f.runUntilIdle(f.svc)
@@ -221,7 +223,7 @@ func (p foreignPayment) Search(ctx context.Context, purchaseID string) (provider
 // contradicts is refused, unless overridden with a reason; the override
 // records both.
 func TestScenarioResolveAgainstTheProvider(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxAttempts: 1})
 		p := f.create("gus")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -254,7 +256,7 @@ func TestScenarioResolveAgainstTheProvider(t *testing.T) {
 // Scenario 6b: a resolution the provider agrees with goes through, and
 // what the operator saw is what payrecon fetched.
 func TestScenarioResolveWithTheProvider(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxAttempts: 1})
 		p := f.create("hal")
 		f.fake.Script(p.ID, fakeprovider.LostReply)
@@ -270,7 +272,7 @@ func TestScenarioResolveWithTheProvider(t *testing.T) {
 // exists that the worker did not make. The worker never sends a create
 // over it.
 func TestScenarioChargeBeforeSubmission(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("ida")
 		c := f.fake.ChargeOutside(fakeprovider.OutsideCharge{PurchaseID: p.ID, Amount: 300, Currency: "usd"})
@@ -310,7 +312,7 @@ func TestScenarioDeclineAfterSuccess(t *testing.T) {
 		{"newer cancel confirmed by the status", time.Minute, true, reconcile.EventConfirming, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			forEachStore(t, func(t *testing.T, newStore storeFactory) {
+			stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 				f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 				p := f.create("jon")
 				f.runUntilIdle(f.svc)
@@ -345,7 +347,7 @@ func TestScenarioDeclineAfterSuccess(t *testing.T) {
 // reaches the attempts limit. The takeover keeps its meaning: the
 // purchase goes uncertain (lease_lost), never a fresh submit.
 func TestScenarioTakeoverAtTheAttemptsLimit(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{MaxAttempts: 1})
 		p := f.create("kim")
 		a := f.stall(f.fake, provider.OpCreate)
@@ -374,7 +376,7 @@ func TestScenarioTakeoverAtTheAttemptsLimit(t *testing.T) {
 // A provider call cut off by a crash leaves no row of its own; the
 // history still shows it as sent, with no answer recorded.
 func TestCrashedCallStaysInHistory(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		p := f.create("lou")
 		a := f.stall(f.fake, provider.OpCreate) // the process "dies" inside the call
@@ -402,7 +404,7 @@ func TestCrashedCallStaysInHistory(t *testing.T) {
 // declined purchase's job is done and nothing looks again; the audit from
 // the provider's side finds it.
 func TestScenarioLateApprovalWithoutWebhooks(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		start := f.clock.Now()
 		p := f.create("max")
@@ -431,7 +433,7 @@ func TestScenarioLateApprovalWithoutWebhooks(t *testing.T) {
 // Scenario 6c: a payment still pending at the provider may yet take the
 // money: calling the purchase declined needs an override.
 func TestScenarioResolveDeclinedWhilePending(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: 48 * time.Hour}, reconcile.Config{})
 		p := f.create("ned")
 		f.fake.Script(p.ID, fakeprovider.Processing)

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/events"
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
@@ -167,7 +169,7 @@ func (t eventCountingTx) AppendOutbox(ctx context.Context, es ...events.Event) (
 }
 
 // setupCounted is setupGroup over a eventCountingStore.
-func setupCounted(t *testing.T, newStore storeFactory) (*groupFixture, *eventCountingStore) {
+func setupCounted(t *testing.T, newStore stores.Factory) (*groupFixture, *eventCountingStore) {
 	t.Helper()
 	f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 	cs := &eventCountingStore{Store: f.store}
@@ -198,7 +200,7 @@ func (g *groupFixture) settlingEvents(charges []fakeprovider.Charge) []reconcile
 // the events' outcomes, one append to the outbox, and no read or write
 // of a purchase or an inbox row per event.
 func TestWebhookBatchCostsConstantStatements(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		perGroup := map[int]map[string]int{}
 		for _, n := range []int{2, 8} {
 			g, cs := setupCounted(t, newStore)
@@ -234,7 +236,7 @@ func TestWebhookBatchCostsConstantStatements(t *testing.T) {
 // A webhook whose id was stored before with another payload is answered
 // a conflict in its group, and its neighbours are applied.
 func TestWebhookBatchConflictSparesNeighbours(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, _ := setupCounted(t, newStore)
 		charges := g.uncertainCharges(3)
 		evs := g.settlingEvents(charges)
@@ -263,7 +265,7 @@ func TestWebhookBatchConflictSparesNeighbours(t *testing.T) {
 // is kept and each webhook is applied the per-event way, in the same
 // transaction: every one is applied and answered, the refused one too.
 func TestWebhookBatchRefusedMovesGoOneByOne(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, cs := setupCounted(t, newStore)
 		charges := g.uncertainCharges(3)
 		refused := charges[1].PurchaseID
@@ -296,7 +298,7 @@ func TestWebhookBatchRefusedMovesGoOneByOne(t *testing.T) {
 // inserts and settles, a repeat is a duplicate, one with another payload
 // a conflict, and an event of another purchase in between is applied.
 func TestWebhookBatchDuplicatesAppliedOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, cs := setupCounted(t, newStore)
 		charges := g.uncertainCharges(2)
 		evs := g.settlingEvents(charges)
@@ -349,7 +351,7 @@ func TestWebhookBatchDuplicatesAppliedOnce(t *testing.T) {
 // batch's move, which its version fences, but judged again the
 // per-event way, and settles the purchase from where it is.
 func TestWebhookBatchMovedPurchaseJudgedAgain(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		g, cs := setupCounted(t, newStore)
 		charges := g.uncertainCharges(3)
 		moved := charges[2].PurchaseID

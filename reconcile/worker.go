@@ -539,37 +539,7 @@ func (s *Service) RescueExpired(ctx context.Context) (int, error) {
 // for its next check. The purchase stays uncertain and keeps being
 // checked. Returns how many it escalated.
 func (s *Service) EscalateOverdue(ctx context.Context) (int, error) {
-	var (
-		now     time.Time
-		overdue []Purchase
-	)
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		var err error
-		if now, err = tx.Now(ctx); err != nil {
-			return err
-		}
-		overdue, err = tx.ListOverdueUncertain(ctx, now.Add(-s.cfg.MaxUncertainAge), 500)
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("reconcile: escalate overdue: %w", err)
-	}
-	n := 0
-	for _, p := range overdue {
-		next := p
-		next.EscalatedAt, next.EscalationReason, next.UpdatedAt = now, EscalationUncertainTooLong, now
-		err := s.store.InTx(ctx, func(tx Tx) error { return tx.UpdatePurchase(ctx, next, p.State) })
-		switch {
-		case errors.Is(err, ErrConflict):
-			continue // a worker moved it meanwhile; its next check decides
-		case err != nil:
-			return n, fmt.Errorf("reconcile: escalate %s: %w", p.ID, err)
-		}
-		n++
-		crashpoint.Hit(crashpoint.SweepMidBatch)
-		s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", EscalationUncertainTooLong)
-	}
-	return n, nil
+	return purchaseKind.escalateOverdue(s, ctx)
 }
 
 // observeMove counts a committed move of a purchase, and the time it

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -88,7 +90,7 @@ func settled(t *testing.T, f *fixture, ids []string) bool {
 // succeeded one has exactly one charge, declined ones none, and the audit
 // holds no transition outside the table.
 func TestRaceWorkersWithFaults(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		n := 1000
 		if testing.Short() {
 			n = 200
@@ -176,7 +178,7 @@ func (o *countingObserver) RefundTransition(statemachine.State, statemachine.Sta
 // TestWorkLoopStopsCleanly: the Work loop settles due purchases and, when
 // its context ends, returns with no lease held.
 func TestWorkLoopStopsCleanly(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		obs := &countingObserver{want: 20, reached: make(chan struct{})}
 		svc := f.service(f.fake, "loop", reconcile.Config{Observer: obs, PollInterval: 10 * time.Millisecond})
@@ -206,7 +208,7 @@ func TestWorkLoopStopsCleanly(t *testing.T) {
 // recorded as unknown, the lease is released, and the next worker settles
 // the purchase with the same key: one charge.
 func TestShutdownMidCallLosesNothing(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
 		g := newGate(f.fake, provider.OpCreate)
 		svc := f.service(g, "stopping", reconcile.Config{ShutdownGrace: 20 * time.Millisecond, PollInterval: 10 * time.Millisecond})

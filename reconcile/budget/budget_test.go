@@ -11,6 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/workertest"
+
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -117,38 +121,6 @@ func budgetWorkers(t *testing.T, st reconcile.Store, p provider.Provider, n int,
 	return workers, budgets
 }
 
-// work runs the workers until the returned stop is called.
-func work(t *testing.T, workers []*reconcile.Service) (stop func()) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for _, w := range workers {
-		wg.Go(func() {
-			if err := w.Work(ctx); err != nil {
-				t.Errorf("Work: %v", err)
-			}
-		})
-	}
-	var once sync.Once
-	stop = func() { once.Do(func() { cancel(); wg.Wait() }) }
-	t.Cleanup(stop)
-	return stop
-}
-
-// createPurchases creates n purchases through svc and returns their ids.
-func createPurchases(t *testing.T, svc *reconcile.Service, n int) []string {
-	t.Helper()
-	ids := make([]string, n)
-	for i := range n {
-		p, err := svc.CreatePurchase(t.Context(), reconcile.NewPurchase{Customer: "budget", Amount: 300, Currency: "usd"})
-		if err != nil {
-			t.Fatalf("CreatePurchase: %v", err)
-		}
-		ids[i] = p.ID
-	}
-	return ids
-}
-
 // waitFor polls cond every 20ms until it holds, failing the test after
 // limit.
 func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
@@ -162,34 +134,21 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 	}
 }
 
-// maxInWindow returns the most times within any window of length w
-// (sorted times, half-open windows).
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	worst, j := 0, 0
-	for i := range ts {
-		for ts[i].Sub(ts[j]) >= w {
-			j++
-		}
-		worst = max(worst, i-j+1)
-	}
-	return worst
-}
-
 func TestBudgetFourWorkersShareOneBudget(t *testing.T) {
 	// Four workers, each with its own view of one budget of 25 creates/s
 	// kept in the store, never exceed it at the provider over any
 	// 1-second window, within one request.
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		st := newStore(t, nil)
 		fake := fakeprovider.New(fakeprovider.Config{})
 		workers, _ := budgetWorkers(t, st, fake, 4, budget.Config{Limits: budget.Limits{Create: 25, Global: 100}})
 		const n = 150
-		createPurchases(t, workers[0], n)
-		stop := work(t, workers)
+		workertest.CreatePurchases(t, workers[0], n)
+		stop := workertest.Work(t, workers)
 		waitFor(t, "every purchase charged", time.Minute, func() bool { return len(fake.Charges()) == n })
 		stop()
 		times := fake.AdmittedTimes("create")
-		worst := maxInWindow(times, time.Second)
+		worst := workertest.MaxInWindow(times, time.Second)
 		span := times[len(times)-1].Sub(times[0])
 		t.Logf("%d creates in %s (%.1f/s), at most %d in any 1-second window", len(times), span, float64(len(times)-1)/span.Seconds(), worst)
 		if worst > 26 {
@@ -212,7 +171,7 @@ func TestBudgetBacklogDrains(t *testing.T) {
 		// same 10 s of budget, at a fifth of the rate.
 		limit, backlog, newRate = 10, 100, 1
 	}
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		var offset atomic.Int64
 		now := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
 		st := newStore(t, now)
@@ -227,7 +186,7 @@ func TestBudgetBacklogDrains(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		createPurchases(t, down, backlog)
+		workertest.CreatePurchases(t, down, backlog)
 		for {
 			n, err := down.RunOnce(t.Context())
 			if err != nil {
@@ -249,7 +208,7 @@ func TestBudgetBacklogDrains(t *testing.T) {
 		fake.SetRateLimits(fakeprovider.RateLimits{Create: limit})
 		workers, _ := budgetWorkers(t, st, prov, 4, budget.Config{Limits: budget.Limits{Create: float64(limit), Global: 100}})
 		lift := time.Now()
-		stop := work(t, workers)
+		stop := workertest.Work(t, workers)
 
 		var (
 			mu     sync.Mutex
@@ -382,15 +341,15 @@ func TestBudget429Storm(t *testing.T) {
 	// The provider's limit drops to 5 creates/s under a budget of 25: its
 	// 429s lower the budget, which grows back once the storm is over. No
 	// throttled call is ever sent again with another key or request.
-	st := newSQLiteStore(t, nil)
+	st := stores.SQLite(t, nil)
 	fake := fakeprovider.New(fakeprovider.Config{RateLimits: fakeprovider.RateLimits{Create: 5}})
 	prov := &outageProvider{Provider: fake}
 	obs := &budgetObserver{}
 	workers, budgets := budgetWorkers(t, st, prov, 4, budget.Config{
 		Limits: budget.Limits{Create: 25, Global: 100}, Increase: 10, Observer: obs,
 	})
-	ids := createPurchases(t, workers[0], 300)
-	stop := work(t, workers)
+	ids := workertest.CreatePurchases(t, workers[0], 300)
+	stop := workertest.Work(t, workers)
 	waitFor(t, "429s", 30*time.Second, func() bool { return fake.ThrottledCalls("create") >= 5 })
 	time.Sleep(500 * time.Millisecond)
 	fake.SetRateLimits(fakeprovider.RateLimits{})
@@ -445,7 +404,7 @@ func TestBudgetReserveWithinHorizon(t *testing.T) {
 	// apart, across every worker sharing the buckets; Unreserve takes back
 	// only tokens that nobody reserved after, so that no slot is handed
 	// out twice. The store's clock stands still: only the counts matter.
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		clock := newClock()
 		st := newStore(t, clock.Now)
 		newBudget := func() *budget.Shared {

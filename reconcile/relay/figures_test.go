@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/events"
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -24,7 +26,7 @@ func TestOutboxDeliveryFigures(t *testing.T) {
 		t.Skip("a figure, not a check: skipped with -short")
 	}
 	const settlements = 1000
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		ctx := t.Context()
 		st := newStore(t, nil)
 		s := newShop(t, time.Now)

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/events"
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/reconcile"
@@ -260,7 +262,7 @@ func wantDeliveredInOrder(t *testing.T, s *shop, written map[string]reconcile.Ou
 // signatures and sequences) at least once and is applied once, in order
 // per purchase, always with its id and stored bytes.
 func TestRelayDeliversThroughFailuresAndKills(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		clock := newClock()
 		st := newStore(t, clock.Now)
 		s := newShop(t, clock.Now)
@@ -345,7 +347,7 @@ func TestRelayDeliversThroughFailuresAndKills(t *testing.T) {
 // deliveries are in flight: never two. With no failure, each event is
 // delivered exactly once.
 func TestTwoRelaysNeverDeliverTheSameEventAtOnce(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		clock := newClock()
 		st := newStore(t, clock.Now)
 		s := newShop(t, clock.Now)
@@ -376,7 +378,7 @@ func TestTwoRelaysNeverDeliverTheSameEventAtOnce(t *testing.T) {
 // with them, and nothing more is sent; a replay once it is fixed sends
 // them all, in order, with their ids and bytes.
 func TestRelayDeadLettersAndReplay(t *testing.T) {
-	forEachStore(t, func(t *testing.T, newStore storeFactory) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		clock := newClock()
 		st := newStore(t, clock.Now)
 		s := newShop(t, clock.Now)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/events"
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/testing/testclock"
@@ -29,12 +31,12 @@ import (
 // succeeds, the new event queued behind it with it, as does replaying
 // every event.
 func TestRestoreKeepsTheShopInStep(t *testing.T) {
-	for _, b := range backupables {
-		t.Run(b.name, func(t *testing.T) { testRestoreKeepsTheShopInStep(t, b.make) })
+	for _, b := range stores.Backupables {
+		t.Run(b.Name, func(t *testing.T) { testRestoreKeepsTheShopInStep(t, b.Make) })
 	}
 }
 
-func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T, func() time.Time) backupable) {
+func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T, func() time.Time) stores.Backupable) {
 	const retention = 10 * time.Minute
 	ctx := context.Background()
 	clock := testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
@@ -53,7 +55,7 @@ func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T,
 	)
 	open := func() {
 		t.Helper()
-		st = b.open(t)
+		st = b.Open(t)
 		var err error
 		if svc, err = reconcile.New(st, fake, cfg); err != nil {
 			t.Fatal(err)
@@ -137,7 +139,7 @@ func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T,
 	inBackup := refund(paid, 100)
 	clock.Advance(time.Minute)
 	backupAt := clock.Now()
-	backup := b.dump(t, st)
+	backup := b.Dump(t, st)
 
 	// The lost period: the purchase is charged, the refund sent, the
 	// dead delivery replayed; the shop hears of it all.
@@ -157,7 +159,7 @@ func testRestoreKeepsTheShopInStep(t *testing.T, makeBackupable func(*testing.T,
 	}
 
 	// The restore and the recovery.
-	b.restore(t, st, backup)
+	b.Restore(t, st, backup)
 	clock.Advance(retention + time.Minute)
 	open()
 	if err := svc.CheckRestore(ctx); !errors.Is(err, reconcile.ErrRestoreSuspected) {
