@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/payrecon/payrecon/internal/crashpoint"
 	"time"
+
+	"github.com/payrecon/payrecon/internal/crashpoint"
 
 	"github.com/payrecon/payrecon/provider"
 )
@@ -130,71 +131,8 @@ func (s *Service) apply(ctx context.Context, l Lease, p Purchase, cause Cause, a
 	// write. A duplicate: another purchase took the payment id in the
 	// meantime. Either way, read again and judge again.
 	return purchaseKind.apply(s, ctx, a.PurchaseID, a, ans, func() (bool, error) {
-		return s.applyOnce(ctx, l, p, cause, a, ans)
+		return purchaseKind.applyOnce(s, ctx, l, p, cause, a, ans)
 	})
-}
-
-// applyOnce is one try of apply. It returns true when the job is complete
-// or scheduled (this run is over), false when the purchase moved under the
-// call and the worker must step again.
-func (s *Service) applyOnce(ctx context.Context, l Lease, before Purchase, cause Cause, a Attempt, ans Answer) (bool, error) {
-	var (
-		p, next Purchase
-		v       Verdict
-	)
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		now := s.leaseNow(l)
-		var err error
-		if p, err = tx.GetPurchase(ctx, before.ID); err != nil {
-			return err
-		}
-		if ans.Owner, err = ownerOf(ctx, tx, ans.PaymentID); err != nil {
-			return err
-		}
-		if p.State != before.State {
-			v = Judge(p, ans)
-			a.At = now
-			// Another writer moved the purchase while the call was out.
-			a.Applied = false
-			a.Note = joinNote(a.Note, fmt.Sprintf("not applied: the purchase moved %s→%s meanwhile; verdict %s", before.State, p.State, v))
-			if err := s.applyLateVerdict(ctx, tx, p, ans, v, now); err != nil {
-				return err
-			}
-			return tx.InsertAttempt(ctx, a)
-		}
-		var mv Move
-		mv, v = s.answerMove(l, before, p, cause, a, ans, now)
-		next = mv.To
-		var evidence string
-		if mv.Transition != nil {
-			evidence = mv.Transition.Evidence
-		}
-		if err := purchaseKind.update(ctx, tx, s.cfg.WorkerID, l.Token, p, next, cause, evidence); err != nil {
-			return err
-		}
-		if err := tx.InsertAttempt(ctx, *mv.Attempt); err != nil {
-			return err
-		}
-		if mv.Job == JobComplete {
-			return tx.CompleteJob(ctx, p.ID, mv.RunAt)
-		}
-		return tx.RescheduleJob(ctx, p.ID, mv.RunAt)
-	})
-	if err != nil {
-		return false, err
-	}
-	crashpoint.Hit(crashpoint.ApplyCommitted)
-	if p.State != before.State {
-		return false, nil // the job was left as it was: step again
-	}
-	s.observeMove(p, next, cause)
-	if next.EscalationReason != p.EscalationReason && next.Escalated() {
-		s.cfg.Logger.Warn("purchase escalated to operators", "purchase", p.ID, "reason", next.EscalationReason, "verdict", v.String())
-	}
-	return true, nil // the job is complete or scheduled: this run is over
 }
 
 // answerMove judges an answer about p, the purchase as it is now (in

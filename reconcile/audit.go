@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/payrecon/payrecon/internal/crashpoint"
 	"strings"
 	"time"
+
+	"github.com/payrecon/payrecon/internal/crashpoint"
 
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"

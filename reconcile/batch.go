@@ -2,10 +2,11 @@ package reconcile
 
 import (
 	"context"
-	"github.com/payrecon/payrecon/internal/crashpoint"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/payrecon/payrecon/internal/crashpoint"
 
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"

@@ -50,6 +50,16 @@ type kind[T any] struct {
 	// settled, if set, adds what an answer that settles next in v.Settles
 	// records beyond the state (a refund's failure reason).
 	settled func(next *T, v Verdict, a Attempt)
+	// moved reports whether another writer moved cur since the worker
+	// left it as before: its answer then only stands recorded, with what
+	// its verdict asks of cur (movedMeanwhile) written without a move.
+	moved          func(before, cur T) bool
+	movedMeanwhile func(s *Service, ctx context.Context, tx Tx, cur T, ans Answer, v Verdict, now time.Time) error
+	// answer judges an answer about cur, in before's state, and returns
+	// what applying it writes.
+	answer func(s *Service, l Lease, before, cur T, cause Cause, a Attempt, ans Answer, now time.Time) answered[T]
+	// applied is the crash point right after an answer's transaction.
+	applied crashpoint.Point
 	// lostRace is the log message of an answer that lost a race and
 	// escalated.
 	lostRace string
@@ -97,7 +107,12 @@ var purchaseKind = kind[Purchase]{
 	},
 	search:        provider.OpSearch,
 	keyReplayable: (*Service).keyReplayable,
-	lostRace:      "a provider answer that lost a race disagrees with the books; the purchase is escalated",
+	moved:         func(before, cur Purchase) bool { return cur.State != before.State },
+	movedMeanwhile: func(s *Service, ctx context.Context, tx Tx, p Purchase, ans Answer, v Verdict, now time.Time) error {
+		return s.applyLateVerdict(ctx, tx, p, ans, v, now)
+	},
+	applied:  crashpoint.ApplyCommitted,
+	lostRace: "a provider answer that lost a race disagrees with the books; the purchase is escalated",
 }
 
 // refundKind is the kind of a refund.
@@ -129,6 +144,11 @@ var refundKind = kind[Refund]{
 			next.FailureReason = joinNote(a.Note, a.Error)
 		}
 	},
+	moved: func(before, cur Refund) bool { return cur.Version != before.Version },
+	movedMeanwhile: func(s *Service, ctx context.Context, tx Tx, r Refund, _ Answer, v Verdict, now time.Time) error {
+		return s.applyRefundEscalation(ctx, tx, r, v, now)
+	},
+	applied:  crashpoint.RefundApplyCommitted,
 	lostRace: "a refund answer that lost a race disagrees with the books; the refund is escalated",
 }
 
@@ -195,6 +215,20 @@ func (k kind[T]) escalateOverdue(s *Service, ctx context.Context) (int, error) {
 		s.cfg.Logger.Warn(k.noun+" escalated to operators", k.noun, *c.id, "reason", EscalationUncertainTooLong)
 	}
 	return n, nil
+}
+
+// The kinds' answer steps are set here, not in their literals, because
+// they reach back to the kinds through their decide steps.
+func init() {
+	purchaseKind.answer = func(s *Service, l Lease, before, p Purchase, cause Cause, a Attempt, ans Answer, now time.Time) answered[Purchase] {
+		mv, v := s.answerMove(l, before, p, cause, a, ans, now)
+		out := answered[Purchase]{next: mv.To, attempt: *mv.Attempt, done: mv.Job == JobComplete, runAt: mv.RunAt, verdict: v}
+		if mv.Transition != nil {
+			out.evidence = mv.Transition.Evidence
+		}
+		return out
+	}
+	refundKind.answer = (*Service).refundAnswer
 }
 
 // runSteps moves the job leased by l (its row id) with step until it is
@@ -355,6 +389,81 @@ func (k kind[T]) apply(s *Service, ctx context.Context, id string, a Attempt, an
 		return false, errors.Join(err, lerr)
 	}
 	return false, err
+}
+
+// answered is what applying an answer writes: the row's next version,
+// the attempt marked applied or not, the evidence of its transition, and
+// the job complete (done) or due again at runAt.
+type answered[T any] struct {
+	next     T
+	attempt  Attempt
+	evidence string
+	done     bool
+	runAt    time.Time
+	verdict  Verdict
+}
+
+// applyOnce is one try of apply: it judges the answer against the row as
+// it is now and records it, in one transaction fenced by the lease;
+// before is the row as the worker left it when it made the call. An
+// answer that cannot be applied because the row moved meanwhile is still
+// recorded, and what its verdict asks of the row still written. It
+// returns true when the job is complete or scheduled (this run is over),
+// false when the row moved under the call and the worker must step
+// again.
+func (k kind[T]) applyOnce(s *Service, ctx context.Context, l Lease, before T, cause Cause, a Attempt, ans Answer) (bool, error) {
+	var (
+		cur   T
+		out   answered[T]
+		moved bool
+	)
+	b := k.row(&before)
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		if err := tx.CheckLease(ctx, l); err != nil {
+			return err
+		}
+		now := s.leaseNow(l)
+		var err error
+		if cur, err = k.get(ctx, tx, *b.id); err != nil {
+			return err
+		}
+		if ans.Owner, err = k.owner(ctx, tx, ans.PaymentID); err != nil {
+			return err
+		}
+		if moved = k.moved(before, cur); moved {
+			v := k.judge(cur, ans)
+			a.At, a.Applied = now, false
+			a.Note = joinNote(a.Note, fmt.Sprintf("not applied: the %s moved %s→%s meanwhile; verdict %s", k.noun, *b.state, *k.row(&cur).state, v))
+			if err := k.movedMeanwhile(s, ctx, tx, cur, ans, v, now); err != nil {
+				return err
+			}
+			return tx.InsertAttempt(ctx, a)
+		}
+		out = k.answer(s, l, before, cur, cause, a, ans, now)
+		if err := k.update(ctx, tx, s.cfg.WorkerID, l.Token, cur, out.next, cause, out.evidence); err != nil {
+			return err
+		}
+		if err := tx.InsertAttempt(ctx, out.attempt); err != nil {
+			return err
+		}
+		if out.done {
+			return tx.CompleteJob(ctx, *b.id, now)
+		}
+		return tx.RescheduleJob(ctx, *b.id, out.runAt)
+	})
+	if err != nil {
+		return false, err
+	}
+	crashpoint.Hit(k.applied)
+	if moved {
+		return false, nil // the job was left as it was: step again
+	}
+	k.observe(s, cur, out.next, cause)
+	c, n := k.row(&cur), k.row(&out.next)
+	if *n.reason != *c.reason && !n.escalatedAt.IsZero() {
+		s.cfg.Logger.Warn(k.noun+" escalated to operators", k.noun, *c.id, "reason", *n.reason, "verdict", out.verdict.String())
+	}
+	return true, nil // the job is complete or scheduled: this run is over
 }
 
 // applyLate records an answer about the row with id that could not be

@@ -4,8 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/payrecon/payrecon/internal/crashpoint"
 	"time"
+
+	"github.com/payrecon/payrecon/internal/crashpoint"
 
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"
@@ -239,75 +240,28 @@ func (s *Service) callRefundProvider(ctx context.Context, op provider.Op, r Refu
 // still recorded, and an escalation it calls for still written.
 func (s *Service) applyRefund(ctx context.Context, l Lease, before Refund, cause Cause, a Attempt, ans Answer) (bool, error) {
 	return refundKind.apply(s, ctx, a.RefundID, a, ans, func() (bool, error) {
-		return s.applyRefundOnce(ctx, l, before, cause, a, ans)
+		return refundKind.applyOnce(s, ctx, l, before, cause, a, ans)
 	})
 }
 
-func (s *Service) applyRefundOnce(ctx context.Context, l Lease, before Refund, cause Cause, a Attempt, ans Answer) (bool, error) {
-	var (
-		r, next Refund
-		v       Verdict
-		moved   bool
-	)
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		if err := tx.CheckLease(ctx, l); err != nil {
-			return err
-		}
-		now := s.leaseNow(l)
-		var err error
-		if r, err = tx.GetRefund(ctx, before.ID); err != nil {
-			return err
-		}
-		if ans.Owner, err = refundOwnerOf(ctx, tx, ans.PaymentID); err != nil {
-			return err
-		}
-		v = JudgeRefund(r, ans)
-		a.At = now
-		if moved = r.Version != before.Version; moved {
-			a.Applied = false
-			a.Note = joinNote(a.Note, fmt.Sprintf("not applied: the refund moved %s→%s meanwhile; verdict %s", before.State, r.State, v))
-			if err := s.applyRefundEscalation(ctx, tx, r, v, now); err != nil {
-				return err
-			}
-			return tx.InsertAttempt(ctx, a)
-		}
-		var done bool
-		var runAt time.Time
-		next, done, runAt = refundKind.decide(s, l, r, a, ans, v, now)
-		a.Applied = v.Kind == VerdictApply
-		if !a.Applied {
-			a.Note = joinNote(a.Note, "verdict "+v.String())
-		}
-		evidence := fmt.Sprintf("%s: outcome=%s status=%s provider_refund=%s", a.Op, a.Outcome, a.Status, a.PaymentID)
-		if a.Error != "" {
-			evidence += " error=" + a.Error
-		}
-		if v.Kind != VerdictApply {
-			evidence += "; " + v.String()
-		}
-		if err := refundKind.update(ctx, tx, s.cfg.WorkerID, l.Token, r, next, cause, evidence); err != nil {
-			return err
-		}
-		if err := tx.InsertAttempt(ctx, a); err != nil {
-			return err
-		}
-		if done {
-			return tx.CompleteJob(ctx, r.ID, now)
-		}
-		return tx.RescheduleJob(ctx, r.ID, runAt)
-	})
-	if err != nil {
-		return false, err
+// refundAnswer judges an answer about r, the refund as it is now (in
+// before's state), and returns what applying it at now writes.
+func (s *Service) refundAnswer(l Lease, _, r Refund, _ Cause, a Attempt, ans Answer, now time.Time) answered[Refund] {
+	v := JudgeRefund(r, ans)
+	a.At = now
+	next, done, runAt := refundKind.decide(s, l, r, a, ans, v, now)
+	a.Applied = v.Kind == VerdictApply
+	if !a.Applied {
+		a.Note = joinNote(a.Note, "verdict "+v.String())
 	}
-	crashpoint.Hit(crashpoint.RefundApplyCommitted)
-	if moved {
-		return false, nil // step again: it changed under the call
+	evidence := fmt.Sprintf("%s: outcome=%s status=%s provider_refund=%s", a.Op, a.Outcome, a.Status, a.PaymentID)
+	if a.Error != "" {
+		evidence += " error=" + a.Error
 	}
-	s.observeRefundMove(r, next, cause)
-	if next.Escalated() && next.EscalationReason != r.EscalationReason {
-		s.cfg.Logger.Warn("refund escalated to operators", "refund", r.ID, "reason", next.EscalationReason, "verdict", v.String())
+	if v.Kind != VerdictApply {
+		evidence += "; " + v.String()
 	}
-	return true, nil
+	return answered[Refund]{next: next, attempt: a, evidence: evidence, done: done, runAt: runAt, verdict: v}
 }
 
 // applyRefundEscalation writes the escalation a verdict asks of r, as it

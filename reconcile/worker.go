@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/payrecon/payrecon/internal/crashpoint"
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/payrecon/payrecon/internal/crashpoint"
 
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/workertest"
+
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/budget"
 )
@@ -171,7 +173,7 @@ func testSharedBudget(t *testing.T, newStore func(*testing.T) *testStore) {
 		if n := len(grants); n < 124 || n > 127 {
 			t.Errorf("%d grants in 5 s at 25/s, want 125 and the burst", n)
 		}
-		if worst := maxInWindow(grants, time.Second); worst > 26 {
+		if worst := workertest.MaxInWindow(grants, time.Second); worst > 26 {
 			t.Errorf("%d grants in one 1-second window, want at most 26", worst)
 		}
 	})
@@ -334,19 +336,6 @@ func rateOf(t *testing.T, b *budget.Shared, c reconcile.BudgetClass) float64 {
 		t.Fatalf("Rates: %v", err)
 	}
 	return rates[c]
-}
-
-// maxInWindow returns the most times within any window of length w
-// (sorted times, half-open windows).
-func maxInWindow(ts []time.Time, w time.Duration) int {
-	worst, j := 0, 0
-	for i := range ts {
-		for ts[i].Sub(ts[j]) >= w {
-			j++
-		}
-		worst = max(worst, i-j+1)
-	}
-	return worst
 }
 
 // testClaimsNewFirst: a job never leased (the first create of a new
