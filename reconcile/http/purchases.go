@@ -7,13 +7,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/payrecon/payrecon/internal/crashpoint"
 	"io"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"github.com/payrecon/payrecon/reconcile"
 )
 
@@ -74,9 +74,10 @@ func ParseAPITokens(list string) ([]APIClient, error) {
 // name: when a token is rotated, give the new one the same name
 // (name:token), or the old purchases become unreadable through the API.
 type PurchaseAPI struct {
-	svc     *reconcile.Service
-	clients []APIClient
-	digests []tokenDigest // digests[i] is clients[i].Token's
+	svc      *reconcile.Service
+	clients  []APIClient
+	digests  []tokenDigest // digests[i] is clients[i].Token's
+	throttle *loginThrottle
 }
 
 // NewPurchaseAPI returns the purchase API. It refuses to exist without a
@@ -85,7 +86,7 @@ func NewPurchaseAPI(svc *reconcile.Service, clients []APIClient) (*PurchaseAPI, 
 	if len(clients) == 0 {
 		return nil, errors.New("purchase API: no API token configured (--api-token / PAYRECON_API_TOKEN); refusing to serve it unauthenticated")
 	}
-	a := &PurchaseAPI{svc: svc, clients: clients}
+	a := &PurchaseAPI{svc: svc, clients: clients, throttle: newLoginThrottle(time.Now)}
 	for _, c := range clients {
 		a.digests = append(a.digests, digestOf(c.Token))
 	}
@@ -103,14 +104,26 @@ func (a *PurchaseAPI) Register(s *Server) {
 
 // authenticated checks the bearer token against every client's, by
 // digest (matchToken), so that neither the token's length nor which
-// client's it is shows in the time taken.
+// client's it is shows in the time taken. Wrong tokens are throttled per
+// client address as the operator token is (ops_throttle.go): after
+// loginFreeFailures of them, the client is locked out and answered 429
+// with Retry-After, its token not even compared, until the lockout ends.
 func (a *PurchaseAPI) authenticated(next func(http.ResponseWriter, *http.Request, APIClient)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := throttleClientKey(r)
+		if wait := a.throttle.wait(client); wait > 0 {
+			w.Header().Set("Retry-After", retryAfter(wait))
+			writeError(w, http.StatusTooManyRequests, "too_many_failed_tokens",
+				"too many requests with a wrong token from this address; retry after "+retryAfter(wait)+" seconds")
+			return
+		}
 		if tok, ok := bearer(r); ok {
 			if i := matchToken(tok, a.digests...); i >= 0 {
+				a.throttle.succeeded(client)
 				next(w, r, a.clients[i])
 				return
 			}
+			a.throttle.failed(client)
 		}
 		w.Header().Set("WWW-Authenticate", `Bearer realm="payrecon"`)
 		writeError(w, http.StatusUnauthorized, "unauthorized", "a valid Authorization: Bearer token is required")

@@ -627,3 +627,57 @@ func TestOpsBearerThrottle(t *testing.T) {
 		t.Fatalf("attempts counted %v", got)
 	}
 }
+
+// TestReadyzHidesTheDriversText: /readyz, unauthenticated, says only
+// that the database is unreachable; the driver's text goes to the log.
+func TestReadyzHidesTheDriversText(t *testing.T) {
+	f := setupAPI(t, nil)
+	f.store.Close()
+	resp, err := http.Get(f.srv.URL + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), `"database unreachable"`) {
+		t.Fatalf("/readyz with the store closed: %d %s, want 503 database unreachable", resp.StatusCode, body)
+	}
+	if strings.Contains(string(body), "closed") || strings.Contains(string(body), "sql") {
+		t.Errorf("/readyz leaks the driver's text: %s", body)
+	}
+}
+
+// TestAPIThrottlesWrongTokens: wrong bearer tokens from one address are
+// throttled as the operator token is: after the free failures the client
+// is answered 429 with Retry-After and its token, right or wrong, is not
+// compared; a client at another address is unaffected.
+func TestAPIThrottlesWrongTokens(t *testing.T) {
+	f := setupAPI(t, nil)
+	h := f.srv.Config.Handler
+	get := func(addr, token string) *httptest.ResponseRecorder {
+		t.Helper()
+		req := httptest.NewRequest("GET", "/v1/purchases/pur_missing", nil)
+		req.RemoteAddr = addr
+		req.Header.Set("Authorization", "Bearer "+token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec
+	}
+	const guesser, shop = "192.0.2.7:40000", "198.51.100.9:40000"
+	counts := map[int]int{}
+	for i := range 30 {
+		counts[get(guesser, fmt.Sprintf("wrong-token-%02d-xxxxxxxxxxxx", i)).Code]++
+	}
+	if counts[http.StatusUnauthorized] > 11 || counts[http.StatusTooManyRequests] < 19 {
+		t.Fatalf("30 wrong tokens: %v, want at most 11 answers of 401 and the rest 429", counts)
+	}
+	rec := get(guesser, shopToken)
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Retry-After") == "" ||
+		!strings.Contains(rec.Body.String(), "too_many_failed_tokens") {
+		t.Errorf("the right token from the locked-out address: %d %q %s, want 429 with Retry-After, unchecked",
+			rec.Code, rec.Header().Get("Retry-After"), rec.Body)
+	}
+	if rec := get(shop, shopToken); rec.Code != http.StatusNotFound {
+		t.Errorf("the right token from another address: %d %s, want 404 (authenticated)", rec.Code, rec.Body)
+	}
+}

@@ -245,7 +245,10 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
 	defer cancel()
 	if err := s.svc.Store().Ready(ctx); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": err.Error()})
+		// The driver's text can name hosts, users and paths: the log
+		// keeps it, the unauthenticated answer does not.
+		s.cfg.Logger.Warn("readiness check: database unreachable", "err", err)
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready", "error": "database unreachable"})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})

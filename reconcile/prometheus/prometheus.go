@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -113,7 +114,7 @@ func New() *Metrics {
 		}, []string{"op"}),
 		webhookEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_webhook_events_total",
-			Help: "Webhook events by type and outcome (applied, duplicate, stale, conflict, contradiction, confirming, unmatched, ignored, rejected).",
+			Help: "Webhook events by type (those payrecon acts on; other for the rest) and outcome (applied, duplicate, stale, conflict, contradiction, confirming, unmatched, ignored, rejected).",
 		}, []string{"type", "outcome"}),
 		jobsClaimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "payrecon_jobs_claimed_total", Help: "Jobs leased by this process.",
@@ -213,7 +214,7 @@ func New() *Metrics {
 	}
 	// Counters the alerts take increase() of start at 0, so that the
 	// first event after a restart is an increase and not a new series.
-	for _, typ := range webhookTypes {
+	for _, typ := range provider.EventTypes {
 		for _, o := range webhookOutcomes {
 			m.webhookEvents.WithLabelValues(typ, string(o))
 		}
@@ -230,10 +231,18 @@ func New() *Metrics {
 // LoginThrottled).
 var opsLoginOutcomes = []string{"success", "failure", "throttled"}
 
-// webhookTypes are the provider event types payrecon acts on.
-var webhookTypes = []string{
-	"payment_intent.succeeded", "payment_intent.payment_failed", "payment_intent.canceled",
-	"payment_intent.processing", "payment_intent.requires_action",
+// otherEventType is the type label of every verified event whose type
+// payrecon does not act on: the label takes known types only, so that
+// the series stay bounded whatever a provider sends.
+const otherEventType = "other"
+
+// eventTypeLabel is eventType if payrecon acts on it (provider.EventTypes)
+// or it is reconcile.UnverifiedEventType, otherwise otherEventType.
+func eventTypeLabel(eventType string) string {
+	if eventType == reconcile.UnverifiedEventType || slices.Contains(provider.EventTypes, eventType) {
+		return eventType
+	}
+	return otherEventType
 }
 
 // webhookOutcomes are the outcomes of an event that passed verification.
@@ -294,7 +303,7 @@ func (m *Metrics) Resolved(uncertainFor time.Duration) { m.resolution.Observe(un
 
 // Webhook counts one webhook event.
 func (m *Metrics) Webhook(eventType string, outcome reconcile.EventOutcome) {
-	m.webhookEvents.WithLabelValues(eventType, string(outcome)).Inc()
+	m.webhookEvents.WithLabelValues(eventTypeLabel(eventType), string(outcome)).Inc()
 }
 
 // OpsLogin counts one attempt at the operator token: outcome is

@@ -1,6 +1,7 @@
 package prometheus_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -190,6 +191,37 @@ func TestAlertedCountersStartAtZero(t *testing.T) {
 		if got := scrape(t, m, sample); got != "0" {
 			t.Errorf("%s = %s before any event, want 0", sample, got)
 		}
+	}
+}
+
+// TestWebhookTypeLabelIsBounded: a verified event of a type payrecon
+// does not act on is counted under type="other", so that a provider
+// sending new types cannot grow the series without bound.
+func TestWebhookTypeLabelIsBounded(t *testing.T) {
+	m := prometheus.New()
+	m.Webhook("payment_intent.succeeded", reconcile.EventApplied)
+	m.Webhook("customer.created", reconcile.EventIgnored)
+	m.Webhook("made.up.type.1234", reconcile.EventIgnored)
+	m.Webhook(reconcile.UnverifiedEventType, reconcile.EventRejected)
+	for sample, want := range map[string]string{
+		`payrecon_webhook_events_total{outcome="applied",type="payment_intent.succeeded"}`: "1",
+		`payrecon_webhook_events_total{outcome="ignored",type="other"}`:                    "2",
+		`payrecon_webhook_events_total{outcome="rejected",type="unverified"}`:              "1",
+	} {
+		if got := scrape(t, m, sample); got != want {
+			t.Errorf("%s = %q, want %q", sample, got, want)
+		}
+	}
+	srv := httptest.NewServer(m.Handler())
+	defer srv.Close()
+	resp, err := srv.Client().Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if bytes.Contains(body, []byte("customer.created")) || bytes.Contains(body, []byte("made.up.type")) {
+		t.Errorf("/metrics names an event type payrecon does not act on")
 	}
 }
 
