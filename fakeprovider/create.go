@@ -2,6 +2,7 @@ package fakeprovider
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -138,6 +139,10 @@ func (f *Fake) createHashed(req provider.CreateRequest, hash string) attempt {
 	return a
 }
 
+// errAmountTooSmall marks a create under the currency's minimum charge,
+// which Stripe refuses with amount_too_small before charging.
+var errAmountTooSmall = errors.New("amount too small")
+
 func validate(req provider.CreateRequest) error {
 	switch {
 	case !req.Version.Known():
@@ -146,6 +151,10 @@ func validate(req provider.CreateRequest) error {
 		return fmt.Errorf("%w: create for %s: amount %d must be positive", ErrInvalidRequest, req.PurchaseID, req.Amount)
 	case req.Currency == "":
 		return fmt.Errorf("%w: create for %s: currency is required", ErrInvalidRequest, req.PurchaseID)
+	}
+	if least, ok := provider.MinimumCharge(req.Currency); ok && req.Amount < least {
+		return fmt.Errorf("%w: create for %s: %w: %s is under the minimum charge of %s", ErrInvalidRequest, req.PurchaseID,
+			errAmountTooSmall, provider.FormatAmount(req.Amount, req.Currency), provider.FormatAmount(least, req.Currency))
 	}
 	return nil
 }

@@ -82,6 +82,10 @@ func (s *Server) createReply(req provider.CreateRequest, a attempt) (int, any) {
 		case req.Amount <= 0:
 			e.Code, e.Param = "amount_too_small", "amount"
 			e.Message = "Amount must be at least 1 (in the currency's smallest unit)."
+		case errors.Is(a.err, errAmountTooSmall):
+			least, _ := provider.MinimumCharge(req.Currency)
+			e.Code, e.Param = "amount_too_small", "amount"
+			e.Message = fmt.Sprintf("Amount must be at least %s.", provider.FormatAmount(least, req.Currency))
 		case req.Currency == "":
 			e.Code, e.Param = "parameter_missing", "currency"
 			e.Message = "Missing required param: currency."

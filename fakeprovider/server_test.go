@@ -328,6 +328,29 @@ func TestServerDecline(t *testing.T) {
 	wantCharges(t, s.fake, req.PurchaseID, 1, 0)
 }
 
+// TestServerAmountTooSmall: a create under the currency's minimum charge
+// is refused as Stripe refuses it (400 amount_too_small, no charge), and
+// the adapter reads the refusal as definite, never as an unknown outcome.
+func TestServerAmountTooSmall(t *testing.T) {
+	s := serve(t, fakeprovider.Config{}, fakeprovider.ServerConfig{}, nil)
+	req := request("pur_too_small")
+	req.Amount, req.Currency = 49, "usd"
+	_, err := s.adapter.Create(t.Context(), req)
+	if !errors.Is(err, provider.ErrRejected) || !strings.Contains(err.Error(), "amount_too_small") ||
+		!strings.Contains(err.Error(), "Amount must be at least 0.50 USD") {
+		t.Errorf("create of 0.49 USD: %v, want a rejection amount_too_small naming 0.50 USD", err)
+	}
+	if o := provider.OutcomeOf(provider.Result{}, err); o != provider.Rejected {
+		t.Errorf("outcome %s, want rejected", o)
+	}
+	wantCharges(t, s.fake, req.PurchaseID, 0, 0)
+	req = request("pur_at_minimum")
+	req.Amount, req.Currency = 50, "usd"
+	if res := adapterCreate(t, s.adapter, req); res.Outcome != provider.Succeeded {
+		t.Errorf("create of 0.50 USD = %+v, want it charged", res)
+	}
+}
+
 func TestServerKeyInUseIs409(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var held atomic.Bool

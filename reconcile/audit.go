@@ -233,8 +233,8 @@ func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment,
 	finding := func(kind FindingKind, p *Purchase, format string, args ...any) Finding {
 		f := Finding{
 			PaymentID: pay.ID, Kind: kind, Amount: pay.Amount, Currency: pay.Currency, Status: pay.Status,
-			Evidence: fmt.Sprintf("provider payment %s: %d %s %s, created %s, metadata purchase %q; ",
-				pay.ID, pay.Amount, pay.Currency, pay.Status, created, pay.PurchaseID) +
+			Evidence: fmt.Sprintf("provider payment %s: %s %s, created %s, metadata purchase %q; ",
+				pay.ID, provider.FormatAmount(pay.Amount, pay.Currency), pay.Status, created, pay.PurchaseID) +
 				fmt.Sprintf(format, args...),
 		}
 		if p != nil {
@@ -292,10 +292,10 @@ func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment,
 	// purchase that has not learnt its payment id yet).
 	var out []Finding
 	if pay.Amount != p.Amount {
-		out = append(out, finding(FindingAmountMismatch, &p, "the purchase is %d %s", p.Amount, p.Currency))
+		out = append(out, finding(FindingAmountMismatch, &p, "the purchase is %s", provider.FormatAmount(p.Amount, p.Currency)))
 	}
 	if !strings.EqualFold(pay.Currency, p.Currency) {
-		out = append(out, finding(FindingCurrencyMismatch, &p, "the purchase is %d %s", p.Amount, p.Currency))
+		out = append(out, finding(FindingCurrencyMismatch, &p, "the purchase is %s", provider.FormatAmount(p.Amount, p.Currency)))
 	}
 	switch {
 	case pay.Outcome == provider.Succeeded && p.State == statemachine.Declined:

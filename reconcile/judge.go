@@ -225,7 +225,7 @@ func judgeIdentity(p Purchase, a Answer) (Verdict, bool) {
 func judgeAmount(p Purchase, a Answer) (Verdict, bool) {
 	if (a.Amount != 0 && a.Amount != p.Amount) || (a.Currency != "" && !strings.EqualFold(a.Currency, p.Currency)) {
 		return escalateVerdict(EscalationAmountMismatch, fmt.Sprintf(
-			"the provider's payment %s is %d %s, the purchase %d %s", orNone(a.PaymentID), a.Amount, a.Currency, p.Amount, p.Currency)), true
+			"the provider's payment %s is %s, the purchase %s", orNone(a.PaymentID), provider.FormatAmount(a.Amount, a.Currency), provider.FormatAmount(p.Amount, p.Currency))), true
 	}
 	return Verdict{}, false
 }

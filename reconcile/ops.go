@@ -148,7 +148,7 @@ func DescribeView(r provider.Result) string {
 		parts = append(parts, "payment="+r.PaymentID)
 	}
 	if r.Amount != 0 {
-		parts = append(parts, fmt.Sprintf("amount=%d %s", r.Amount, r.Currency))
+		parts = append(parts, "amount="+provider.FormatAmount(r.Amount, r.Currency))
 	}
 	if r.PurchaseID != "" {
 		parts = append(parts, "metadata purchase="+r.PurchaseID)

@@ -547,6 +547,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 			{"unknown currency", reconcile.NewPurchase{Customer: "c", Amount: 5, Currency: "xyz"}, "currency"},
 			{"no currency", reconcile.NewPurchase{Customer: "c", Amount: 5}, "currency"},
 			{"no customer", reconcile.NewPurchase{Amount: 5, Currency: "usd"}, "customer"},
+			{"under the minimum charge", reconcile.NewPurchase{Customer: "c", PaymentMethod: "pm_card_visa", Amount: 49, Currency: "usd"}, "amount"},
+			{"under the minimum charge in yen", reconcile.NewPurchase{Customer: "c", PaymentMethod: "pm_card_visa", Amount: 49, Currency: "jpy"}, "amount"},
 		}
 		for _, tt := range tests {
 			_, err := f.svc.CreatePurchase(context.Background(), tt.np)

@@ -112,7 +112,7 @@ func refundDisagreement(r Refund, x provider.RefundResult) string {
 	case x.PaymentID != "" && x.PaymentID != r.PaymentID:
 		return fmt.Sprintf("it returns money from payment %s, the refund's payment is %s", x.PaymentID, r.PaymentID)
 	case x.Amount != r.Amount || !strings.EqualFold(x.Currency, r.Currency):
-		return fmt.Sprintf("it is %d %s, the books' refund %d %s", x.Amount, x.Currency, r.Amount, r.Currency)
+		return fmt.Sprintf("it is %s, the books' refund %s", provider.FormatAmount(x.Amount, x.Currency), provider.FormatAmount(r.Amount, r.Currency))
 	case x.Outcome == provider.Succeeded && r.State == statemachine.Failed:
 		return "the provider says succeeded, the books say failed: money went back"
 	case x.Outcome == provider.Failed && r.State == statemachine.Succeeded:

@@ -44,7 +44,7 @@ func JudgeRefund(r Refund, a Answer) Verdict {
 	}
 	if (a.Amount != 0 && a.Amount != r.Amount) || (a.Currency != "" && !strings.EqualFold(a.Currency, r.Currency)) {
 		return escalateVerdict(EscalationAmountMismatch, fmt.Sprintf(
-			"the provider's refund %s is %d %s, the refund %d %s", orNone(a.PaymentID), a.Amount, a.Currency, r.Amount, r.Currency))
+			"the provider's refund %s is %s, the refund %s", orNone(a.PaymentID), provider.FormatAmount(a.Amount, a.Currency), provider.FormatAmount(r.Amount, r.Currency)))
 	}
 	target := refundSettledBy(a.Outcome)
 	switch a.Outcome {

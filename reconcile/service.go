@@ -150,6 +150,12 @@ func (s *Service) Validate(np NewPurchase) (NewPurchase, error) {
 		bad("currency", "is required")
 	case !SupportedCurrency(np.Currency):
 		bad("currency", "%q is not a supported currency", np.Currency)
+	default:
+		// Below it the provider refuses the create (amount_too_small):
+		// refused here, the purchase is never stored.
+		if least, ok := provider.MinimumCharge(np.Currency); ok && np.Amount > 0 && np.Amount < least {
+			bad("amount", "%s is under the provider's minimum charge of %s", provider.FormatAmount(np.Amount, np.Currency), provider.FormatAmount(least, np.Currency))
+		}
 	}
 	return np, errors.Join(errs...)
 }

@@ -275,6 +275,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"purchase", "create", "--database-url", db, "--amount", "3.50", "--currency", "usd", "--customer", "c"}, 2, "whole number"},
 		{[]string{"purchase", "create", "--database-url", db, "--amount", "-5", "--currency", "usd", "--customer", "c"}, 2, "amount"},
 		{[]string{"purchase", "create", "--database-url", db, "--amount", "5", "--currency", "nope", "--customer", "c"}, 2, "currency"},
+		{[]string{"purchase", "create", "--database-url", db, "--amount", "1", "--currency", "usd", "--customer", "c"}, 2, "0.01 USD is under the provider's minimum charge of 0.50 USD"},
 		{[]string{"purchase", "show", "--database-url", db}, 2, "want exactly one purchase id"},
 		{[]string{"purchase", "show", "--database-url", db, "--bogus", "x"}, 2, "-bogus"},
 		{[]string{"ops"}, 2, "want ops list"},
@@ -491,8 +492,8 @@ func TestServeAndWorkerAddresses(t *testing.T) {
 	if got := addr("worker"); got != defaultWorkerAddr || defaultWorkerAddr == defaultAddr {
 		t.Errorf("worker listens on %s by default, want %s, not serve's %s", got, defaultWorkerAddr, defaultAddr)
 	}
-	if got := addr("fakeprovider"); got != defaultAddr {
-		t.Errorf("fakeprovider listens on %s by default, want %s", got, defaultAddr)
+	if got := addr("fakeprovider"); got != defaultFakeAddr || defaultFakeAddr == defaultAddr || defaultFakeAddr == defaultWorkerAddr {
+		t.Errorf("fakeprovider listens on %s by default, want %s, not serve's or worker's", got, defaultFakeAddr)
 	}
 	if got := addr("worker", "--addr", "127.0.0.1:9999"); got != "127.0.0.1:9999" {
 		t.Errorf("worker --addr: %s", got)

@@ -282,7 +282,7 @@ func printDetail(e *env, d reconcile.Detail) {
 	if p.Reference != "" {
 		fmt.Fprintf(w, "reference\t%s\n", p.Reference)
 	}
-	fmt.Fprintf(w, "amount\t%d %s (minor units)\n", p.Amount, p.Currency)
+	fmt.Fprintf(w, "amount\t%s (%d in minor units)\n", provider.FormatAmount(p.Amount, p.Currency), p.Amount)
 	fmt.Fprintf(w, "description\t%s\n", p.Description)
 	fmt.Fprintf(w, "provider key\t%s\n", dash(p.ProviderKey))
 	fmt.Fprintf(w, "provider payment id\t%s\n", dash(p.ProviderPaymentID))

@@ -325,7 +325,7 @@ func TestNewcomerBinary(t *testing.T) {
 		t.Fatalf("schema not applied: %v", err)
 	}
 	show := runBinary(t, bin, env, "purchase", "show", id)
-	for _, want := range []string{"state", "created", "300 usd"} {
+	for _, want := range []string{"state", "created", "3.00 USD"} {
 		if !strings.Contains(show, want) {
 			t.Fatalf("purchase show lacks %q:\n%s", want, show)
 		}

@@ -7,15 +7,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"maps"
 	"os"
 	"os/user"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
 	"github.com/payrecon/payrecon/statemachine"
@@ -145,7 +144,7 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(w, "PURCHASE\tPAYMENT\tAMOUNT\tCUSTOMER\tSTATE\tAGE\tREASON\tCALLS")
 		for _, c := range cases {
 			p := c.Purchase
-			fmt.Fprintf(w, "%s\t%s\t%d %s\t%s\t%s\t%s\t%s\t%d\n", p.ID, dash(p.ProviderPaymentID), p.Amount, p.Currency,
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.ID, dash(p.ProviderPaymentID), provider.FormatAmount(p.Amount, p.Currency),
 				p.Customer, p.State, c.Age.Round(time.Second), p.EscalationReason, len(c.Attempts))
 		}
 		if err := w.Flush(); err != nil {
@@ -219,22 +218,18 @@ func printFindings(e *env, fs []reconcile.Finding) error {
 		if !f.Open() {
 			evidence = fmt.Sprintf("closed %s by %s: %s | %s", stamp(f.ClosedAt), f.ClosedBy, f.CloseNote, evidence)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d %s\t%s\t%s\t%s\n", f.ID, f.Kind, f.PaymentID, dash(f.PurchaseID),
-			f.Amount, f.Currency, dash(f.Status), stamp(f.FoundAt), evidence)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Kind, f.PaymentID, dash(f.PurchaseID),
+			provider.FormatAmount(f.Amount, f.Currency), dash(f.Status), stamp(f.FoundAt), evidence)
 	}
 	return w.Flush()
 }
 
-// moneyAtRisk sums the findings' amounts per currency, in minor units
-// ("1250 eur"), currencies in alphabetical order.
+// moneyAtRisk is reconcile.MoneyAtRisk written for people ("12.50
+// EUR"), or "none".
 func moneyAtRisk(fs []reconcile.Finding) []string {
-	sum := map[string]int64{}
-	for _, f := range fs {
-		sum[strings.ToLower(f.Currency)] += f.Amount
-	}
-	out := make([]string, 0, len(sum))
-	for _, c := range slices.Sorted(maps.Keys(sum)) {
-		out = append(out, fmt.Sprintf("%d %s", sum[c], c))
+	var out []string
+	for _, m := range reconcile.MoneyAtRisk(fs) {
+		out = append(out, m.String())
 	}
 	if len(out) == 0 {
 		return []string{"none"}
@@ -354,8 +349,8 @@ func runOpsShow(ctx context.Context, e *env, args []string) error {
 		if !f.Open() {
 			state = fmt.Sprintf("closed %s by %s: %s", stamp(f.ClosedAt), f.ClosedBy, f.CloseNote)
 		}
-		fmt.Fprintf(e.stdout, "  %s  #%d %s  payment %s  %d %s  %s  %s\n", stamp(f.FoundAt), f.ID, f.Kind, f.PaymentID,
-			f.Amount, f.Currency, state, f.Evidence)
+		fmt.Fprintf(e.stdout, "  %s  #%d %s  payment %s  %s  %s  %s\n", stamp(f.FoundAt), f.ID, f.Kind, f.PaymentID,
+			provider.FormatAmount(f.Amount, f.Currency), state, f.Evidence)
 	}
 	fmt.Fprintln(e.stdout, "\noperator actions:")
 	for _, a := range c.Actions {
@@ -439,8 +434,8 @@ func runOpsResolve(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	saw := reconcile.DescribeView(view)
-	fmt.Fprintf(e.stdout, "purchase %s: %s, %d %s, version %d\nprovider now says: %s\n", id, d.Purchase.State,
-		d.Purchase.Amount, d.Purchase.Currency, d.Purchase.Version, saw)
+	fmt.Fprintf(e.stdout, "purchase %s: %s, %s, version %d\nprovider now says: %s\n", id, d.Purchase.State,
+		provider.FormatAmount(d.Purchase.Amount, d.Purchase.Currency), d.Purchase.Version, saw)
 	override = strings.TrimSpace(override)
 	if !yes {
 		question := fmt.Sprintf("resolve as %s with evidence %q?", to, evidence)
@@ -625,8 +620,8 @@ func runOpsRefundCharge(ctx context.Context, e *env, args []string) error {
 	case err != nil:
 		return err
 	}
-	fmt.Fprintf(e.stdout, "refund %s of %d %s from payment %s created (state %s); the worker sends it: payrecon refund show %s\n",
-		r.ID, r.Amount, r.Currency, r.PaymentID, r.State, r.ID)
+	fmt.Fprintf(e.stdout, "refund %s of %s from payment %s created (state %s); the worker sends it: payrecon refund show %s\n",
+		r.ID, provider.FormatAmount(r.Amount, r.Currency), r.PaymentID, r.State, r.ID)
 	return nil
 }
 

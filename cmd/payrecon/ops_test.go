@@ -197,7 +197,7 @@ func TestOpsListShowNote(t *testing.T) {
 		if !strings.HasPrefix(out, "PURCHASE") || row == "" {
 			t.Fatalf("no header or no row for %s:\n%s", id, out)
 		}
-		for _, want := range []string{"attempts_exhausted", "uncertain", "300 usd", "cust-1"} {
+		for _, want := range []string{"attempts_exhausted", "uncertain", "3.00 USD", "cust-1"} {
 			if !strings.Contains(row, want) {
 				t.Errorf("row lacks %q: %q", want, row)
 			}
@@ -687,7 +687,7 @@ func TestAuditCommand(t *testing.T) {
 		t.Fatalf("audit: exit %d: %s", code, stderr)
 	}
 	for _, want := range []string{
-		"payments listed: 3", "new findings: 2", "money at risk (new findings): 999 eur, 300 usd", "open findings in all: 2",
+		"payments listed: 3", "new findings: 2", "money at risk (new findings): 9.99 EUR, 3.00 USD", "open findings in all: 2",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the audit's summary lacks %q:\n%s", want, out)
@@ -706,10 +706,10 @@ func TestAuditCommand(t *testing.T) {
 		}
 		return ""
 	}
-	if line := lineOf(out, dup.ID); !strings.Contains(line, "duplicate_charge") || !strings.Contains(line, p.ID) || !strings.Contains(line, "300 usd") {
+	if line := lineOf(out, dup.ID); !strings.Contains(line, "duplicate_charge") || !strings.Contains(line, p.ID) || !strings.Contains(line, "3.00 USD") {
 		t.Errorf("the duplicate charge's line: %q\n%s", line, out)
 	}
-	if line := lineOf(out, orphan.ID); !strings.Contains(line, "orphan_charge") || !strings.Contains(line, "999 eur") {
+	if line := lineOf(out, orphan.ID); !strings.Contains(line, "orphan_charge") || !strings.Contains(line, "9.99 EUR") {
 		t.Errorf("the orphan charge's line: %q\n%s", line, out)
 	}
 	c := f.inspect(t, p.ID)
@@ -756,7 +756,7 @@ func TestAuditCommand(t *testing.T) {
 
 	// The operator list and `ops findings` show both findings.
 	code, out, stderr = run(t, nil, append([]string{"ops", "list"}, db...)...)
-	if code != 0 || !strings.Contains(out, "open audit findings (2; money at risk 999 eur, 300 usd") ||
+	if code != 0 || !strings.Contains(out, "open audit findings (2; money at risk 9.99 EUR, 3.00 USD") ||
 		!strings.Contains(lineOf(out, orphan.ID), "orphan_charge") || !strings.Contains(lineOf(out, p.ID), "duplicate_charge") {
 		t.Fatalf("ops list: exit %d: %s\n%s", code, stderr, out)
 	}

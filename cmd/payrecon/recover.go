@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 )
 
@@ -89,7 +90,7 @@ func runRecover(ctx context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "orphan charges (purchases the restore lost), on the operator list: %d\n", r.Orphans)
 	for _, f := range rep.Orphans {
-		fmt.Fprintf(e.stdout, "  %s %d %s: %s\n", f.PaymentID, f.Amount, f.Currency, f.Evidence)
+		fmt.Fprintf(e.stdout, "  %s %s: %s\n", f.PaymentID, provider.FormatAmount(f.Amount, f.Currency), f.Evidence)
 	}
 	fmt.Fprintf(e.stdout, "other new findings: %d\n", len(rep.Audit.New)-countKind(rep.Audit.New, reconcile.FindingOrphanCharge))
 	fmt.Fprintf(e.stdout, "completed %s: the guard is lifted; the worker may start\n", stamp(r.CompletedAt))

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -136,7 +137,7 @@ func printRefundCase(e *env, c reconcile.RefundCase) {
 	if r.FindingID != 0 {
 		fmt.Fprintf(w, "for finding\t#%d\n", r.FindingID)
 	}
-	fmt.Fprintf(w, "amount\t%d %s (minor units)\n", r.Amount, r.Currency)
+	fmt.Fprintf(w, "amount\t%s (%d in minor units)\n", provider.FormatAmount(r.Amount, r.Currency), r.Amount)
 	fmt.Fprintf(w, "reason\t%s\n", r.Reason)
 	fmt.Fprintf(w, "requested by\t%s\n", dash(r.RequestedBy))
 	fmt.Fprintf(w, "provider key\t%s\n", dash(r.ProviderKey))
@@ -184,8 +185,8 @@ func printRefunds(out io.Writer, rs []reconcile.Refund) {
 		if r.Escalated() {
 			extra = "escalated: " + string(r.EscalationReason)
 		}
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%d %s\tpayment=%s\t%s\t%s\t%s\n", stamp(r.CreatedAt), r.ID, r.State,
-			r.Amount, r.Currency, dash(r.PaymentID), settled, r.Reason, extra)
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%s\tpayment=%s\t%s\t%s\t%s\n", stamp(r.CreatedAt), r.ID, r.State,
+			provider.FormatAmount(r.Amount, r.Currency), dash(r.PaymentID), settled, r.Reason, extra)
 	}
 	w.Flush()
 }
@@ -224,7 +225,7 @@ func printEscalatedRefunds(e *env, cases []reconcile.RefundCase) error {
 	fmt.Fprintln(w, "REFUND\tPURCHASE\tPAYMENT\tAMOUNT\tSTATE\tAGE\tREASON\tCALLS")
 	for _, c := range cases {
 		r := c.Refund
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d %s\t%s\t%s\t%s\t%d\n", r.ID, r.PurchaseID, dash(r.PaymentID), r.Amount, r.Currency,
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, r.PurchaseID, dash(r.PaymentID), provider.FormatAmount(r.Amount, r.Currency),
 			r.State, c.Age.Round(time.Second), r.EscalationReason, len(c.Attempts))
 	}
 	return w.Flush()

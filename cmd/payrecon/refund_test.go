@@ -48,7 +48,7 @@ func TestRefundCreateShow(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("refund show: exit %d: %s", code, stderr)
 	}
-	for _, want := range []string{id, "created", p.ID, p.ProviderPaymentID, "100 usd", "one item returned", "cli",
+	for _, want := range []string{id, "created", p.ID, p.ProviderPaymentID, "1.00 USD", "one item returned", "cli",
 		"payrecon-" + id, "transitions:", "provider calls:", "operator actions:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("refund show lacks %q:\n%s", want, out)

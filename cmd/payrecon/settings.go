@@ -115,13 +115,14 @@ type badValue struct {
 	err   error
 }
 
-// defaultAddr is the default of --addr: rhttp.Config.Addr's default, and
-// the fake provider's listen address too. defaultWorkerAddr is its
-// default for `worker`, so that a worker runs beside `serve` on one
-// machine as it is.
+// defaultAddr is the default of --addr: rhttp.Config.Addr's default.
+// defaultWorkerAddr is its default for `worker`, and defaultFakeAddr for
+// `fakeprovider` (stripe-mock's port), so that serve, a worker and the
+// fake run side by side on one machine as they are.
 const (
 	defaultAddr       = "127.0.0.1:8080"
 	defaultWorkerAddr = "127.0.0.1:8081"
+	defaultFakeAddr   = "127.0.0.1:12111"
 )
 
 // envPrefix is the prefix of every environment variable of a setting with
@@ -153,7 +154,7 @@ func newSettings() *settings {
 	plain("config", "PAYRECON_CONFIG", "", kindPath, "a config file: one setting a line, its flag's name and its value (lease-duration 10m); # starts a comment")
 	secret("database-url", "PAYRECON_DATABASE_URL", kindDatabaseURL, "database: postgres://USER:PASSWORD@HOST:PORT/DB?sslmode=… or sqlite:PATH (default: a SQLite file in the user's data directory)", "PAYRECON_DATABASE_URL_FILE")
 	plain("sqlite-synchronous", "PAYRECON_SQLITE_SYNCHRONOUS", sqlite.DefaultSynchronous, kindSynchronous, "SQLite's synchronous setting: FULL syncs every commit to disk; NORMAL only at checkpoints, so a power loss or OS crash can lose the last commits (the file stays consistent)")
-	add(&setting{name: "addr", env: "PAYRECON_ADDR", def: defaultAddr, kind: kindAddr, defFor: map[string]string{"worker": defaultWorkerAddr},
+	add(&setting{name: "addr", env: "PAYRECON_ADDR", def: defaultAddr, kind: kindAddr, defFor: map[string]string{"worker": defaultWorkerAddr, "fakeprovider": defaultFakeAddr},
 		usage: "HTTP listen address of serve (webhooks, API, /ops, /metrics), of worker (/healthz, /readyz, /metrics; its own default, so that it runs beside serve) and of fakeprovider (its Stripe-compatible API)"})
 	plain("worker-id", "PAYRECON_WORKER_ID", "", kindString, "worker name in leases and the audit (default: host-pid)")
 	plain("lease-duration", "PAYRECON_LEASE_DURATION", formatDuration(rc.LeaseDuration), kindDuration, "how long a job claim is valid; at least twice --provider-timeout")

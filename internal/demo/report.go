@@ -3,8 +3,6 @@ package demo
 import (
 	"fmt"
 	"io"
-	"maps"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -69,7 +67,7 @@ type Audit struct {
 	New int `json:"new_findings"`
 	// Findings are the findings about the demo's purchases, oldest first.
 	Findings []AuditFinding `json:"findings"`
-	// AtRisk is the money at risk per currency (see MoneyAtRisk).
+	// AtRisk is the money at risk per currency (reconcile.MoneyAtRisk).
 	AtRisk []Money `json:"money_at_risk"`
 }
 
@@ -89,29 +87,8 @@ type AuditFinding struct {
 	Found string `json:"found"`
 }
 
-// Money is an amount in a currency's minor units.
-type Money struct {
-	Amount   int64  `json:"amount"`
-	Currency string `json:"currency"` // lower case, as Stripe writes it
-}
-
-// zeroDecimal lists the supported currencies whose minor unit is the
-// major one.
-var zeroDecimal = map[string]bool{"jpy": true, "krw": true}
-
-// String formats m for people: "13.00 USD", or "1300 JPY" for a
-// zero-decimal currency.
-func (m Money) String() string {
-	cur := strings.ToUpper(m.Currency)
-	if zeroDecimal[strings.ToLower(m.Currency)] {
-		return fmt.Sprintf("%d %s", m.Amount, cur)
-	}
-	sign, n := "", m.Amount
-	if n < 0 {
-		sign, n = "-", -n
-	}
-	return fmt.Sprintf("%s%d.%02d %s", sign, n/100, n%100, cur)
-}
+// Money is an amount in a currency's minor units (reconcile.Money).
+type Money = reconcile.Money
 
 // NewAudit summarises the demo's audit run rep for the report. findings
 // are the store's findings, oldest first (reconcile.Service.Findings); it
@@ -135,6 +112,7 @@ func NewAudit(rep reconcile.AuditReport, findings []reconcile.Finding, results [
 		From: "+" + ClockOffset(rep.Run.From.Sub(start)), Until: "+" + ClockOffset(rep.Run.Until.Sub(start)),
 		Payments: rep.Payments, Findings: []AuditFinding{},
 	}
+	var kept []reconcile.Finding
 	for _, f := range findings {
 		scenario, ours := scenarioOf[f.PurchaseID]
 		if !ours && (f.PurchaseID != "" || f.FoundAt.Before(start)) {
@@ -143,33 +121,14 @@ func NewAudit(rep reconcile.AuditReport, findings []reconcile.Finding, results [
 		if isNew[key{f.PaymentID, f.Kind}] {
 			a.New++
 		}
+		kept = append(kept, f)
 		a.Findings = append(a.Findings, AuditFinding{
 			Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID, Scenario: scenario,
 			Amount: f.Amount, Currency: strings.ToLower(f.Currency), Found: "+" + ClockOffset(f.FoundAt.Sub(start)),
 		})
 	}
-	a.AtRisk = MoneyAtRisk(a.Findings)
+	a.AtRisk = reconcile.MoneyAtRisk(kept)
 	return a
-}
-
-// MoneyAtRisk sums the findings' amounts per currency, currencies in
-// alphabetical order. A payment counts once however many findings it has
-// (a wrong amount and a wrong currency): its money is at risk once.
-func MoneyAtRisk(fs []AuditFinding) []Money {
-	sum := map[string]int64{}
-	counted := map[string]bool{}
-	for _, f := range fs {
-		if counted[f.PaymentID] {
-			continue
-		}
-		counted[f.PaymentID] = true
-		sum[strings.ToLower(f.Currency)] += f.Amount
-	}
-	out := make([]Money, 0, len(sum))
-	for _, c := range slices.Sorted(maps.Keys(sum)) {
-		out = append(out, Money{Amount: sum[c], Currency: c})
-	}
-	return out
 }
 
 // PrintSummary writes the report as a table, one row per scenario, the

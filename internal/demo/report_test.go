@@ -2,7 +2,6 @@ package demo_test
 
 import (
 	"encoding/json"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,57 +110,6 @@ Some scenarios did not end as expected (FAIL above).
 	r.PrintSummary(&b)
 	if strings.Contains(b.String(), "Audit") {
 		t.Errorf("summary without an audit:\n%s", b.String())
-	}
-}
-
-func TestMoneyString(t *testing.T) {
-	tests := []struct {
-		m    demo.Money
-		want string
-	}{
-		{demo.Money{Amount: 1300, Currency: "usd"}, "13.00 USD"},
-		{demo.Money{Amount: 5, Currency: "eur"}, "0.05 EUR"},
-		{demo.Money{Amount: 0, Currency: "gbp"}, "0.00 GBP"},
-		{demo.Money{Amount: -1250, Currency: "eur"}, "-12.50 EUR"},
-		{demo.Money{Amount: 1300, Currency: "jpy"}, "1300 JPY"},
-		{demo.Money{Amount: 1300, Currency: "KRW"}, "1300 KRW"},
-	}
-	for _, tt := range tests {
-		if got := tt.m.String(); got != tt.want {
-			t.Errorf("%+v.String() = %q, want %q", tt.m, got, tt.want)
-		}
-	}
-}
-
-func TestMoneyAtRisk(t *testing.T) {
-	f := func(payment string, amount int64, currency string) demo.AuditFinding {
-		return demo.AuditFinding{Kind: "duplicate_charge", PaymentID: payment, Amount: amount, Currency: currency}
-	}
-	tests := []struct {
-		name     string
-		findings []demo.AuditFinding
-		want     []demo.Money
-	}{
-		{name: "none", want: []demo.Money{}},
-		{name: "one", findings: []demo.AuditFinding{f("pi_1", 1300, "usd")}, want: []demo.Money{{Amount: 1300, Currency: "usd"}}},
-		{
-			name:     "summed per currency, currencies in order",
-			findings: []demo.AuditFinding{f("pi_1", 1300, "usd"), f("pi_2", 500, "eur"), f("pi_3", 9900, "usd"), f("pi_4", 100, "EUR")},
-			want:     []demo.Money{{Amount: 600, Currency: "eur"}, {Amount: 11200, Currency: "usd"}},
-		},
-		{
-			// A wrong amount and a wrong currency: one payment, at risk once.
-			name:     "a payment with two findings counts once",
-			findings: []demo.AuditFinding{f("pi_1", 9900, "usd"), {Kind: "currency_mismatch", PaymentID: "pi_1", Amount: 9900, Currency: "usd"}},
-			want:     []demo.Money{{Amount: 9900, Currency: "usd"}},
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := demo.MoneyAtRisk(tt.findings); !slices.Equal(got, tt.want) {
-				t.Errorf("MoneyAtRisk = %+v, want %+v", got, tt.want)
-			}
-		})
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	verrors "github.com/pb33f/libopenapi-validator/errors"
 
 	"github.com/payrecon/payrecon/api"
+	"github.com/payrecon/payrecon/provider"
 )
 
 // The contract checks: every request the purchase API tests send and every
@@ -129,6 +130,9 @@ func judgeExchange(v validator.Validator, req *http.Request, body []byte, status
 	if req.Method == http.MethodPost && (req.URL.Path == "/v1/purchases" || refundsPath.MatchString(req.URL.Path)) {
 		broken = bodyRules(body)
 	}
+	if req.Method == http.MethodPost && req.URL.Path == "/v1/purchases" {
+		broken = append(broken, minimumChargeRule(body)...)
+	}
 	contractMu.Lock()
 	if len(body) <= maxBody { // a larger body is refused whatever it says
 		if ok, errs := v.ValidateHttpRequestSync(vreq); !ok {
@@ -152,6 +156,25 @@ func judgeExchange(v validator.Validator, req *http.Request, body []byte, status
 		out = append(out, fmt.Sprintf("%s: the server refused a request the contract accepts", what))
 	}
 	return out
+}
+
+// minimumChargeRule returns the rule of amount's description that a
+// purchase body breaks and that JSON Schema cannot express: an amount
+// under the provider's minimum charge in its currency.
+func minimumChargeRule(body []byte) []string {
+	var req struct {
+		Amount   json.Number `json:"amount"`
+		Currency string      `json:"currency"`
+	}
+	if json.Unmarshal(body, &req) != nil {
+		return nil // left to the schema
+	}
+	amount, err := req.Amount.Int64()
+	least, fixed := provider.MinimumCharge(strings.ToLower(strings.TrimSpace(req.Currency)))
+	if err != nil || !fixed || amount < 1 || amount >= least {
+		return nil
+	}
+	return []string{fmt.Sprintf("amount %d is under the minimum charge of %d in %s", amount, least, req.Currency)}
 }
 
 // refundsPath is the path of POST /v1/purchases/{id}/refunds, whose body

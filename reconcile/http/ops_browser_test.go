@@ -331,7 +331,7 @@ func TestOpsBrowserResolve(t *testing.T) {
 		t.Fatalf("operator actions: %+v", rec.Actions)
 	}
 	a := rec.Actions[0]
-	wantSaw := "outcome=succeeded status=succeeded payment=" + charge + " amount=1250 eur"
+	wantSaw := "outcome=succeeded status=succeeded payment=" + charge + " amount=12.50 EUR"
 	if a.Operator != "Olivia Operator" || a.Action != "resolve" || a.Evidence != evidence ||
 		!strings.HasPrefix(a.Saw, wantSaw) || a.Did != "uncertain→reconciling→succeeded" {
 		t.Errorf("operator action: %+v\nwant operator Olivia Operator, evidence %q, saw %q…", a, evidence, wantSaw)

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"html/template"
 	"net/http"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -45,22 +43,6 @@ func opsWantsJSON(r *http.Request, who opsWho) bool {
 	return who.Bearer
 }
 
-// opsZeroDecimal lists the supported currencies without minor units.
-var opsZeroDecimal = map[string]bool{"jpy": true, "krw": true}
-
-// opsAmount formats minor units for people: "12.34 EUR".
-func opsAmount(minor int64, currency string) string {
-	cur := strings.ToUpper(currency)
-	if opsZeroDecimal[currency] {
-		return strconv.FormatInt(minor, 10) + " " + cur
-	}
-	sign := ""
-	if minor < 0 {
-		sign, minor = "-", -minor
-	}
-	return fmt.Sprintf("%s%d.%02d %s", sign, minor/100, minor%100, cur)
-}
-
 // opsAge renders a duration for people: "2d 3h", "4h 12m", "5m 3s".
 func opsAge(d time.Duration) string {
 	if d <= 0 {
@@ -88,23 +70,12 @@ func opsTimePtr(t time.Time) *time.Time {
 	return &t
 }
 
-// opsMoneyAtRisk sums the open findings' amounts per currency, formatted
-// for people ("12.50 EUR"), currencies in alphabetical order.
+// opsMoneyAtRisk is reconcile.MoneyAtRisk, written for people
+// ("12.50 EUR").
 func opsMoneyAtRisk(fs []reconcile.Finding) []string {
-	sum := map[string]int64{}
-	for _, f := range fs {
-		if f.Open() {
-			sum[strings.ToLower(f.Currency)] += f.Amount
-		}
-	}
-	curs := make([]string, 0, len(sum))
-	for c := range sum {
-		curs = append(curs, c)
-	}
-	sort.Strings(curs)
-	out := make([]string, 0, len(curs))
-	for _, c := range curs {
-		out = append(out, opsAmount(sum[c], c))
+	out := []string{}
+	for _, m := range reconcile.MoneyAtRisk(fs) {
+		out = append(out, m.String())
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 )
 
@@ -66,7 +67,7 @@ type opsFindingJSON struct {
 func opsFindingToJSON(f reconcile.Finding) opsFindingJSON {
 	return opsFindingJSON{
 		ID: f.ID, Provider: f.Provider, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
-		Amount: f.Amount, Currency: f.Currency, AmountDisplay: opsAmount(f.Amount, f.Currency), Status: f.Status,
+		Amount: f.Amount, Currency: f.Currency, AmountDisplay: provider.FormatAmount(f.Amount, f.Currency), Status: f.Status,
 		Evidence: f.Evidence, FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: opsTimePtr(f.ClosedAt),
 		ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
 	}
@@ -117,7 +118,7 @@ func opsCaseToJSON(c reconcile.Case, refunds []reconcile.Refund) opsCaseJSON {
 	p := c.Purchase
 	out := opsCaseJSON{
 		PurchaseID: p.ID, ProviderPaymentID: p.ProviderPaymentID, Amount: p.Amount, Currency: p.Currency,
-		AmountDisplay: opsAmount(p.Amount, p.Currency), Customer: p.Customer, Reference: p.Reference,
+		AmountDisplay: provider.FormatAmount(p.Amount, p.Currency), Customer: p.Customer, Reference: p.Reference,
 		Description: p.Description, State: string(p.State), Final: p.State.Terminal(), Version: p.Version,
 		AgeSeconds: int64(c.Age / time.Second), Age: opsAge(c.Age), Escalated: p.Escalated(),
 		EscalationReason: string(p.EscalationReason), EscalatedAt: opsTimePtr(p.EscalatedAt),

@@ -131,7 +131,7 @@ func opsFindingRows(fs []reconcile.Finding) []opsFindingRow {
 	for _, f := range fs {
 		out = append(out, opsFindingRow{
 			ID: f.ID, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
-			Amount: opsAmount(f.Amount, f.Currency), Status: f.Status, Evidence: f.Evidence, Provider: f.Provider,
+			Amount: provider.FormatAmount(f.Amount, f.Currency), Status: f.Status, Evidence: f.Evidence, Provider: f.Provider,
 			FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: f.ClosedAt, ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
 		})
 	}
@@ -164,7 +164,7 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 	for _, c := range cases {
 		p := c.Purchase
 		data.Rows = append(data.Rows, opsRow{
-			ID: p.ID, PaymentID: p.ProviderPaymentID, Amount: opsAmount(p.Amount, p.Currency), Customer: p.Customer,
+			ID: p.ID, PaymentID: p.ProviderPaymentID, Amount: provider.FormatAmount(p.Amount, p.Currency), Customer: p.Customer,
 			Reference: p.Reference, Age: opsAge(c.Age), Reason: string(p.EscalationReason), State: string(p.State),
 			EscalatedAt: p.EscalatedAt,
 		})
@@ -352,7 +352,7 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 	p := c.Purchase
 	data := opsCaseData{
 		opsBase: o.base("Purchase "+p.ID, who), P: p, ID: url.PathEscape(p.ID),
-		Amount: opsAmount(p.Amount, p.Currency), Age: opsAge(c.Age), Final: p.State.Terminal(),
+		Amount: provider.FormatAmount(p.Amount, p.Currency), Age: opsAge(c.Age), Final: p.State.Terminal(),
 		Timeline: opsTimeline(c), Flash: flash, Form: form, Findings: opsFindingRows(c.Findings),
 		Refunds: opsRefundRows(refunds),
 	}

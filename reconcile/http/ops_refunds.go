@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -32,7 +33,7 @@ type opsRefundRow struct {
 
 func opsRefundRowOf(r reconcile.Refund, age time.Duration) opsRefundRow {
 	return opsRefundRow{
-		ID: r.ID, PurchaseID: r.PurchaseID, PaymentID: r.PaymentID, Amount: opsAmount(r.Amount, r.Currency),
+		ID: r.ID, PurchaseID: r.PurchaseID, PaymentID: r.PaymentID, Amount: provider.FormatAmount(r.Amount, r.Currency),
 		Reason: r.Reason, State: string(r.State), RequestedBy: r.RequestedBy,
 		EscalationReason: string(r.EscalationReason), Age: opsAge(age), FindingID: r.FindingID,
 		CreatedAt: r.CreatedAt, SettledAt: r.SettledAt, EscalatedAt: r.EscalatedAt,
@@ -76,7 +77,7 @@ type opsRefundJSON struct {
 func opsRefundToJSON(r reconcile.Refund) opsRefundJSON {
 	return opsRefundJSON{
 		RefundID: r.ID, PurchaseID: r.PurchaseID, PaymentID: r.PaymentID, FindingID: r.FindingID,
-		Amount: r.Amount, Currency: r.Currency, AmountDisplay: opsAmount(r.Amount, r.Currency), Reason: r.Reason,
+		Amount: r.Amount, Currency: r.Currency, AmountDisplay: provider.FormatAmount(r.Amount, r.Currency), Reason: r.Reason,
 		RequestedBy: r.RequestedBy, State: string(r.State), Final: statemachine.Refund.Terminal(r.State),
 		Version: r.Version, ProviderKey: r.ProviderKey, ProviderRefundID: r.ProviderRefundID,
 		FailureReason: r.FailureReason, Escalated: r.Escalated(), EscalationReason: string(r.EscalationReason),
@@ -242,9 +243,9 @@ func (o *Ops) refundCharge(w http.ResponseWriter, r *http.Request, who opsWho) {
 		return
 	}
 	o.log.Warn("ops: refund of a charge started", "finding", fid, "refund", ref.ID, "payment", ref.PaymentID,
-		"amount", ref.Amount, "operator", who.Operator)
+		"amount", provider.FormatAmount(ref.Amount, ref.Currency), "operator", who.Operator)
 	msg := fmt.Sprintf("Refund %s of %s from payment %s started by %s. The worker sends it to the provider and reconciles it; close the finding once it has succeeded.",
-		ref.ID, opsAmount(ref.Amount, ref.Currency), ref.PaymentID, who.Operator)
+		ref.ID, provider.FormatAmount(ref.Amount, ref.Currency), ref.PaymentID, who.Operator)
 	if opsWantsJSON(r, who) {
 		writeJSON(w, http.StatusCreated, map[string]any{"message": msg, "refund": opsRefundToJSON(ref)})
 		return

@@ -288,6 +288,7 @@ func TestBadInputStoresNothing(t *testing.T) {
 		{"amount over max", "k10", `{"customer":"c","amount":100000000,"currency":"usd"}`, "amount"},
 		{"unknown currency", "k11", `{"customer":"c","amount":300,"currency":"xyz"}`, "currency"},
 		{"missing customer", "k12", `{"amount":300,"currency":"usd"}`, "customer"},
+		{"under the minimum charge", "k13", `{"customer":"c","amount":1,"currency":"usd","payment_method":"pm_card_visa"}`, "amount"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -306,6 +307,9 @@ func TestBadInputStoresNothing(t *testing.T) {
 			}
 			if err := json.Unmarshal([]byte(r.body), &body); err != nil || len(body.Error.Fields) == 0 || body.Error.Fields[0].Field != tt.field {
 				t.Fatalf("body %s: want a field error on %s", r.body, tt.field)
+			}
+			if strings.Contains(tt.name, "minimum") && !strings.Contains(r.body, "minimum charge of 0.50 USD") {
+				t.Fatalf("body %s: want the minimum charge named", r.body)
 			}
 			if tt.key != "" && validKeyForTest(tt.key) && f.keyStored("shop", tt.key) {
 				t.Fatalf("key %q stored for a bad request", tt.key)

@@ -7,12 +7,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/payrecon/payrecon/internal/crashpoint"
 	"net/http"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"github.com/payrecon/payrecon/reconcile"
 )
 

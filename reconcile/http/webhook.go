@@ -2,10 +2,10 @@ package http
 
 import (
 	"errors"
-	"github.com/payrecon/payrecon/internal/crashpoint"
 	"io"
 	"net/http"
 
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 )
