@@ -283,15 +283,15 @@ func (s *Service) RefundCharge(ctx context.Context, findingID int64, amount int6
 		}
 		return tx.InsertOperatorAction(ctx, OperatorAction{
 			PurchaseID: f.PurchaseID, RefundID: r.ID, Operator: operator, Action: "refund",
-			Saw:      fmt.Sprintf("finding %d: %s %s, %d %s (%s)", f.ID, f.Kind, f.PaymentID, f.Amount, f.Currency, f.Status),
-			Did:      fmt.Sprintf("refund %s of %d %s from payment %s", r.ID, r.Amount, r.Currency, r.PaymentID),
+			Saw:      fmt.Sprintf("finding %d: %s %s, %s (%s)", f.ID, f.Kind, f.PaymentID, provider.FormatAmount(f.Amount, f.Currency), f.Status),
+			Did:      fmt.Sprintf("refund %s of %s from payment %s", r.ID, provider.FormatAmount(r.Amount, r.Currency), r.PaymentID),
 			Evidence: evidence, At: now,
 		})
 	})
 	if err != nil {
 		return Refund{}, fmt.Errorf("reconcile: refund charge of finding %d: %w", findingID, err)
 	}
-	s.cfg.Logger.Warn("operator refunds a charge", "finding", findingID, "refund", r.ID, "payment", r.PaymentID, "amount", r.Amount, "operator", operator)
+	s.cfg.Logger.Warn("operator refunds a charge", "finding", findingID, "refund", r.ID, "payment", r.PaymentID, "amount", provider.FormatAmount(r.Amount, r.Currency), "operator", operator)
 	return r, nil
 }
 

@@ -80,8 +80,8 @@ func (s *Service) matchRefunds(ctx context.Context, tx Tx, refunds []provider.Re
 					return nil, err
 				}
 			}
-			f.Evidence = fmt.Sprintf("provider refund %s (%s) of %d %s from payment %s names refund %q: the books have no such refund",
-				x.ID, x.Status, x.Amount, x.Currency, orNone(x.PaymentID), x.RefundID)
+			f.Evidence = fmt.Sprintf("provider refund %s (%s) of %s from payment %s names refund %q: the books have no such refund",
+				x.ID, x.Status, provider.FormatAmount(x.Amount, x.Currency), orNone(x.PaymentID), x.RefundID)
 			found = append(found, f)
 			continue
 		}
