@@ -20,6 +20,7 @@ import (
 	v3 "github.com/pb33f/libopenapi/datamodel/high/v3"
 
 	"github.com/payrecon/payrecon/api"
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -155,7 +156,7 @@ func propertyOf(t *testing.T, m *v3.Document, schema, property string) *v3Schema
 		t.Fatalf("schema %s has no property %s", schema, property)
 	}
 	s := pp.Schema()
-	v := &v3SchemaView{pattern: s.Pattern}
+	v := &v3SchemaView{pattern: s.Pattern, description: s.Description}
 	if s.Maximum != nil {
 		v.maximum = *s.Maximum
 	}
@@ -166,9 +167,10 @@ func propertyOf(t *testing.T, m *v3.Document, schema, property string) *v3Schema
 }
 
 type v3SchemaView struct {
-	pattern string
-	maximum float64
-	enum    []string
+	pattern     string
+	description string
+	maximum     float64
+	enum        []string
 }
 
 // TestOpenAPIMatchesTheDomain: the document's lists and limits are the
@@ -194,6 +196,33 @@ func TestOpenAPIMatchesTheDomain(t *testing.T) {
 	for _, schema := range []string{"PurchaseRequest", "RefundRequest"} {
 		if got, want := propertyOf(t, m, schema, "amount").maximum, float64(reconcile.DefaultConfig().MaxAmount); got != want {
 			t.Errorf("%s amount maximum %v, want reconcile's default MaxAmount %v", schema, got, want)
+		}
+	}
+	// The minimum charges the amount's description lists ("50 for usd,
+	// eur; 30 for gbp; …") are the provider's, every one of them.
+	minimums := map[string]int64{}
+	desc := strings.Join(strings.Fields(propertyOf(t, m, "PurchaseRequest", "amount").description), " ")
+	for _, g := range regexp.MustCompile(`(\d+) for ([a-z, and]+?)[;)]`).FindAllStringSubmatch(desc, -1) {
+		n, _ := strconv.ParseInt(g[1], 10, 64)
+		for _, c := range regexp.MustCompile(`[a-z]{3}`).FindAllString(g[2], -1) {
+			if c != "and" {
+				minimums[c] = n
+			}
+		}
+	}
+	for _, c := range []string{"usd", "eur", "gbp", "jpy", "huf"} {
+		if _, ok := minimums[c]; !ok {
+			t.Errorf("the amount's description gives no minimum charge for %s: %q", c, desc)
+		}
+	}
+	for c, n := range minimums {
+		if least, ok := provider.MinimumCharge(c); !ok || least != n {
+			t.Errorf("the amount's description says the minimum charge in %s is %d; provider.MinimumCharge says %d, %v", c, n, least, ok)
+		}
+	}
+	for _, c := range strings.Fields("aud bgn brl cad chf cny czk dkk eur gbp hkd huf idr ils inr isk jpy krw mxn myr nok nzd php pln ron sek sgd thb try usd zar aed") {
+		if _, ok := provider.MinimumCharge(c); ok && minimums[c] == 0 {
+			t.Errorf("provider.MinimumCharge fixes a minimum in %s; the amount's description does not say it", c)
 		}
 	}
 	for schema, machine := range map[string]statemachine.Machine{"State": statemachine.Purchase, "RefundState": statemachine.Refund} {
