@@ -182,35 +182,10 @@ func (s *Server) controlRefund(w http.ResponseWriter, r *http.Request) {
 
 // controlRefundStatus serves POST /_fake/refunds/{id}/status.
 func (s *Server) controlRefundStatus(w http.ResponseWriter, r *http.Request, id string) {
-	p, bad := controlParams(r, "status", "webhooks")
-	if bad != nil {
-		writeError(w, http.StatusBadRequest, *bad)
-		return
-	}
-	status, ok := p["status"]
-	if !ok {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_missing", Param: "status",
-			Message: "Missing required param: status."})
-		return
-	}
-	webhooks, bad := s.webhooksParam(p)
-	if bad != nil {
-		writeError(w, http.StatusBadRequest, *bad)
-		return
-	}
-	rf, err := s.SetRefundStatus(id, status, webhooks)
-	switch {
-	case errors.Is(err, ErrNoSuchRefund):
-		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: ReasonNotFound, Param: "id",
-			DocURL: "https://stripe.com/docs/error-codes/resource-missing", Message: fmt.Sprintf("No such refund: '%s'", id)})
-	case errors.Is(err, ErrUnknownStatus):
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_string", Param: "status",
-			Message: err.Error()})
-	case err != nil:
-		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})
-	default:
-		writeJSON(w, http.StatusOK, renderRefund(rf, rf.Status))
-	}
+	s.controlSetStatus(w, r, ErrNoSuchRefund, "id", "No such refund: '"+id+"'", func(status string, webhooks bool) (any, error) {
+		rf, err := s.SetRefundStatus(id, status, webhooks)
+		return renderRefund(rf, rf.Status), err
+	})
 }
 
 // controlCharge serves POST /_fake/charges.
@@ -262,6 +237,16 @@ func (s *Server) controlCharge(w http.ResponseWriter, r *http.Request) {
 
 // controlStatus serves POST /_fake/payment_intents/{id}/status.
 func (s *Server) controlStatus(w http.ResponseWriter, r *http.Request, id string) {
+	s.controlSetStatus(w, r, ErrNoSuchPayment, "intent", "No such payment_intent: '"+id+"'", func(status string, webhooks bool) (any, error) {
+		ch, err := s.SetStatus(id, status, webhooks)
+		return renderPI(ch, ch.Status), err
+	})
+}
+
+// controlSetStatus serves a control call that sets an object's status
+// with set, which returns the object rendered; an error that is noSuch
+// answers 404 naming param with missing as its message.
+func (s *Server) controlSetStatus(w http.ResponseWriter, r *http.Request, noSuch error, param, missing string, set func(status string, webhooks bool) (any, error)) {
 	p, bad := controlParams(r, "status", "webhooks")
 	if bad != nil {
 		writeError(w, http.StatusBadRequest, *bad)
@@ -278,18 +263,18 @@ func (s *Server) controlStatus(w http.ResponseWriter, r *http.Request, id string
 		writeError(w, http.StatusBadRequest, *bad)
 		return
 	}
-	ch, err := s.SetStatus(id, status, webhooks)
+	rendered, err := set(status, webhooks)
 	switch {
-	case errors.Is(err, ErrNoSuchPayment):
-		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: ReasonNotFound, Param: "intent",
-			DocURL: "https://stripe.com/docs/error-codes/resource-missing", Message: fmt.Sprintf("No such payment_intent: '%s'", id)})
+	case errors.Is(err, noSuch):
+		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error", Code: ReasonNotFound, Param: param,
+			DocURL: "https://stripe.com/docs/error-codes/resource-missing", Message: missing})
 	case errors.Is(err, ErrUnknownStatus):
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_string", Param: "status",
 			Message: err.Error()})
 	case err != nil:
 		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})
 	default:
-		writeJSON(w, http.StatusOK, renderPI(ch, ch.Status))
+		writeJSON(w, http.StatusOK, rendered)
 	}
 }
 
