@@ -554,11 +554,12 @@ func TestSettingsPrecedence(t *testing.T) {
 	os.Unsetenv("PAYRECON_CONFIG")
 
 	// A bad value or an unknown name in the file is a usage error naming
-	// the file.
+	// the file and its line; an unknown name, the nearest known one.
 	for content, want := range map[string]string{
-		"lease-duration soon\n": `lease-duration "soon" in ` + conf,
-		"json true\n":           `config file flag "json" not defined`,
-		"api-token short\n":     "api-token (value hidden) in " + conf,
+		"lease-duration soon\n":                          `lease-duration "soon" in ` + conf + ":1 ",
+		"# comment\n\nworker-id w1\nlease-duraton 10m\n": conf + `:4: unknown setting "lease-duraton"; did you mean "lease-duration"?`,
+		"json true\n":       conf + `:1: unknown setting "json"`,
+		"api-token short\n": "api-token (value hidden) in " + conf,
 	} {
 		write(t, conf, content)
 		code, _, stderr := run(t, nil, "worker", "--config", conf)

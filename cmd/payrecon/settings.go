@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -106,6 +107,9 @@ type settings struct {
 	// bad is the last value a setting refused, for the error message:
 	// the flag package's own message would show a secret.
 	bad *badValue
+	// badLine is the config file's line being set, for a bad value's
+	// message; 0 when the value came from elsewhere.
+	badLine int
 }
 
 // badValue is a value a setting refused.
@@ -353,21 +357,28 @@ func (s *settings) resolve(fs *flag.FlagSet, command string) error {
 			only.Var(value{s: s, st: st}, st.name, st.usage)
 		}
 	}
-	s.bad = nil
+	s.bad, s.badLine = nil, 0
+	config := func() string { return s.byKey["config"].value }
 	err := ff.Parse(only, argv,
 		ff.WithEnvVarPrefix(envPrefix),
 		ff.WithConfigFileFlag("config"),
-		ff.WithConfigFileParser(ff.PlainParser))
-	config := s.byKey["config"].value
+		ff.WithConfigFileParser(s.configFileParser(config)))
 	if err != nil {
+		var unknown unknownSettingError
+		if errors.As(err, &unknown) {
+			return unknown
+		}
 		if b := s.bad; b != nil {
-			src := "--config " + config
+			src := "--config " + config()
+			if s.badLine > 0 {
+				src += fmt.Sprintf(":%d", s.badLine)
+			}
 			if os.Getenv(b.st.env) == b.value {
 				src = "environment"
 			}
 			return s.badValueError(b, src)
 		}
-		return fmt.Errorf("--config %s: %w", config, err)
+		return fmt.Errorf("--config %s: %w", config(), err)
 	}
 	only.Visit(func(f *flag.Flag) {
 		st := s.byKey[f.Name]
