@@ -195,7 +195,7 @@ func runPurchaseCreate(ctx context.Context, e *env, args []string) error {
 	var amount string
 	rest, err := e.parse("purchase create", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&np.Customer, "customer", "", "customer reference (required)")
-		fs.StringVar(&amount, "amount", "", "amount in minor units, e.g. 300 for 3.00 (required)")
+		fs.StringVar(&amount, "amount", "", "`AMOUNT` in minor units, e.g. 300 for 3.00 (required)")
 		fs.StringVar(&np.Currency, "currency", "", "ISO 4217 currency code, e.g. usd (required)")
 		fs.StringVar(&np.Description, "description", "", "what is bought")
 		fs.StringVar(&np.Reference, "reference", "", "optional business reference, unique per customer")

@@ -39,6 +39,9 @@ type env struct {
 	// tracer, when set, sees every statement and batch of every Postgres
 	// store the command opens: the bench counts round trips with it.
 	tracer pgx.QueryTracer
+	// parsed is the name of the last command whose flags were parsed: a
+	// subcommand's ("purchase create"), for its usage errors.
+	parsed string
 }
 
 // command is a command, or a subcommand ("ops list"). run gets the
@@ -273,6 +276,9 @@ func (e *env) exitCode(name string, err error) int {
 	case err == nil, errors.Is(err, flag.ErrHelp):
 		return 0
 	case errors.Is(err, errUsage):
+		if strings.HasPrefix(e.parsed, name+" ") {
+			name = e.parsed // the subcommand's help, not its group's
+		}
 		msg := strings.TrimPrefix(err.Error(), errUsage.Error()+": ")
 		fmt.Fprintf(e.stderr, "payrecon %s: %s\nRun 'payrecon help %s' for its flags and settings.\n", name, msg, name)
 		return 2
@@ -393,7 +399,9 @@ func (e *env) printHelp(name string, fs *flag.FlagSet) {
 			if typ != "" {
 				r.head += " " + typ
 			}
-			if f.DefValue != "" && f.DefValue != "false" {
+			// A flag whose text says its default itself ("(default: the
+			// charge's whole amount)") shows no zero value besides.
+			if f.DefValue != "" && f.DefValue != "false" && !strings.Contains(usage, "(default") {
 				r.def = "default " + f.DefValue
 			}
 			rows = append(rows, r)
@@ -437,6 +445,7 @@ func isHelp(arg string) bool { return arg == "-h" || arg == "-help" || arg == "-
 // flag.ErrHelp.
 func (e *env) parse(name string, args []string, extra func(fs *flag.FlagSet)) ([]string, error) {
 	s := e.settings
+	e.parsed = name
 	fs := flag.NewFlagSet("payrecon "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	s.register(fs)

@@ -39,7 +39,7 @@ func runRefund(ctx context.Context, e *env, args []string) error {
 func runRefundCreate(ctx context.Context, e *env, args []string) error {
 	var amount, reason string
 	rest, err := e.parse("refund create", args, func(fs *flag.FlagSet) {
-		fs.StringVar(&amount, "amount", "", "amount to refund in minor units, e.g. 100 for 1.00; at most what is left of the amount paid (required)")
+		fs.StringVar(&amount, "amount", "", "`AMOUNT` to refund in minor units, e.g. 100 for 1.00; at most what is left of the amount paid (required)")
 		fs.StringVar(&reason, "reason", "", "why, for the books (required)")
 	})
 	if err != nil {
