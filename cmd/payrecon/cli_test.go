@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"testing"
 
@@ -96,7 +97,7 @@ func TestHelpGolden(t *testing.T) {
 // TestHelpShowsTypesAndDefaults: every setting shows its type (but a
 // boolean) and its default, and no usage text is taken for a type.
 func TestHelpShowsTypesAndDefaults(t *testing.T) {
-	_, out, _ := run(t, nil, "help")
+	_, out, _ := run(t, nil, "help", "settings")
 	for _, st := range newSettings().list {
 		if st.envOnly {
 			if !strings.Contains(out, "\n  "+st.env+" (environment only)\n") {
@@ -504,7 +505,7 @@ func TestServeAndWorkerAddresses(t *testing.T) {
 	}
 	// The help says so.
 	_, out, _ := run(t, nil, "worker", "-h")
-	if !strings.Contains(out, "--addr host:port") || !strings.Contains(out, "default "+defaultWorkerAddr) {
+	if !strings.Contains(out, "--addr="+defaultWorkerAddr) {
 		t.Errorf("worker -h does not show its default address:\n%s", out)
 	}
 }
@@ -740,6 +741,49 @@ func TestConfigExample(t *testing.T) {
 		"database-url-file": "/run/secrets/payrecon-database-url"} {
 		if got := e.settings.str(name); got != want {
 			t.Errorf("--%s = %q, want %q", name, got, want)
+		}
+	}
+}
+
+// TestHelpIsShort: `payrecon help` and the help of the commands that
+// read the most settings fit on a screen or two, and a command's help
+// names every setting it reads and every flag of its usage line.
+func TestHelpIsShort(t *testing.T) {
+	for _, tt := range []struct {
+		args     []string
+		maxLines int
+	}{
+		{[]string{"help"}, 40},
+		{[]string{"serve", "-h"}, 60},
+		{[]string{"worker", "-h"}, 60},
+	} {
+		code, out, _ := run(t, nil, tt.args...)
+		if n := strings.Count(out, "\n"); code != 0 || n > tt.maxLines {
+			t.Errorf("payrecon %s: exit %d, %d lines, want at most %d", strings.Join(tt.args, " "), code, n, tt.maxLines)
+		}
+	}
+	s := newSettings()
+	all := commands()
+	for _, c := range all {
+		group := slices.ContainsFunc(all, func(sub command) bool { return strings.HasPrefix(sub.name, c.name+" ") })
+		if c.name == "help" || group {
+			continue // their help lists commands
+		}
+		_, out, _ := run(t, nil, append(strings.Fields(c.name), "-h")...)
+		want := slices.Clone(c.settings)
+		for _, f := range strings.Fields(c.args) {
+			if name, ok := strings.CutPrefix(strings.Trim(f, "[]"), "--"); ok {
+				want = append(want, name)
+			}
+		}
+		for _, name := range want {
+			shown := "--" + name
+			if st := s.byKey[name]; st != nil && st.envOnly {
+				shown = st.env
+			}
+			if !strings.Contains(out, shown) {
+				t.Errorf("payrecon %s -h does not show %s", c.name, shown)
+			}
 		}
 	}
 }

@@ -214,7 +214,7 @@ func commands() []command {
 			run:   runStatemachine},
 		{name: "version", summary: "print the version, VCS revision and Go version (also --version)",
 			about: "Prints the version of the module payrecon was built from ((devel) for a build from a work tree), the VCS revision and commit time when the build recorded them, and the Go version.", run: runVersion},
-		{name: "help", args: "[COMMAND [SUBCOMMAND]]", summary: "this list, or help COMMAND: a command's flags and settings", run: runHelp},
+		{name: "help", args: "[COMMAND [SUBCOMMAND] | settings]", summary: "this list; help COMMAND: its flags and settings; help settings: all settings", run: runHelp},
 	}
 }
 
@@ -299,23 +299,25 @@ func printCommands(w io.Writer) {
 	}
 }
 
-// helpText is the part of `payrecon help` between the commands and the
-// settings.
+// helpText ends `payrecon help`, after the commands.
 const helpText = `Run 'payrecon help COMMAND' (or 'payrecon COMMAND -h') for a command's
-flags and the settings it uses.
+flags and the settings it reads, and 'payrecon help settings' for every
+setting, its environment variable, default and meaning.
 
 Exit status: 0 on success, 1 when the command failed, 2 for a bad command
 line or a bad setting (nothing was done).
+`
+
+// settingsText heads `payrecon help settings`, before the settings.
+const settingsText = `Settings: every command takes every setting; each command's help lists
+those it reads. A setting has a flag, an environment variable and a line
+in the config file (--config FILE: "name value", one a line, # starts a
+comment). A flag wins over the environment, which wins over the config
+file, which wins over the default. Durations are written 30s, 2m, 1h30m.
 
 serve and worker are alternatives: serve runs the worker itself, beside
 HTTP. Extra workers may run beside it, on their own address (worker's
 --addr defaults to ` + defaultWorkerAddr + `, serve's to ` + defaultAddr + `).
-
-Settings: every command takes every setting; each command's help lists
-those it uses. A setting has a flag, an environment variable and a line
-in the config file (--config FILE: "name value", one a line, # starts a
-comment). A flag wins over the environment, which wins over the config
-file, which wins over the default. Durations are written 30s, 2m, 1h30m.
 
 Secrets (the database URL, the API and operator tokens, Stripe's keys)
 can also be read from a file, with the _FILE variable (or -file flag)
@@ -331,20 +333,30 @@ operator token differs from every API token.
 Settings (flag, type and default; environment variable and meaning):
 `
 
-// usage writes `payrecon help`: the commands, the rules, every setting.
-func usage(e *env, w io.Writer) {
+// usage writes `payrecon help`: the commands and where to read more.
+func usage(w io.Writer) {
 	fmt.Fprint(w, "payrecon: payment reconciliation worker\n\n")
 	printCommands(w)
 	fmt.Fprintln(w)
 	fmt.Fprint(w, helpText)
+}
+
+// usageSettings writes `payrecon help settings`: the rules of the
+// settings, and every setting.
+func usageSettings(e *env, w io.Writer) {
+	fmt.Fprint(w, settingsText)
 	e.settings.printSettings(w, nil, "")
 }
 
-// runHelp prints the help, or a command's: `payrecon help ops resolve` is
-// `payrecon ops resolve -h`.
+// runHelp prints the help, every setting (`payrecon help settings`), or a
+// command's help: `payrecon help ops resolve` is `payrecon ops resolve -h`.
 func runHelp(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		usage(e, e.stdout)
+		usage(e.stdout)
+		return nil
+	}
+	if len(args) == 1 && args[0] == "settings" {
+		usageSettings(e, e.stdout)
 		return nil
 	}
 	if args[0] == "help" || isHelp(args[0]) {
@@ -392,30 +404,27 @@ func (e *env) printHelp(name string, fs *flag.FlagSet) {
 	}
 	if len(own) > 0 {
 		fmt.Fprintln(w, "\nFlags:")
-		var rows []helpRow
 		for _, f := range own {
 			typ, usage := flag.UnquoteUsage(f)
-			r := helpRow{head: "--" + f.Name, text: usage}
+			head := "--" + f.Name
 			if typ != "" {
-				r.head += " " + typ
+				head += " " + typ
 			}
 			// A flag whose text says its default itself ("(default: the
 			// charge's whole amount)") shows no zero value besides.
 			if f.DefValue != "" && f.DefValue != "false" && !strings.Contains(usage, "(default") {
-				r.def = "default " + f.DefValue
+				usage += " (default " + f.DefValue + ")"
 			}
-			rows = append(rows, r)
+			fmt.Fprintf(w, "  %s  %s\n", head, usage)
 		}
-		printRows(w, rows)
 	}
 	if len(c.settings) == 0 {
 		fmt.Fprintln(w, "\nIt uses no setting.")
 		return
 	}
-	fmt.Fprintln(w, "\nSettings (a flag wins over the environment, which wins over the config file,")
-	fmt.Fprintln(w, "which wins over the default; every other setting of 'payrecon help' is")
-	fmt.Fprintln(w, "accepted and has no effect here):")
-	e.settings.printSettings(w, c.settings, name)
+	fmt.Fprintln(w, "\nSettings it reads, with their defaults (flag, then PAYRECON_NAME, then the")
+	fmt.Fprintln(w, "config file; 'payrecon help settings' says what each means):")
+	e.settings.printCompact(w, c.settings, name)
 }
 
 // printGroupHelp writes the help of a command made of subcommands.

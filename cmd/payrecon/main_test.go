@@ -453,11 +453,18 @@ func TestBadSettingsAreNamed(t *testing.T) {
 	}
 }
 
+// TestHelpListsSettings: `payrecon help settings` lists every setting
+// with its variable, and `payrecon help` the commands.
 func TestHelpListsSettings(t *testing.T) {
-	code, out, _ := run(t, nil, "help")
+	code, commands, _ := run(t, nil, "help")
 	if code != 0 {
 		t.Fatalf("exit %d", code)
 	}
+	code, out, _ := run(t, nil, "help", "settings")
+	if code != 0 {
+		t.Fatalf("help settings: exit %d", code)
+	}
+	out = commands + out
 	for _, want := range []string{"--database-url", "PAYRECON_DATABASE_URL", "--lease-duration", "--backoff", "--max-attempts",
 		"--max-uncertain-age", "--key-retention", "--provider", "--fake-faults", "--worker-id", "--addr", "127.0.0.1:8080", "STRIPE_SECRET_KEY",
 		"--webhooks", "PAYRECON_WEBHOOKS", "--sweep-audit", "PAYRECON_SWEEP_AUDIT", "--audit-overlap", "PAYRECON_AUDIT_OVERLAP",
@@ -473,7 +480,7 @@ func TestHelpListsSettings(t *testing.T) {
 		t.Fatalf("help has no --addr row:\n%s", out)
 	}
 	block, _, _ = strings.Cut(block, "\n  --")
-	for _, want := range []string{"serve", "worker", "fakeprovider", "default " + defaultAddr, "(worker " + defaultWorkerAddr + ")"} {
+	for _, want := range []string{"serve", "worker", "fakeprovider", "default " + defaultAddr, "(worker " + defaultWorkerAddr + ")", "(fakeprovider " + defaultFakeAddr + ")"} {
 		if !strings.Contains(block, want) {
 			t.Errorf("the --addr row does not name %s: %q", want, block)
 		}

@@ -114,3 +114,84 @@ func (s *settings) markdownSettings() string {
 	}
 	return b.String()
 }
+
+// settingGroups are the headings of a command's settings in its help, in
+// order; a setting is shown under the first group that holds it.
+var settingGroups = []struct {
+	heading string
+	names   []string
+}{
+	{"General", basicSettings},
+	{"Store", storeSettings},
+	{"HTTP", httpSettings},
+	{"Provider", providerSettings},
+	{"Protocol", protocolSettings},
+	{"Sweeps", sweepSettings},
+}
+
+// compactColumn is the width of a column of printCompact; an item wider
+// than it takes the line alone.
+const compactColumn = 38
+
+// printCompact writes the settings named, in command, as a command's help
+// shows them: each as --name=default (an environment-only one as its
+// variable), two a line, under the headings of settingGroups when the
+// command reads settings of more than one group.
+func (s *settings) printCompact(w io.Writer, names []string, command string) {
+	shown := map[string]bool{}
+	type group struct {
+		heading string
+		items   []string
+	}
+	var groups []group
+	add := func(heading string, of []string) {
+		g := group{heading: heading}
+		for _, name := range of {
+			st := s.byKey[name]
+			if st == nil || shown[name] || !slices.Contains(names, name) {
+				continue
+			}
+			shown[name] = true
+			item := st.env
+			if !st.envOnly {
+				item = "--" + st.name
+				if d := st.defaultFor(command); d != "" {
+					item += "=" + d
+				}
+			}
+			g.items = append(g.items, item)
+		}
+		if len(g.items) > 0 {
+			groups = append(groups, g)
+		}
+	}
+	for _, g := range settingGroups {
+		add(g.heading, g.names)
+	}
+	add("Other", names)
+	for _, g := range groups {
+		indent := "  "
+		if len(groups) > 1 {
+			fmt.Fprintf(w, "  %s:\n", g.heading)
+			indent = "    "
+		}
+		line := ""
+		for _, item := range g.items {
+			switch {
+			case line == "":
+				line = item
+			case len(line) <= compactColumn && len(item) <= compactColumn:
+				fmt.Fprintf(w, "%s%-*s %s\n", indent, compactColumn, line, item)
+				line = ""
+				continue
+			default:
+				fmt.Fprintf(w, "%s%s\n", indent, line)
+				line = item
+				continue
+			}
+		}
+		if line != "" {
+			fmt.Fprintf(w, "%s%s\n", indent, line)
+		}
+	}
+}
