@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/payrecon/payrecon/events"
@@ -105,3 +107,40 @@ type OutboxStats struct {
 	Dead    int       // dead deliveries
 	Oldest  time.Time // the commit of the oldest pending delivery's event; zero if none
 }
+
+// RedactURL returns raw with its secrets masked, for printing and for
+// stored errors: the userinfo password and every query-parameter value
+// become "****" (https://user:****@shop/x?token=****), and so does a
+// fragment. The user name, host, path and parameter names stay, to tell
+// endpoints apart. A raw that does not parse is masked whole after its
+// scheme, since it may hold a secret anywhere.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if scheme, _, ok := strings.Cut(raw, "://"); ok {
+			return scheme + "://****"
+		}
+		return "****"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "****")
+	}
+	if u.RawQuery != "" {
+		var parts []string
+		for p := range strings.SplitSeq(u.RawQuery, "&") {
+			if name, _, hasValue := strings.Cut(p, "="); hasValue {
+				p = name + "=****"
+			}
+			parts = append(parts, p)
+		}
+		u.RawQuery = strings.Join(parts, "&")
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "****", ""
+	}
+	// url.Userinfo escapes the mask's stars; put them back.
+	return strings.Replace(u.String(), ":%2A%2A%2A%2A@", ":****@", 1)
+}
+
+// RedactedURL is s.URL with its secrets masked (RedactURL).
+func (s Subscription) RedactedURL() string { return RedactURL(s.URL) }
