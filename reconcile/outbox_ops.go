@@ -25,7 +25,7 @@ func (s *Service) AddSubscription(ctx context.Context, sub Subscription) (Subscr
 	case sub.Name == "":
 		return Subscription{}, fmt.Errorf("reconcile: add subscription: %w", &FieldError{"name", "is required"})
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"url", fmt.Sprintf("%q is not an absolute http or https URL", sub.URL)})
+		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"url", fmt.Sprintf("%q is not an absolute http or https URL", RedactURL(sub.URL))})
 	case sub.Secret == "":
 		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"secret", "is required"})
 	}
