@@ -101,6 +101,49 @@ type Delivery struct {
 	LeaseExpiresAt time.Time
 }
 
+// SubscriptionOutbox is one subscription's part of the outbox
+// (Tx.OutboxBySubscription).
+type SubscriptionOutbox struct {
+	Name    string
+	URL     string    // as stored: mask it (RedactURL) before showing it
+	Pending int       // deliveries not yet acknowledged, not dead
+	Dead    int       // dead deliveries
+	Oldest  time.Time // the commit of the oldest pending delivery's event; zero if none
+	// NextAttempt is when the earliest pending delivery is due; zero if
+	// none is pending.
+	NextAttempt time.Time
+	// LastError is the error of the oldest failing delivery, pending
+	// ones first; "" when none has failed.
+	LastError string
+}
+
+// SubscriptionHealth is how a subscription's deliveries fare.
+type SubscriptionHealth string
+
+// The subscription healths, worst last.
+const (
+	// SubscriptionHealthy: no pending delivery has failed, none is dead.
+	SubscriptionHealthy SubscriptionHealth = "healthy"
+	// SubscriptionFailing: pending deliveries failed and are retried with
+	// backoff until the retry window has passed.
+	SubscriptionFailing SubscriptionHealth = "failing"
+	// SubscriptionDead: deliveries are dead, waiting for an operator's
+	// replay (and the later events of their purchases behind them).
+	SubscriptionDead SubscriptionHealth = "dead"
+)
+
+// Health is how the subscription's deliveries fare: dead if any is dead,
+// failing if a pending one failed, else healthy.
+func (s SubscriptionOutbox) Health() SubscriptionHealth {
+	switch {
+	case s.Dead > 0:
+		return SubscriptionDead
+	case s.Pending > 0 && s.LastError != "":
+		return SubscriptionFailing
+	}
+	return SubscriptionHealthy
+}
+
 // OutboxStats is what the metrics read of the outbox.
 type OutboxStats struct {
 	Pending int       // deliveries not yet acknowledged, not dead
