@@ -133,7 +133,9 @@ func TestDashboardQueriesUseExportedMetrics(t *testing.T) {
 	// What the dashboard must show: states over time, the oldest
 	// uncertain age, escalations, audit findings by kind, provider latency
 	// and outcomes, webhook outcomes, claims and lease losses, refunds by
-	// state and the oldest uncertain refund.
+	// state and the oldest uncertain refund, and the outbox the
+	// PayreconOutboxStuck alert pages on: pending, dead, the oldest
+	// pending age and deliveries by outcome.
 	for metric, by := range map[string]string{
 		"payrecon_purchases":                                "state",
 		"payrecon_oldest_uncertain_age_seconds":             "",
@@ -146,6 +148,10 @@ func TestDashboardQueriesUseExportedMetrics(t *testing.T) {
 		"payrecon_webhook_events_total":                     "outcome",
 		"payrecon_jobs_claimed_total":                       "",
 		"payrecon_lease_lost_total":                         "",
+		"payrecon_outbox_pending":                           "",
+		"payrecon_outbox_dead":                              "",
+		"payrecon_outbox_oldest_age_seconds":                "",
+		"payrecon_outbox_deliveries_total":                  "outcome",
 	} {
 		if !used[metric] {
 			t.Errorf("the dashboard does not show %s", metric)

@@ -1,6 +1,8 @@
 package reconcile
 
 import (
+	"net/url"
+	"strings"
 	"time"
 
 	"github.com/payrecon/payrecon/events"
@@ -99,9 +101,89 @@ type Delivery struct {
 	LeaseExpiresAt time.Time
 }
 
+// SubscriptionOutbox is one subscription's part of the outbox
+// (Tx.OutboxBySubscription).
+type SubscriptionOutbox struct {
+	Name    string
+	URL     string    // as stored: mask it (RedactURL) before showing it
+	Pending int       // deliveries not yet acknowledged, not dead
+	Dead    int       // dead deliveries
+	Oldest  time.Time // the commit of the oldest pending delivery's event; zero if none
+	// NextAttempt is when the earliest pending delivery is due; zero if
+	// none is pending.
+	NextAttempt time.Time
+	// LastError is the error of the oldest failing delivery, pending
+	// ones first; "" when none has failed.
+	LastError string
+}
+
+// SubscriptionHealth is how a subscription's deliveries fare.
+type SubscriptionHealth string
+
+// The subscription healths, worst last.
+const (
+	// SubscriptionHealthy: no pending delivery has failed, none is dead.
+	SubscriptionHealthy SubscriptionHealth = "healthy"
+	// SubscriptionFailing: pending deliveries failed and are retried with
+	// backoff until the retry window has passed.
+	SubscriptionFailing SubscriptionHealth = "failing"
+	// SubscriptionDead: deliveries are dead, waiting for an operator's
+	// replay (and the later events of their purchases behind them).
+	SubscriptionDead SubscriptionHealth = "dead"
+)
+
+// Health is how the subscription's deliveries fare: dead if any is dead,
+// failing if a pending one failed, else healthy.
+func (s SubscriptionOutbox) Health() SubscriptionHealth {
+	switch {
+	case s.Dead > 0:
+		return SubscriptionDead
+	case s.Pending > 0 && s.LastError != "":
+		return SubscriptionFailing
+	}
+	return SubscriptionHealthy
+}
+
 // OutboxStats is what the metrics read of the outbox.
 type OutboxStats struct {
 	Pending int       // deliveries not yet acknowledged, not dead
 	Dead    int       // dead deliveries
 	Oldest  time.Time // the commit of the oldest pending delivery's event; zero if none
 }
+
+// RedactURL returns raw with its secrets masked, for printing and for
+// stored errors: the userinfo password and every query-parameter value
+// become "****" (https://user:****@shop/x?token=****), and so does a
+// fragment. The user name, host, path and parameter names stay, to tell
+// endpoints apart. A raw that does not parse is masked whole after its
+// scheme, since it may hold a secret anywhere.
+func RedactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		if scheme, _, ok := strings.Cut(raw, "://"); ok {
+			return scheme + "://****"
+		}
+		return "****"
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "****")
+	}
+	if u.RawQuery != "" {
+		var parts []string
+		for p := range strings.SplitSeq(u.RawQuery, "&") {
+			if name, _, hasValue := strings.Cut(p, "="); hasValue {
+				p = name + "=****"
+			}
+			parts = append(parts, p)
+		}
+		u.RawQuery = strings.Join(parts, "&")
+	}
+	if u.Fragment != "" {
+		u.Fragment, u.RawFragment = "****", ""
+	}
+	// url.Userinfo escapes the mask's stars; put them back.
+	return strings.Replace(u.String(), ":%2A%2A%2A%2A@", ":****@", 1)
+}
+
+// RedactedURL is s.URL with its secrets masked (RedactURL).
+func (s Subscription) RedactedURL() string { return RedactURL(s.URL) }

@@ -25,7 +25,7 @@ func (s *Service) AddSubscription(ctx context.Context, sub Subscription) (Subscr
 	case sub.Name == "":
 		return Subscription{}, fmt.Errorf("reconcile: add subscription: %w", &FieldError{"name", "is required"})
 	case err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "":
-		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"url", fmt.Sprintf("%q is not an absolute http or https URL", sub.URL)})
+		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"url", fmt.Sprintf("%q is not an absolute http or https URL", RedactURL(sub.URL))})
 	case sub.Secret == "":
 		return Subscription{}, fmt.Errorf("reconcile: add subscription %s: %w", sub.Name, &FieldError{"secret", "is required"})
 	}
@@ -118,25 +118,42 @@ func (s *Service) ReplayEvents(ctx context.Context, r Replay) (int, error) {
 	return n, nil
 }
 
-// DeadDeliveries returns up to limit dead deliveries (0: all), oldest
-// event first, and the outbox's counts.
-func (s *Service) DeadDeliveries(ctx context.Context, limit int) ([]Delivery, OutboxStats, error) {
-	var (
-		out []Delivery
-		st  OutboxStats
-	)
+// OutboxView is the outbox as an operator sees it (Service.Outbox).
+type OutboxView struct {
+	Stats OutboxStats
+	// Subscriptions are every subscription's part of the outbox, by name;
+	// their URLs are masked (RedactURL).
+	Subscriptions []SubscriptionOutbox
+	// Dead are dead deliveries, oldest event first.
+	Dead []Delivery
+}
+
+// Outbox returns the outbox's counts, each subscription's part and up to
+// limit dead deliveries (0: all), read in one transaction.
+func (s *Service) Outbox(ctx context.Context, limit int) (OutboxView, error) {
+	var v OutboxView
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
-		if out, err = tx.ListDeliveries(ctx, DeliveryDead, limit); err != nil {
+		if v.Dead, err = tx.ListDeliveries(ctx, DeliveryDead, limit); err != nil {
 			return err
 		}
-		st, err = tx.OutboxStats(ctx)
+		if v.Subscriptions, err = tx.OutboxBySubscription(ctx); err != nil {
+			return err
+		}
+		v.Stats, err = tx.OutboxStats(ctx)
 		return err
 	})
 	if err != nil {
-		return nil, OutboxStats{}, fmt.Errorf("reconcile: dead deliveries: %w", err)
+		return OutboxView{}, fmt.Errorf("reconcile: outbox: %w", err)
 	}
-	return out, st, nil
+	for i := range v.Subscriptions {
+		v.Subscriptions[i].URL = RedactURL(v.Subscriptions[i].URL)
+	}
+	for i := range v.Dead {
+		v.Dead[i].Subscription.URL = RedactURL(v.Dead[i].Subscription.URL)
+		v.Dead[i].Subscription.Secret = ""
+	}
+	return v, nil
 }
 
 // SweepOutbox deletes, in batches, the outbox events committed more than

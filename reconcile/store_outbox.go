@@ -73,6 +73,12 @@ type OutboxStore interface {
 	// OutboxStats counts the pending and dead deliveries and finds the
 	// oldest pending one.
 	OutboxStats(ctx context.Context) (OutboxStats, error)
+	// OutboxBySubscription returns, for every subscription, by name, its
+	// pending and dead counts, the commit of its oldest pending delivery's
+	// event, its earliest next attempt, and the last error of its oldest
+	// failing delivery (pending ones first): what an operator needs to
+	// see which endpoint fails and why.
+	OutboxBySubscription(ctx context.Context) ([]SubscriptionOutbox, error)
 	// DeleteDeliveredOutboxBefore deletes up to limit events committed
 	// before the given time whose every delivery is done (events no
 	// subscription wanted included), with their deliveries, and returns

@@ -85,7 +85,7 @@ func runSubscriptionsAdd(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "subscription %s added: %s, %s; it receives the events committed from now on (payrecon events replay --since T --subscription %s sends earlier ones)\n",
-		got.Name, got.URL, describeTypes(got.Types), got.Name)
+		got.Name, got.RedactedURL(), describeTypes(got.Types), got.Name)
 	return nil
 }
 
@@ -118,7 +118,7 @@ func runSubscriptionsList(ctx context.Context, e *env, args []string) error {
 		}
 		out := []row{}
 		for _, s := range subs {
-			out = append(out, row{s.Name, s.URL, s.Types, stamp(s.CreatedAt)})
+			out = append(out, row{s.Name, s.RedactedURL(), s.Types, stamp(s.CreatedAt)})
 		}
 		enc := json.NewEncoder(e.stdout)
 		enc.SetIndent("", "  ")
@@ -131,7 +131,7 @@ func runSubscriptionsList(ctx context.Context, e *env, args []string) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(w, "NAME\tURL\tTYPES\tCREATED")
 	for _, s := range subs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, s.URL, describeTypes(s.Types), stamp(s.CreatedAt))
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", s.Name, s.RedactedURL(), describeTypes(s.Types), stamp(s.CreatedAt))
 	}
 	return w.Flush()
 }

@@ -7,7 +7,8 @@ import (
 	"testing"
 )
 
-// TestSubscriptionsCommands: add, list (the secret never shown), replay
+// TestSubscriptionsCommands: add, list (the secret and the URL's
+// password and query values never shown), replay
 // and remove a subscription, and the refusals, on a SQLite file.
 func TestSubscriptionsCommands(t *testing.T) {
 	unsetenv(t, settingEnvs()...)
@@ -27,6 +28,10 @@ func TestSubscriptionsCommands(t *testing.T) {
 		{[]string{"subscriptions", "add", "bad", "--url", "https://x", "--secret-file", secretFile, "--types", "purchase.exploded"}, 2, "unknown event type"},
 		{[]string{"subscriptions", "add", "nosecret", "--url", "https://x"}, 2, subscriptionSecretEnv},
 		{[]string{"subscriptions", "list"}, 0, "purchase.succeeded,refund.succeeded"},
+		{[]string{"subscriptions", "add", "tokened", "--url", "https://hook:pa55@shop.example/in?token=s3cret", "--secret-file", secretFile}, 0, "https://hook:****@shop.example/in?token=****"},
+		{[]string{"subscriptions", "list"}, 0, "https://hook:****@shop.example/in?token=****"},
+		{[]string{"subscriptions", "list", "--json"}, 0, `"url": "https://hook:****@shop.example/in?token=****"`},
+		{[]string{"subscriptions", "remove", "tokened"}, 0, "subscription tokened removed"},
 		{[]string{"events", "replay", "--since", "24h", "--subscription", "shop"}, 0, "0 deliveries"},
 		{[]string{"events", "replay", "--since", "24h", "--subscription", "nobody"}, 1, "no subscription named nobody"},
 		{[]string{"events", "replay"}, 2, "--since is required"},
@@ -42,8 +47,8 @@ func TestSubscriptionsCommands(t *testing.T) {
 		if code != step.code || !strings.Contains(got, step.want) {
 			t.Fatalf("payrecon %s: exit %d, stdout %q, stderr %q; want exit %d and %q", strings.Join(step.args, " "), code, out, stderr, step.code, step.want)
 		}
-		if strings.Contains(out+stderr, "whsec_shop") {
-			t.Fatalf("payrecon %s printed the secret", strings.Join(step.args, " "))
+		if strings.Contains(out+stderr, "whsec_shop") || strings.Contains(out+stderr, "s3cret") || strings.Contains(out+stderr, "pa55") {
+			t.Fatalf("payrecon %s printed a secret: %s%s", strings.Join(step.args, " "), out, stderr)
 		}
 	}
 }

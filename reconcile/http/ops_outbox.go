@@ -10,9 +10,11 @@ import (
 	"github.com/payrecon/payrecon/reconcile"
 )
 
-// The outbox page: the deliveries that died after their retry window (or
-// were refused for good), with the replay action. Nothing the relay gives
-// up on is dropped: it waits here.
+// The outbox page: each subscription's health (healthy, failing, dead),
+// counts, oldest pending age, last error and next attempt, with the
+// replay action; and the deliveries that died after their retry window
+// (or were refused for good). Nothing the relay gives up on is dropped:
+// it waits here.
 
 // opsOutboxLimit caps the dead deliveries the page lists.
 const opsOutboxLimit = 500
@@ -22,18 +24,60 @@ type opsOutboxData struct {
 	Flash  *opsFlash
 	Stats  reconcile.OutboxStats
 	Oldest string // age of the oldest pending delivery, or ""
+	Subs   []opsSubscription
 	Dead   []reconcile.Delivery
 	Capped bool
-	Subs   []string // subscriptions with dead deliveries, for the replay form
 	Now    time.Time
 }
 
-// outboxPage shows the outbox's counts and its dead deliveries.
+// opsSubscription is a subscription's row on the outbox page.
+type opsSubscription struct {
+	reconcile.SubscriptionOutbox
+	Health reconcile.SubscriptionHealth
+	Oldest string // age of its oldest pending delivery, or ""
+	Next   string // when its next attempt is due, from now ("due" once past), or ""
+}
+
+// opsSubscriptionJSON is a subscription in the outbox page's JSON.
+type opsSubscriptionJSON struct {
+	Name                    string                       `json:"name"`
+	URL                     string                       `json:"url"`
+	Health                  reconcile.SubscriptionHealth `json:"health"`
+	Pending                 int                          `json:"pending"`
+	Dead                    int                          `json:"dead"`
+	OldestPendingAgeSeconds float64                      `json:"oldest_pending_age_seconds"`
+	NextAttemptAt           *time.Time                   `json:"next_attempt_at"`
+	LastError               string                       `json:"last_error"`
+}
+
+// outboxPage shows the outbox's counts, its subscriptions and its dead
+// deliveries; as JSON for scripts.
 func (o *Ops) outboxPage(w http.ResponseWriter, r *http.Request, who opsWho) {
-	dead, stats, err := o.svc.DeadDeliveries(r.Context(), opsOutboxLimit)
+	v, err := o.svc.Outbox(r.Context(), opsOutboxLimit)
 	if err != nil {
-		o.log.Error("ops: dead deliveries", "err", err)
+		o.log.Error("ops: outbox", "err", err)
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the outbox", "The outbox could not be read from the database. Reload to try again.")
+		return
+	}
+	now := o.cfg.Now().UTC()
+	if opsWantsJSON(r, who) {
+		subs := []opsSubscriptionJSON{}
+		for _, s := range v.Subscriptions {
+			j := opsSubscriptionJSON{Name: s.Name, URL: s.URL, Health: s.Health(), Pending: s.Pending, Dead: s.Dead, LastError: s.LastError}
+			if !s.Oldest.IsZero() {
+				j.OldestPendingAgeSeconds = now.Sub(s.Oldest).Seconds()
+			}
+			if !s.NextAttempt.IsZero() {
+				j.NextAttemptAt = &s.NextAttempt
+			}
+			subs = append(subs, j)
+		}
+		dead := []map[string]any{}
+		for _, d := range v.Dead {
+			dead = append(dead, map[string]any{"subscription": d.Subscription.Name, "event_id": d.EventID, "type": d.Type, "purchase_id": d.PurchaseID,
+				"sequence": d.Sequence, "attempts": d.Attempts, "last_error": d.LastError, "created_at": d.CreatedAt})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"pending": v.Stats.Pending, "dead": v.Stats.Dead, "subscriptions": subs, "dead_deliveries": dead})
 		return
 	}
 	var flash *opsFlash
@@ -41,16 +85,23 @@ func (o *Ops) outboxPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 	if msg := q.Get("flash"); msg != "" && hmac.Equal([]byte(q.Get("fs")), []byte(o.flashSig("outbox", msg))) {
 		flash = &opsFlash{Text: msg}
 	}
-	data := opsOutboxData{opsBase: o.base("Outbox", who), Flash: flash, Stats: stats, Dead: dead, Capped: len(dead) == opsOutboxLimit, Now: o.cfg.Now().UTC()}
-	if !stats.Oldest.IsZero() {
-		data.Oldest = opsAge(data.Now.Sub(stats.Oldest))
+	data := opsOutboxData{opsBase: o.base("Outbox", who), Flash: flash, Stats: v.Stats, Dead: v.Dead, Capped: len(v.Dead) == opsOutboxLimit, Now: now}
+	if !v.Stats.Oldest.IsZero() {
+		data.Oldest = opsAge(now.Sub(v.Stats.Oldest))
 	}
-	seen := map[string]bool{}
-	for _, d := range dead {
-		if !seen[d.Subscription.Name] {
-			seen[d.Subscription.Name] = true
-			data.Subs = append(data.Subs, d.Subscription.Name)
+	for _, s := range v.Subscriptions {
+		row := opsSubscription{SubscriptionOutbox: s, Health: s.Health()}
+		if !s.Oldest.IsZero() {
+			row.Oldest = opsAge(now.Sub(s.Oldest))
 		}
+		switch {
+		case s.NextAttempt.IsZero():
+		case !s.NextAttempt.After(now):
+			row.Next = "due"
+		default:
+			row.Next = "in " + opsAge(s.NextAttempt.Sub(now))
+		}
+		data.Subs = append(data.Subs, row)
 	}
 	o.render(w, http.StatusOK, "outbox", data)
 }

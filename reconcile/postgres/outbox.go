@@ -334,6 +334,24 @@ func (t *txn) OutboxStats(ctx context.Context) (reconcile.OutboxStats, error) {
 FROM outbox_deliveries WHERE state <> 'done'`)
 }
 
+// OutboxBySubscription implements reconcile.Tx.
+func (t *txn) OutboxBySubscription(ctx context.Context) ([]reconcile.SubscriptionOutbox, error) {
+	return queryAll(ctx, t, func(row sqlstore.Row) (reconcile.SubscriptionOutbox, error) {
+		var s reconcile.SubscriptionOutbox
+		var oldest, next *time.Time
+		err := row.Scan(&s.Name, &s.URL, &s.Pending, &s.Dead, &oldest, &next, &s.LastError)
+		s.Oldest, s.NextAttempt = derefTime(oldest), derefTime(next)
+		return s, err
+	}, "outbox by subscription", `SELECT s.name, s.url,
+    count(d.event_id) FILTER (WHERE d.state = 'pending'), count(d.event_id) FILTER (WHERE d.state = 'dead'),
+    min(d.created_at) FILTER (WHERE d.state = 'pending'), min(d.next_attempt_at) FILTER (WHERE d.state = 'pending'),
+    coalesce((SELECT e.last_error FROM outbox_deliveries e
+        WHERE e.subscription = s.name AND e.state <> 'done' AND e.last_error <> ''
+        ORDER BY e.state = 'dead', e.created_at, e.event_id LIMIT 1), '')
+FROM outbox_subscriptions s LEFT JOIN outbox_deliveries d ON d.subscription = s.name AND d.state <> 'done'
+GROUP BY s.name, s.url ORDER BY s.name`)
+}
+
 // DeleteDeliveredOutboxBefore implements reconcile.Tx; the deliveries go
 // with their events (ON DELETE CASCADE), and outbox_sequences keeps the
 // purchases' counters.

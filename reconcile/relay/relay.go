@@ -25,6 +25,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -154,6 +156,9 @@ func (c Config) withDefaults() (Config, error) {
 type Relay struct {
 	store reconcile.Store
 	cfg   Config
+
+	mu      sync.Mutex
+	failing map[string]bool // subscriptions whose last attempts failed, to log changes only
 }
 
 // New returns a relay over store. It returns an error if cfg is
@@ -166,7 +171,7 @@ func New(store reconcile.Store, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Relay{store: store, cfg: cfg}, nil
+	return &Relay{store: store, cfg: cfg, failing: map[string]bool{}}, nil
 }
 
 // Run delivers until ctx ends, then returns ctx's error. A round's error
@@ -245,6 +250,7 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 	case err != nil:
 		return len(claimed), fmt.Errorf("reconcile: relay: record %d deliveries: %w", len(claimed), err)
 	}
+	r.logTransitions(claimed, results)
 	for i, d := range claimed {
 		res := results[i]
 		if res.lost {
@@ -259,6 +265,56 @@ func (r *Relay) RunOnce(ctx context.Context) (int, error) {
 		}
 	}
 	return len(claimed), nil
+}
+
+// logTransitions logs each subscription of a recorded round that starts
+// failing (a warning, with the masked URL, the error and the next
+// attempt) or recovers (its deliveries of the round all got a 2xx after a
+// failure): once per change, not once per retry. The state is this
+// relay's, in memory: a restarted relay warns again at its first failure.
+func (r *Relay) logTransitions(claimed []reconcile.Delivery, results []result) {
+	type round struct {
+		sub    reconcile.Subscription
+		failed *result
+		ok     bool
+	}
+	var order []string
+	rounds := map[string]*round{}
+	for i, d := range claimed {
+		res := &results[i]
+		if res.lost {
+			continue
+		}
+		rd := rounds[d.Subscription.Name]
+		if rd == nil {
+			rd = &round{sub: d.Subscription}
+			rounds[d.Subscription.Name] = rd
+			order = append(order, d.Subscription.Name)
+		}
+		switch {
+		case res.outcome == DeliveryDelivered:
+			rd.ok = true
+		case rd.failed == nil:
+			rd.failed = res
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, name := range order {
+		rd := rounds[name]
+		switch {
+		case rd.failed != nil && !r.failing[name]:
+			r.failing[name] = true
+			attrs := []any{"subscription", name, "url", rd.sub.RedactedURL(), "err", rd.failed.why}
+			if !rd.failed.next.IsZero() {
+				attrs = append(attrs, "next_attempt", rd.failed.next)
+			}
+			r.cfg.Logger.Warn("outbox subscription failing: its deliveries are retried with backoff (see /ops/outbox)", attrs...)
+		case rd.failed == nil && rd.ok && r.failing[name]:
+			delete(r.failing, name)
+			r.cfg.Logger.Info("outbox subscription recovered: its deliveries succeed again", "subscription", name, "url", rd.sub.RedactedURL())
+		}
+	}
 }
 
 // result is one POST's answer and what the relay makes of it.
@@ -301,7 +357,7 @@ func (r *Relay) judge(res *result, d reconcile.Delivery, now time.Time) {
 	}
 	res.why = fmt.Sprintf("attempt %d: HTTP %d", d.Attempts, res.status)
 	if res.err != nil {
-		res.why = fmt.Sprintf("attempt %d: %v", d.Attempts, res.err)
+		res.why = fmt.Sprintf("attempt %d: %s", d.Attempts, redactError(res.err, d.Subscription.URL))
 	}
 	switch {
 	case res.status == http.StatusConflict:
@@ -313,6 +369,21 @@ func (r *Relay) judge(res *result, d reconcile.Delivery, now time.Time) {
 	default:
 		res.state, res.outcome, res.next = reconcile.DeliveryPending, DeliveryRetry, now.Add(r.backoff(d.Attempts))
 	}
+}
+
+// redactError is err's text with the secrets of the subscription's URL
+// masked (reconcile.RedactURL): a *url.Error from net/http names the
+// full URL, query token included, and last_error is shown to operators.
+func redactError(err error, subscriptionURL string) string {
+	msg := err.Error()
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.URL != "" {
+		msg = strings.ReplaceAll(msg, ue.URL, reconcile.RedactURL(ue.URL))
+	}
+	if subscriptionURL != "" {
+		msg = strings.ReplaceAll(msg, subscriptionURL, reconcile.RedactURL(subscriptionURL))
+	}
+	return msg
 }
 
 // backoff is the wait after the attempts-th failure: MinBackoff doubled

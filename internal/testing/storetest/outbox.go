@@ -309,6 +309,37 @@ func testOutbox(t *testing.T, newStore func(*testing.T) *testStore) {
 		}
 	})
 
+	parallel(t, "OutboxBySubscription", func(t *testing.T) {
+		s := newStore(t)
+		for _, name := range []string{"c", "a", "b"} {
+			addSubscription(t, s, name)
+		}
+		addSubscription(t, s, "idle", events.RefundSucceeded)
+		appendEvent(t, s, newEvent(t, "pur_1", events.PurchaseSucceeded, at(0)))
+		appendEvent(t, s, newEvent(t, "pur_1", events.PurchaseSucceeded, at(time.Second)))
+		s.clock.Set(at(3 * time.Second))
+		for _, d := range claimDeliveries(t, s, "r", 10, time.Minute) {
+			state, next := map[string]reconcile.DeliveryState{"a": reconcile.DeliveryDone, "b": reconcile.DeliveryPending, "c": reconcile.DeliveryDead}[d.Subscription.Name], at(time.Minute)
+			if err := finish(t, s, d, state, next); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got []reconcile.SubscriptionOutbox
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			got, err = tx.OutboxBySubscription(t.Context())
+			return err
+		})
+		equal(t, "by subscription", got, []reconcile.SubscriptionOutbox{
+			{Name: "a", URL: "http://shop.test/a", Pending: 1, Oldest: at(time.Second), NextAttempt: at(time.Second)},
+			{Name: "b", URL: "http://shop.test/b", Pending: 2, Oldest: at(0), NextAttempt: at(time.Second), LastError: "test"},
+			{Name: "c", URL: "http://shop.test/c", Dead: 2, LastError: "test"},
+			{Name: "idle", URL: "http://shop.test/idle"},
+		})
+		equal(t, "healths", []reconcile.SubscriptionHealth{got[0].Health(), got[1].Health(), got[2].Health(), got[3].Health()},
+			[]reconcile.SubscriptionHealth{reconcile.SubscriptionHealthy, reconcile.SubscriptionFailing, reconcile.SubscriptionDead, reconcile.SubscriptionHealthy})
+	})
+
 	parallel(t, "DeadLettersAndReplay", func(t *testing.T) {
 		s := newStore(t)
 		addSubscription(t, s, "shop")
