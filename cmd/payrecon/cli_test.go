@@ -236,12 +236,12 @@ func TestTokenRules(t *testing.T) {
 	if checkToken(short) == nil || checkToken(long) != nil {
 		t.Errorf("--ops-token's check is not at %d characters", minTokenLen)
 	}
-	_, help, _ := run(t, nil, "help")
+	_, help, _ := run(t, nil, "help", "settings")
 	doc, err := os.ReadFile(configDoc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for where, text := range map[string]string{"help": help, configDoc: string(doc)} {
+	for where, text := range map[string]string{"help settings": help, configDoc: string(doc)} {
 		for _, want := range []string{fmt.Sprintf("at least %d characters", minTokenLen), "name:token"} {
 			if !strings.Contains(strings.Join(strings.Fields(text), " "), want) {
 				t.Errorf("%s does not say %q", where, want)
