@@ -302,8 +302,9 @@ var (
 	durationToken = regexp.MustCompile(`(?:^|\s)((?:\d+(?:\.\d+)?(?:ms|h|m|s))+)(?:\s|$)`)
 )
 
-// cli runs `payrecon help` and reads its commands, environment variables
-// and the default of --shutdown-grace.
+// cli runs `payrecon help` and `payrecon help settings` and reads the
+// commands, the environment variables and the default of
+// --shutdown-grace.
 func cli(t *testing.T) *cliModel {
 	t.Helper()
 	payreconBinary(t)
@@ -312,6 +313,12 @@ func cli(t *testing.T) *cliModel {
 		if code != 0 {
 			t.Fatalf("payrecon help: exit %d\n%s%s", code, out, errOut)
 		}
+		// The commands are in help, the settings in help settings.
+		settings, errOut, code := runPayrecon(t, "help", "settings")
+		if code != 0 {
+			t.Fatalf("payrecon help settings: exit %d\n%s%s", code, settings, errOut)
+		}
+		out += "\n" + settings
 		c := &cliModel{help: out, commands: map[string]bool{}, env: map[string]bool{}, flags: map[string]map[string]bool{}}
 		inCommands := false
 		for _, line := range strings.Split(out, "\n") {
@@ -357,6 +364,10 @@ func cli(t *testing.T) *cliModel {
 // "  -name type", a boolean without a type; also "  --name ..." forms).
 var flagLine = regexp.MustCompile(`^\s{1,4}-{1,2}([A-Za-z0-9][A-Za-z0-9_-]*)(?:[ =](\S+))?`)
 
+// settingEntry matches a setting in the "Settings it reads" part of
+// `payrecon COMMAND -h`: "--name" or "--name=default".
+var settingEntry = regexp.MustCompile(`(?:^|\s)--([A-Za-z0-9][A-Za-z0-9_-]*)(?:=(\S*))?`)
+
 // commandFlags runs `payrecon COMMAND -h` and returns its flags, each
 // with whether it is boolean. It also learns the variables the output
 // names.
@@ -373,7 +384,19 @@ func (c *cliModel) commandFlags(t *testing.T, command string) map[string]bool {
 		t.Fatalf("payrecon %s -h: exit %d\n%s", command, code, text)
 	}
 	flags := map[string]bool{}
+	inSettings := false
 	for _, line := range strings.Split(text, "\n") {
+		if strings.HasPrefix(line, "Settings it reads") {
+			inSettings = true
+		}
+		if inSettings {
+			// Two settings a line, each with its default: a boolean's is
+			// true or false.
+			for _, m := range settingEntry.FindAllStringSubmatch(line, -1) {
+				flags[m[1]] = m[2] == "true" || m[2] == "false"
+			}
+			continue
+		}
 		if m := flagLine.FindStringSubmatch(line); m != nil {
 			flags[m[1]] = m[2] == ""
 		}

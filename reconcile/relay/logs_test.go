@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/testing/stores"
+
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/reconcile/relay"
 )
@@ -43,7 +45,7 @@ func subscribeURL(t *testing.T, st reconcile.Store, name, url string) {
 // its recovery logs one line.
 func TestRelayLogsFailingOnceAndRecoveryOnce(t *testing.T) {
 	clock := newClock()
-	st := newSQLiteStore(t, clock.Now)
+	st := stores.SQLite(t, clock.Now)
 	var down atomic.Bool
 	down.Store(true)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -98,7 +100,7 @@ func TestRelayLogsFailingOnceAndRecoveryOnce(t *testing.T) {
 // values masked.
 func TestRelayMasksTheURLInLastError(t *testing.T) {
 	clock := newClock()
-	st := newSQLiteStore(t, clock.Now)
+	st := stores.SQLite(t, clock.Now)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
