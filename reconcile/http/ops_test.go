@@ -71,8 +71,14 @@ func (*opsCallCounter) RefundTransition(statemachine.State, statemachine.State, 
 
 func setupOps(t *testing.T) *opsFixture {
 	t.Helper()
+	return setupOpsOn(t, newStoreAt)
+}
+
+// setupOpsOn is setupOps over the store newStore opens.
+func setupOpsOn(t *testing.T, newStore func(testing.TB, func() time.Time) reconcile.Store) *opsFixture {
+	t.Helper()
 	f := &opsFixture{t: t, clock: newTestClock(), calls: &opsCallCounter{}}
-	f.store = newStoreAt(t, f.clock.Now)
+	f.store = newStore(t, f.clock.Now)
 	f.fake = fakeprovider.New(fakeprovider.Config{Now: f.clock.Now})
 	svc, err := reconcile.New(f.store, f.fake, reconcile.Config{
 		WorkerID: "worker-1", MaxAttempts: 1, Now: f.clock.Now, Logger: discardLogger(), Observer: f.calls,
