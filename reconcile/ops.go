@@ -83,6 +83,10 @@ func (s *Service) Case(ctx context.Context, id string) (Case, error) {
 	return c, nil
 }
 
+// LiveViewActor is the actor of the attempts LiveView records: the
+// latest one is the live view an operator last asked for.
+const LiveViewActor = "operator live view"
+
 // LiveView asks the provider now what it knows of the purchase's charge:
 // by payment id when known, else by search. It changes nothing; the
 // operator sees it before confirming a resolution. The call is recorded in
@@ -92,7 +96,7 @@ func (s *Service) LiveView(ctx context.Context, id string) (provider.Result, err
 	if err != nil {
 		return provider.Result{}, err
 	}
-	res, _, err := s.liveView(ctx, p, "operator live view", 0)
+	res, _, err := s.liveView(ctx, p, LiveViewActor, 0)
 	return res, err
 }
 

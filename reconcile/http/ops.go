@@ -20,23 +20,28 @@ import (
 //
 //	GET  /ops                          the escalated cases and refunds and the open audit findings, as HTML tables
 //	GET  /ops/escalations              the same cases with their full record, the escalated refunds and the
-//	                                   open findings, as JSON
-//	GET  /ops/purchases/{id}           one case: record, refunds, findings, timeline, the provider's live view,
-//	                                   the actions (JSON for bearer clients or Accept: application/json)
+//	                                   open findings (as JSON; the page of /ops otherwise)
+//	GET  /ops/purchases/{id}           one case: record, refunds, findings, timeline, the provider's live view
+//	                                   an operator last asked for, the actions
+//	POST /ops/purchases/{id}/live      ask the provider for its live view now (recorded, spends budget)
 //	POST /ops/purchases/{id}/recheck   reconcile it now
 //	POST /ops/purchases/{id}/resolve   settle it as succeeded or declined, with evidence
 //	                                   (and override_provider, a reason to go against the provider)
 //	POST /ops/purchases/{id}/note      add a note; optionally close a terminal case's escalation
 //	GET  /ops/outbox                   the outbox: pending and dead deliveries, with the replay form
 //	POST /ops/outbox/replay            replay the dead deliveries (of one subscription, or all)
-//	GET  /ops/findings                 the audit's findings as JSON: the open ones, all with ?all=1
-//	GET  /ops/findings/{fid}           one finding, with its close form (JSON for bearer clients)
+//	GET  /ops/findings                 the audit's findings: the open ones, all with ?all=1
+//	GET  /ops/findings/{fid}           one finding, with its close form
 //	POST /ops/findings/{fid}/close     close a finding with a note
 //	POST /ops/findings/{fid}/refund    "Refund this charge": refund an open duplicate charge's payment,
 //	                                   with evidence (amount: the finding's unless given)
-//	GET  /ops/refunds/{rid}            one refund: record and timeline (JSON for bearer clients)
+//	GET  /ops/refunds/{rid}            one refund: record and timeline
 //	GET  /ops/login, POST /ops/login   the login form
 //	POST /ops/logout                   drop the session
+//
+// Every GET answers an HTML page, and JSON instead on Accept:
+// application/json or ?format=json (see opsWantsJSON); so do the POSTs,
+// which otherwise redirect to the page with a flash message.
 //
 // An operator may only recheck, resolve (to succeeded or declined, with
 // evidence), add a note, close an audit finding with a note, or refund a
@@ -124,7 +129,7 @@ func NewOps(svc *reconcile.Service, cfg OpsConfig) (*Ops, error) {
 		log:       slog.Default(),
 		throttle:  newLoginThrottle(cfg.Now),
 	}
-	for _, page := range []string{"login", "list", "case", "finding", "refund", "outbox", "error"} {
+	for _, page := range []string{"login", "list", "findings", "case", "finding", "refund", "outbox", "error"} {
 		t, err := template.New(page).Funcs(opsFuncs).ParseFS(opsTemplateFS, "templates/layout.html", "templates/"+page+".html")
 		if err != nil {
 			return nil, fmt.Errorf("ops pages: template %s: %w", page, err)
@@ -146,12 +151,13 @@ func (o *Ops) Register(s *Server) {
 	}
 	s.Handle("GET /ops", o.auth(opsPage, o.listPage))
 	s.Handle("GET /ops/{$}", http.RedirectHandler("/ops", http.StatusMovedPermanently))
-	s.Handle("GET /ops/escalations", o.auth(opsJSON, o.listJSON))
+	s.Handle("GET /ops/escalations", o.auth(opsPage, o.escalations))
 	s.Handle("GET /ops/purchases/{id}", o.auth(opsPage, o.casePage))
+	s.Handle("POST /ops/purchases/{id}/live", o.post(o.askProvider))
 	s.Handle("POST /ops/purchases/{id}/recheck", o.post(o.recheck))
 	s.Handle("POST /ops/purchases/{id}/resolve", o.post(o.resolve))
 	s.Handle("POST /ops/purchases/{id}/note", o.post(o.note))
-	s.Handle("GET /ops/findings", o.auth(opsJSON, o.findingsJSON))
+	s.Handle("GET /ops/findings", o.auth(opsPage, o.findings))
 	s.Handle("GET /ops/findings/{fid}", o.auth(opsPage, o.findingPage))
 	s.Handle("POST /ops/findings/{fid}/close", o.post(o.closeFinding))
 	s.Handle("POST /ops/findings/{fid}/refund", o.post(o.refundCharge))

@@ -21,7 +21,7 @@ import (
 // so a link cannot put words on the page).
 func (o *Ops) done(w http.ResponseWriter, r *http.Request, who opsWho, msg string) {
 	id := r.PathValue("id")
-	if opsWantsJSON(r, who) {
+	if opsWantsJSON(r) {
 		c, err := o.svc.Case(r.Context(), id)
 		var refunds []reconcile.Refund
 		if err == nil {
@@ -41,7 +41,7 @@ func (o *Ops) done(w http.ResponseWriter, r *http.Request, who opsWho, msg strin
 // actionError answers a refused action: JSON for scripts; for browsers
 // the case page again, with the message, the status and what they typed.
 func (o *Ops) actionError(w http.ResponseWriter, r *http.Request, who opsWho, status int, code, msg string) {
-	if opsWantsJSON(r, who) {
+	if opsWantsJSON(r) {
 		if code == codeOf(reconcile.KindBusy) {
 			w.Header().Set("Retry-After", "5")
 		}
@@ -123,7 +123,7 @@ func (o *Ops) providerDisagrees(w http.ResponseWriter, r *http.Request, who opsW
 	if answer != "" {
 		msg += " The provider answered: " + answer + "."
 	}
-	if opsWantsJSON(r, who) {
+	if opsWantsJSON(r) {
 		msg += " Nothing changed. If you are sure the provider is wrong, resolve again with override_provider set to your reason; the provider's answer and your reason are both recorded."
 		k := reconcile.KindProviderDisagrees
 		writeJSON(w, statusOf(k), map[string]any{"error": map[string]string{
@@ -192,6 +192,20 @@ func (o *Ops) recheck(w http.ResponseWriter, r *http.Request, who opsWho) {
 		msg += " The outcome is still not known."
 	}
 	o.done(w, r, who, msg)
+}
+
+// askProvider asks the provider for its live view of the purchase now:
+// the one ops request that does, so each ask spends budget and is
+// recorded in the purchase's audit once. It changes nothing else.
+func (o *Ops) askProvider(w http.ResponseWriter, r *http.Request, who opsWho) {
+	id := r.PathValue("id")
+	live, err := o.svc.LiveView(r.Context(), id)
+	if err != nil {
+		o.serviceError(w, r, who, "live view", err)
+		return
+	}
+	o.log.Info("ops: live view", "purchase", id, "operator", who.Operator, "outcome", live.Outcome)
+	o.done(w, r, who, "Asked the provider: "+reconcile.DescribeView(live)+".")
 }
 
 func (o *Ops) resolve(w http.ResponseWriter, r *http.Request, who opsWho) {
@@ -290,7 +304,7 @@ func (o *Ops) closeFinding(w http.ResponseWriter, r *http.Request, who opsWho) {
 	}
 	o.log.Info("ops: closed audit finding", "finding", id, "kind", f.Kind, "operator", who.Operator)
 	msg := fmt.Sprintf("Finding %d closed by %s.", f.ID, who.Operator)
-	if opsWantsJSON(r, who) {
+	if opsWantsJSON(r) {
 		writeJSON(w, http.StatusOK, map[string]any{"message": msg, "finding": opsFindingToJSON(f)})
 		return
 	}

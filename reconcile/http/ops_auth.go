@@ -49,8 +49,7 @@ type opsWho struct {
 type opsKind int
 
 const (
-	opsPage   opsKind = iota // 401 with the login page as its body
-	opsJSON                  // 401 with a JSON error
+	opsPage   opsKind = iota // the login page, or JSON for clients that ask for it
 	opsAction                // the login page for browsers, else JSON
 )
 
@@ -113,7 +112,7 @@ func (o *Ops) auth(kind opsKind, next opsHandler) http.Handler {
 func (o *Ops) throttled(w http.ResponseWriter, r *http.Request, kind opsKind, wait time.Duration, name string) {
 	w.Header().Set("Retry-After", retryAfter(wait))
 	msg := fmt.Sprintf("too many failed attempts at the operator token: try again in %s seconds", retryAfter(wait))
-	if kind == opsJSON || (kind == opsAction && !acceptsHTML(r)) {
+	if opsWantsJSON(r) || (kind == opsAction && !acceptsHTML(r)) {
 		writeError(w, http.StatusTooManyRequests, "too_many_attempts", msg)
 		return
 	}
@@ -135,7 +134,7 @@ func (o *Ops) unauthorized(w http.ResponseWriter, r *http.Request, kind opsKind)
 	} else if _, err := r.Cookie(opsSessionCookie); err == nil {
 		msg = "Your session has expired or is not valid. Sign in again."
 	}
-	if kind == opsJSON || (kind == opsAction && !acceptsHTML(r)) {
+	if opsWantsJSON(r) || (kind == opsAction && !acceptsHTML(r)) {
 		writeError(w, http.StatusUnauthorized, "unauthorized",
 			"the operator token is required: Authorization: Bearer <ops token>, or sign in at /ops/login")
 		return

@@ -43,7 +43,7 @@ func (o *opsBrowserOutput) String() string {
 
 // TestOpsBrowserResolve drives the operator pages in a real headless
 // Chromium: sign in through the form, open the list (escalated cases and
-// audit findings), open the escalated case, read the provider's live
+// audit findings), open the escalated case, ask for the provider's live
 // view, try to resolve it as declined against the provider (refused, with
 // the provider's answer and the override field open), resolve it as
 // succeeded with evidence, then close an audit finding with a note; then
@@ -193,10 +193,20 @@ func TestOpsBrowserResolve(t *testing.T) {
 		if resp.Status != 200 {
 			t.Errorf("case page: status %d", resp.Status)
 		}
-		return chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("live-view")), chromedp.WaitVisible(chromedp.ID("resolve-form")))
+		return chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("live-none")), chromedp.WaitVisible(chromedp.ID("resolve-form")))
 	})
 
-	step("read the live view", func(ctx context.Context) error {
+	step("ask for the live view", func(ctx context.Context) error {
+		resp, err := chromedp.RunResponse(ctx, chromedp.Click(chromedp.ID("live-submit"), chromedp.NodeVisible))
+		if err != nil {
+			return err
+		}
+		if resp.Status != 200 {
+			t.Errorf("after asking the provider: status %d, want 200 (after the 303)", resp.Status)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("live-view"))); err != nil {
+			return err
+		}
 		live, err := text(ctx, "live-text")
 		if err != nil {
 			return err

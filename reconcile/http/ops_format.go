@@ -30,17 +30,11 @@ func acceptsHTML(r *http.Request) bool {
 	return strings.Contains(r.Header.Get("Accept"), "text/html")
 }
 
-// opsWantsJSON: an explicit Accept decides; otherwise scripts (bearer
-// clients) get JSON and browsers (sessions) pages.
-func opsWantsJSON(r *http.Request, who opsWho) bool {
-	accept := r.Header.Get("Accept")
-	switch {
-	case strings.Contains(accept, "application/json"):
-		return true
-	case strings.Contains(accept, "text/html"):
-		return false
-	}
-	return who.Bearer
+// opsWantsJSON reports whether the client asks for JSON, with Accept:
+// application/json or ?format=json. Everyone else, bearer clients
+// included, gets the HTML page: a browser never sees raw JSON.
+func opsWantsJSON(r *http.Request) bool {
+	return strings.Contains(r.Header.Get("Accept"), "application/json") || r.URL.Query().Get("format") == "json"
 }
 
 // opsAge renders a duration for people: "2d 3h", "4h 12m", "5m 3s".

@@ -40,7 +40,9 @@ type opsCaseJSON struct {
 	Findings []opsFindingJSON `json:"findings"`
 	// Refunds are the purchase's refunds, oldest first.
 	Refunds []opsRefundJSON `json:"refunds"`
-	// LiveView is the provider's answer now; only on the single case.
+	// LiveView is the provider's answer an operator last asked for (POST
+	// /ops/purchases/{id}/live); only on the single case, absent when
+	// nobody has asked.
 	LiveView *opsLiveViewJSON `json:"live_view,omitempty"`
 }
 
@@ -105,13 +107,12 @@ type opsLiveViewJSON struct {
 	Outcome   string `json:"outcome"`
 	Status    string `json:"status,omitempty"`
 	PaymentID string `json:"payment_id,omitempty"`
-	Amount    int64  `json:"amount,omitempty"`
-	Currency  string `json:"currency,omitempty"`
-	Reason    string `json:"reason,omitempty"`
 	// Text is the view as the audit records it. A resolution fetches and
 	// records its own live view; this one is for the operator to read.
 	Text  string `json:"text"`
 	Error string `json:"error,omitempty"`
+	// AskedAt is when the provider was asked.
+	AskedAt time.Time `json:"asked_at"`
 }
 
 func opsCaseToJSON(c reconcile.Case, refunds []reconcile.Refund) opsCaseJSON {
@@ -141,7 +142,13 @@ func opsCaseToJSON(c reconcile.Case, refunds []reconcile.Refund) opsCaseJSON {
 	return out
 }
 
-func (o *Ops) listJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
+// escalations answers the escalated cases and refunds and the open
+// findings as JSON, or the list page for anyone not asking for JSON.
+func (o *Ops) escalations(w http.ResponseWriter, r *http.Request, who opsWho) {
+	if !opsWantsJSON(r) {
+		o.listPage(w, r, who)
+		return
+	}
 	cases, err := o.svc.Escalations(r.Context())
 	if err != nil {
 		o.log.Error("ops: list escalations", "err", err)
@@ -182,19 +189,40 @@ func (o *Ops) listJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
 	})
 }
 
-// findingsJSON lists the audit's findings: the open ones, or all of them
-// with ?all=1.
-func (o *Ops) findingsJSON(w http.ResponseWriter, r *http.Request, _ opsWho) {
+// findings lists the audit's findings, the open ones or all of them with
+// ?all=1: a page, or JSON for clients that ask for it.
+func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
+	asJSON := opsWantsJSON(r)
 	all, ok := opsBool(r.URL.Query().Get("all"))
 	if !ok {
-		writeKindError(w, reconcile.KindInvalid, "all: "+quote(r.URL.Query().Get("all"))+" is not a yes/no value")
+		msg := "all: " + quote(r.URL.Query().Get("all")) + " is not a yes/no value"
+		o.cannotShow(w, r, who, asJSON, reconcile.KindInvalid, msg, "Not a yes/no value", msg+".")
 		return
 	}
 	findings, err := o.svc.Findings(r.Context(), all)
 	if err != nil {
 		o.log.Error("ops: list findings", "err", err)
-		writeKindError(w, reconcile.KindInternal, "could not read the audit findings; try again")
+		o.cannotShow(w, r, who, asJSON, reconcile.KindInternal, "could not read the audit findings; try again",
+			"Could not read the findings", "The audit findings could not be read from the database. Reload to try again.")
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"count": len(findings), "findings": opsFindingsToJSON(findings)})
+	if asJSON {
+		writeJSON(w, http.StatusOK, map[string]any{"count": len(findings), "findings": opsFindingsToJSON(findings)})
+		return
+	}
+	title := "Open audit findings"
+	if all {
+		title = "All audit findings"
+	}
+	o.render(w, http.StatusOK, "findings", opsFindingsData{
+		opsBase: o.base(title, who), All: all, Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings),
+	})
+}
+
+// opsFindingsData is the page of /ops/findings.
+type opsFindingsData struct {
+	opsBase
+	All         bool // closed findings too
+	Findings    []opsFindingRow
+	MoneyAtRisk []string
 }

@@ -60,7 +60,7 @@ func (o *Ops) outboxPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 		return
 	}
 	now := o.cfg.Now().UTC()
-	if opsWantsJSON(r, who) {
+	if opsWantsJSON(r) {
 		subs := []opsSubscriptionJSON{}
 		for _, s := range v.Subscriptions {
 			j := opsSubscriptionJSON{Name: s.Name, URL: s.URL, Health: s.Health(), Pending: s.Pending, Dead: s.Dead, LastError: s.LastError}
@@ -119,7 +119,7 @@ func (o *Ops) replayOutbox(w http.ResponseWriter, r *http.Request, who opsWho) {
 			o.log.Error("ops: replay outbox", "subscription", sub, "operator", who.Operator, "err", err)
 			k, msg = reconcile.KindInternal, "Not done: an internal error stopped the replay. Nothing was changed; reload the page and try again."
 		}
-		if opsWantsJSON(r, who) {
+		if opsWantsJSON(r) {
 			writeError(w, statusOf(k), codeOf(k), msg)
 			return
 		}
@@ -132,7 +132,7 @@ func (o *Ops) replayOutbox(w http.ResponseWriter, r *http.Request, who opsWho) {
 	}
 	o.log.Info("ops: replayed dead outbox deliveries", "subscription", sub, "operator", who.Operator, "deliveries", n)
 	msg := fmt.Sprintf("%d dead deliveries to %s are pending again; the relay sends them in order, with their ids and bytes.", n, target)
-	if opsWantsJSON(r, who) {
+	if opsWantsJSON(r) {
 		writeJSON(w, http.StatusOK, map[string]any{"message": msg, "replayed": n})
 		return
 	}

@@ -279,15 +279,15 @@ type opsForm struct {
 
 type opsCaseData struct {
 	opsBase
-	P          reconcile.Purchase
-	ID         string // path-escaped id, for form actions
-	Amount     string
-	Age        string
-	Final      bool
-	Timeline   []opsEntry
-	Live       *provider.Result
-	LiveText   string
-	LiveErr    string
+	P        reconcile.Purchase
+	ID       string // path-escaped id, for form actions
+	Amount   string
+	Age      string
+	Final    bool
+	Timeline []opsEntry
+	// Live is the provider's live view an operator last asked for; nil
+	// when nobody has.
+	Live       *opsLiveView
 	CanResolve bool
 	NoResolve  string // why there is no resolve form
 	CanClose   bool
@@ -308,14 +308,12 @@ func (o *Ops) casePage(w http.ResponseWriter, r *http.Request, who opsWho) {
 	o.showCase(w, r, who, http.StatusOK, flash, opsForm{})
 }
 
-// showCase renders a case, or its JSON for script clients, with the
-// provider's live view fetched now.
+// showCase renders a case, or its JSON, with the provider's live view an
+// operator last asked for. Showing it never calls the provider: that is
+// the "Ask the provider" action's, which spends budget and is recorded.
 func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, status int, flash *opsFlash, form opsForm) {
 	id := r.PathValue("id")
-	asJSON := opsWantsJSON(r, who)
-	// The case first, then the live view: the version shown is never
-	// newer than what the provider was asked about, so a resolve based on
-	// this page is refused as stale if anything moved in between.
+	asJSON := opsWantsJSON(r)
 	c, err := o.svc.Case(r.Context(), id)
 	var refunds []reconcile.Refund
 	if err == nil {
@@ -332,20 +330,15 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 			"Could not read the purchase", "The purchase could not be read from the database. Reload to try again.")
 		return
 	}
-	live, lerr := o.svc.LiveView(r.Context(), id)
+	live := opsLastLiveView(c)
 	if asJSON {
 		out := opsCaseToJSON(c, refunds)
-		lv := &opsLiveViewJSON{}
-		if lerr != nil {
-			o.log.Error("ops: live view", "purchase", id, "err", lerr)
-			lv.Error = "the provider's live view could not be fetched: " + lerr.Error()
-		} else {
-			*lv = opsLiveViewJSON{
-				Outcome: string(live.Outcome), Status: live.Status, PaymentID: live.PaymentID, Amount: live.Amount,
-				Currency: live.Currency, Reason: live.Reason, Text: reconcile.DescribeView(live),
+		if live != nil {
+			out.LiveView = &opsLiveViewJSON{
+				Outcome: live.Outcome, Status: live.Status, PaymentID: live.PaymentID, Text: live.Text,
+				Error: live.Error, AskedAt: live.At,
 			}
 		}
-		out.LiveView = lv
 		writeJSON(w, status, out)
 		return
 	}
@@ -361,12 +354,7 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 			data.OpenFinds++
 		}
 	}
-	if lerr != nil {
-		o.log.Error("ops: live view", "purchase", id, "err", lerr)
-		data.LiveErr = "The provider's live view could not be fetched (" + lerr.Error() + "). Reload the page to ask again."
-	} else {
-		data.Live, data.LiveText = &live, reconcile.DescribeView(live)
-	}
+	data.Live = live
 	switch {
 	case p.State.Terminal():
 		data.NoResolve = "This purchase is final (" + string(p.State) + "): an operator cannot change a final state. " +
@@ -375,8 +363,6 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 	case p.State == statemachine.Created && !p.EscalationReason.ChargeMayExist():
 		data.NoResolve = "This purchase was never submitted to the provider, so there is no charge to settle. " +
 			"Recheck it to let the worker submit it."
-	case lerr != nil:
-		data.NoResolve = "Resolving needs the provider's live view, which could not be fetched. Reload the page."
 	default:
 		data.CanResolve = true
 	}
@@ -417,7 +403,7 @@ func (o *Ops) findingPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 // showFinding renders a finding, or its JSON for script clients, with
 // the refunds already made for its payment.
 func (o *Ops) showFinding(w http.ResponseWriter, r *http.Request, who opsWho, status int, flash *opsFlash, form opsFindingForm) {
-	asJSON := opsWantsJSON(r, who)
+	asJSON := opsWantsJSON(r)
 	id, ok := findingID(r)
 	var f reconcile.Finding
 	var err error
@@ -460,4 +446,28 @@ func (o *Ops) showFinding(w http.ResponseWriter, r *http.Request, who opsWho, st
 		CanRefund:    f.Open() && f.Kind == reconcile.FindingDuplicateCharge && f.PurchaseID != "",
 		RefundAmount: f.Amount, Refunds: opsRefundRows(refunds),
 	})
+}
+
+// opsLiveView is a live view of the provider as the purchase's audit
+// recorded it.
+type opsLiveView struct {
+	At                                time.Time
+	Outcome, Status, PaymentID, Error string
+	Text                              string // as reconcile.DescribeView words it
+}
+
+// opsLastLiveView returns the latest live view an operator asked for, from
+// the case's recorded attempts, or nil.
+func opsLastLiveView(c reconcile.Case) *opsLiveView {
+	for i := len(c.Attempts) - 1; i >= 0; i-- {
+		a := c.Attempts[i]
+		if a.Actor != reconcile.LiveViewActor {
+			continue
+		}
+		return &opsLiveView{
+			At: a.At, Outcome: string(a.Outcome), Status: a.Status, PaymentID: a.PaymentID, Error: a.Error,
+			Text: reconcile.DescribeView(provider.Result{Outcome: a.Outcome, Status: a.Status, PaymentID: a.PaymentID, Reason: a.Error}),
+		}
+	}
+	return nil
 }

@@ -146,7 +146,7 @@ type opsRefundData struct {
 // refund, and an uncertain one is never refunded again.
 func (o *Ops) refundPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 	id := r.PathValue("rid")
-	asJSON := opsWantsJSON(r, who)
+	asJSON := opsWantsJSON(r)
 	c, err := o.svc.RefundCase(r.Context(), id)
 	switch {
 	case errors.Is(err, reconcile.ErrNotFound):
@@ -246,7 +246,7 @@ func (o *Ops) refundCharge(w http.ResponseWriter, r *http.Request, who opsWho) {
 		"amount", provider.FormatAmount(ref.Amount, ref.Currency), "operator", who.Operator)
 	msg := fmt.Sprintf("Refund %s of %s from payment %s started by %s. The worker sends it to the provider and reconciles it; close the finding once it has succeeded.",
 		ref.ID, provider.FormatAmount(ref.Amount, ref.Currency), ref.PaymentID, who.Operator)
-	if opsWantsJSON(r, who) {
+	if opsWantsJSON(r) {
 		writeJSON(w, http.StatusCreated, map[string]any{"message": msg, "refund": opsRefundToJSON(ref)})
 		return
 	}

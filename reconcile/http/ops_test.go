@@ -12,6 +12,7 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -54,15 +55,33 @@ type opsFixture struct {
 	svc   *reconcile.Service
 	srv   *httptest.Server
 	http  *http.Client // does not follow redirects
+	calls *opsCallCounter
+}
+
+// opsCallCounter counts the service's provider calls.
+type opsCallCounter struct{ n atomic.Int64 }
+
+func (c *opsCallCounter) ProviderCall(provider.Op, provider.Outcome, time.Duration)        { c.n.Add(1) }
+func (*opsCallCounter) Transition(statemachine.State, statemachine.State, reconcile.Cause) {}
+func (*opsCallCounter) JobsClaimed(int)                                                    {}
+func (*opsCallCounter) LeaseLost()                                                         {}
+func (*opsCallCounter) Resolved(time.Duration)                                             {}
+func (*opsCallCounter) RefundTransition(statemachine.State, statemachine.State, reconcile.Cause) {
 }
 
 func setupOps(t *testing.T) *opsFixture {
 	t.Helper()
-	f := &opsFixture{t: t, clock: newTestClock()}
-	f.store = newStoreAt(t, f.clock.Now)
+	return setupOpsOn(t, newStoreAt)
+}
+
+// setupOpsOn is setupOps over the store newStore opens.
+func setupOpsOn(t *testing.T, newStore func(testing.TB, func() time.Time) reconcile.Store) *opsFixture {
+	t.Helper()
+	f := &opsFixture{t: t, clock: newTestClock(), calls: &opsCallCounter{}}
+	f.store = newStore(t, f.clock.Now)
 	f.fake = fakeprovider.New(fakeprovider.Config{Now: f.clock.Now})
 	svc, err := reconcile.New(f.store, f.fake, reconcile.Config{
-		WorkerID: "worker-1", MaxAttempts: 1, Now: f.clock.Now, Logger: discardLogger(),
+		WorkerID: "worker-1", MaxAttempts: 1, Now: f.clock.Now, Logger: discardLogger(), Observer: f.calls,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -186,7 +205,7 @@ func (f *opsFixture) do(method, path string, form url.Values, header map[string]
 	return opsResp{resp.StatusCode, string(b), resp.Header}
 }
 
-var opsBearer = map[string]string{"Authorization": "Bearer " + opsToken}
+var opsBearer = map[string]string{"Authorization": "Bearer " + opsToken, "Accept": "application/json"}
 
 var opsCSRFField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
@@ -303,7 +322,7 @@ func TestOpsRequiresToken(t *testing.T) {
 		}
 	}
 	for name, hdr := range map[string]map[string]string{"no token": nil, "wrong token": wrong, "basic auth": malformed} {
-		r := f.do("GET", "/ops/escalations", nil, hdr)
+		r := f.do("GET", "/ops/escalations?format=json", nil, hdr)
 		if code, _ := r.errCode(t); r.status != http.StatusUnauthorized || code != "unauthorized" {
 			t.Errorf("GET /ops/escalations with %s: %d %s, want 401 unauthorized JSON", name, r.status, r.body)
 		}
@@ -569,9 +588,13 @@ func TestOpsBearerJSONFlow(t *testing.T) {
 		t.Errorf("age after 90 minutes:\n%s", r.body)
 	}
 
-	// Show: the provider's live view is asked now.
+	// Show: the provider's live view, once a script asked for it.
 	show := func() (int64, string) {
 		t.Helper()
+		if r := f.do("POST", "/ops/purchases/"+p.ID+"/live", url.Values{"operator": {"ops-script"}}, opsBearer); r.status != http.StatusOK ||
+			!strings.Contains(r.body, "Asked the provider: outcome=succeeded") {
+			t.Fatalf("ask the provider: %d %s", r.status, r.body)
+		}
 		r := f.do("GET", "/ops/purchases/"+p.ID, nil, opsBearer)
 		if r.status != http.StatusOK {
 			t.Fatalf("show: %d %s", r.status, r.body)
@@ -637,7 +660,9 @@ func TestOpsBearerJSONFlow(t *testing.T) {
 	if a := rec.Actions[0]; a.Action != "recheck" || a.Operator != "ops-script" || !strings.Contains(a.Did, "uncertain → uncertain") {
 		t.Errorf("recheck action: %+v", a)
 	}
-	if a := rec.Actions[1]; a.Action != "resolve" || a.Operator != "ops-script" || a.Saw != saw ||
+	// The stored live view keeps outcome, status and payment; the
+	// resolution's own view says more.
+	if a := rec.Actions[1]; a.Action != "resolve" || a.Operator != "ops-script" || !strings.HasPrefix(a.Saw, saw) ||
 		a.Did != "uncertain→reconciling→succeeded" || a.Evidence != evidence {
 		t.Errorf("resolve action: %+v", a)
 	}
@@ -673,7 +698,16 @@ func TestOpsFormFlow(t *testing.T) {
 		t.Fatalf("list page: %d\n%s", list.status, list.body)
 	}
 	page := f.do("GET", "/ops/purchases/"+p.ID, nil, nil, session)
-	if page.status != http.StatusOK || !strings.Contains(page.body, `id="live-view"`) || !strings.Contains(page.body, "outcome=succeeded") {
+	if page.status != http.StatusOK || !strings.Contains(page.body, `id="live-none"`) || !strings.Contains(page.body, `id="live-form"`) {
+		t.Fatalf("case page before asking the provider: %d\n%s", page.status, page.body)
+	}
+	ask := f.do("POST", "/ops/purchases/"+p.ID+"/live", url.Values{"csrf": {opsFormToken(t, page.body)}}, map[string]string{"Origin": f.srv.URL}, session)
+	if ask.status != http.StatusSeeOther {
+		t.Fatalf("ask the provider: %d\n%s", ask.status, ask.body)
+	}
+	page = f.do("GET", ask.header.Get("Location"), nil, nil, session)
+	if page.status != http.StatusOK || !strings.Contains(page.body, `id="live-view"`) || !strings.Contains(page.body, "outcome=succeeded") ||
+		!strings.Contains(page.body, "Asked the provider: outcome=succeeded") {
 		t.Fatalf("case page: %d\n%s", page.status, page.body)
 	}
 	for _, bad := range []string{"charge again", "Charge again", "failed", `name="saw"`} {
@@ -1169,5 +1203,97 @@ func TestOpsResolveSucceededWithoutCharge(t *testing.T) {
 	list := f.do("GET", "/ops", nil, nil, session)
 	if !strings.Contains(list.body, "missing_at_provider") && !strings.Contains(list.body, "missing at provider") {
 		t.Errorf("the operator list does not show the finding:\n%s", list.body)
+	}
+}
+
+// TestOpsLiveViewOnRequest: showing a case never calls the provider nor
+// records anything, in HTML or JSON; only "Ask the provider now" does,
+// once per ask, and the page then shows that answer with its time.
+func TestOpsLiveViewOnRequest(t *testing.T) {
+	f := setupOps(t)
+	p := f.escalated("cus-live")
+	session, _ := f.login("grace")
+	calls, attempts := f.calls.n.Load(), len(f.record(p.ID).Attempts)
+
+	var page opsResp
+	for _, hdr := range []map[string]string{nil, nil, opsBearer, {"Accept": "text/html"}} {
+		page = f.do("GET", "/ops/purchases/"+p.ID, nil, hdr, session)
+		if page.status != http.StatusOK {
+			t.Fatalf("show: %d\n%s", page.status, page.body)
+		}
+	}
+	if got := f.do("GET", "/ops/purchases/"+p.ID+"?format=json", nil, nil, session); strings.Contains(got.body, `"live_view"`) {
+		t.Errorf("a live view before anyone asked:\n%s", got.body)
+	}
+	if n, a := f.calls.n.Load()-calls, len(f.record(p.ID).Attempts)-attempts; n != 0 || a != 0 {
+		t.Fatalf("showing the case 5 times made %d provider calls and recorded %d attempts, want 0 and 0", n, a)
+	}
+
+	r := f.do("POST", "/ops/purchases/"+p.ID+"/live", url.Values{"csrf": {opsFormToken(t, page.body)}},
+		map[string]string{"Origin": f.srv.URL}, session)
+	if r.status != http.StatusSeeOther {
+		t.Fatalf("ask the provider: %d\n%s", r.status, r.body)
+	}
+	rec := f.record(p.ID)
+	if n, a := f.calls.n.Load()-calls, len(rec.Attempts)-attempts; n != 1 || a != 1 {
+		t.Fatalf("one ask made %d provider calls and recorded %d attempts, want 1 and 1", n, a)
+	}
+	last := rec.Attempts[len(rec.Attempts)-1]
+	for range 3 {
+		page = f.do("GET", "/ops/purchases/"+p.ID, nil, nil, session)
+	}
+	if !strings.Contains(page.body, `id="live-view"`) || !strings.Contains(page.body, "outcome=succeeded") ||
+		!strings.Contains(page.body, `datetime="`+last.At.UTC().Format(time.RFC3339)) {
+		t.Errorf("the page does not show the stored live view with its time (%s):\n%s", last.At, page.body)
+	}
+	if n := f.calls.n.Load() - calls; n != 1 {
+		t.Errorf("%d provider calls after showing the asked case again, want 1", n)
+	}
+	var one struct {
+		LiveView struct {
+			Outcome string    `json:"outcome"`
+			AskedAt time.Time `json:"asked_at"`
+		} `json:"live_view"`
+	}
+	if err := json.Unmarshal([]byte(f.do("GET", "/ops/purchases/"+p.ID, nil, opsBearer).body), &one); err != nil {
+		t.Fatal(err)
+	}
+	if one.LiveView.Outcome != "succeeded" || !one.LiveView.AskedAt.Equal(last.At) {
+		t.Errorf("JSON live view %+v, want succeeded asked at %s", one.LiveView, last.At)
+	}
+}
+
+// TestOpsPagesAreHTMLUnlessAsked: every ops URL answers a browser, and a
+// bearer client that does not ask for JSON, with a page; Accept:
+// application/json or ?format=json with JSON.
+func TestOpsPagesAreHTMLUnlessAsked(t *testing.T) {
+	f := setupOps(t)
+	p := f.escalated("cus-html")
+	bearerOnly := map[string]string{"Authorization": "Bearer " + opsToken}
+	browser := map[string]string{"Authorization": "Bearer " + opsToken, "Accept": "text/html,application/xhtml+xml,*/*;q=0.8"}
+	for _, path := range []string{"/ops", "/ops/escalations", "/ops/findings", "/ops/findings?all=1", "/ops/outbox", "/ops/purchases/" + p.ID} {
+		for name, hdr := range map[string]map[string]string{"browser": browser, "bearer": bearerOnly} {
+			r := f.do("GET", path, nil, hdr)
+			if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "text/html") || !strings.Contains(r.body, "<!doctype html>") {
+				t.Errorf("GET %s as %s: %d %s, want an HTML page", path, name, r.status, r.header.Get("Content-Type"))
+			}
+		}
+	}
+	for _, path := range []string{"/ops/escalations", "/ops/findings", "/ops/purchases/" + p.ID} {
+		sep := "?"
+		if strings.Contains(path, "?") {
+			sep = "&"
+		}
+		for name, r := range map[string]opsResp{
+			"Accept":      f.do("GET", path, nil, opsBearer),
+			"format=json": f.do("GET", path+sep+"format=json", nil, browser),
+		} {
+			if r.status != http.StatusOK || !strings.HasPrefix(r.header.Get("Content-Type"), "application/json") || !json.Valid([]byte(r.body)) {
+				t.Errorf("GET %s with %s: %d %s, want JSON", path, name, r.status, r.header.Get("Content-Type"))
+			}
+		}
+	}
+	if r := f.do("GET", "/ops/findings?all=maybe", nil, browser); r.status != http.StatusBadRequest || !strings.Contains(r.body, "<!doctype html>") {
+		t.Errorf("GET /ops/findings?all=maybe in a browser: %d, want 400 with a page", r.status)
 	}
 }

@@ -602,7 +602,7 @@ func TestOpsLoginThrottlePerName(t *testing.T) {
 func TestOpsBearerThrottle(t *testing.T) {
 	f, obs := setupThrottle(t)
 	from := func(addr, token string) map[string]string {
-		return map[string]string{remoteAddrHeader: addr, "Authorization": "Bearer " + token}
+		return map[string]string{remoteAddrHeader: addr, "Authorization": "Bearer " + token, "Accept": "application/json"}
 	}
 	for i := range 11 {
 		if r := f.do("GET", "/ops/escalations", nil, from("192.0.2.9:1", wrongOpsToken)); r.status != http.StatusUnauthorized {
