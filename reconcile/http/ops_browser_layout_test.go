@@ -225,19 +225,7 @@ func opsBrowserSession(t *testing.T, f *opsFixture) context.Context {
 	testCtx, cancelTest := context.WithTimeout(context.Background(), 4*time.Minute)
 	t.Cleanup(cancelTest)
 	out := &opsBrowserOutput{}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(testCtx,
-		chromedp.ExecPath(opsChromium),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.CombinedOutput(out),
-	)
+	allocCtx, cancelAlloc := opsChromiumAllocator(t, testCtx, out)
 	t.Cleanup(cancelAlloc)
 	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
 	t.Cleanup(func() {

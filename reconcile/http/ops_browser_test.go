@@ -80,20 +80,7 @@ func TestOpsBrowserResolve(t *testing.T) {
 	testCtx, cancelTest := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancelTest()
 	out := &opsBrowserOutput{}
-	allocCtx, cancelAlloc := chromedp.NewExecAllocator(testCtx,
-		chromedp.ExecPath(opsChromium),
-		chromedp.Flag("headless", true),
-		chromedp.Flag("no-sandbox", true),
-		chromedp.Flag("disable-gpu", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.Flag("no-first-run", true),
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.Flag("disable-dev-shm-usage", true), // containers often have a tiny /dev/shm
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.CombinedOutput(out),
-	)
+	allocCtx, cancelAlloc := opsChromiumAllocator(t, testCtx, out)
 	defer cancelAlloc()
 	ctx, cancelBrowser := chromedp.NewContext(allocCtx)
 	defer func() {
@@ -353,4 +340,24 @@ func TestOpsBrowserResolve(t *testing.T) {
 		t.Errorf("the provider holds %d charges for the purchase, want 1", n)
 	}
 	t.Logf("browser test total %v", time.Since(start).Round(time.Millisecond))
+}
+
+// opsChromiumAllocator starts a headless Chromium for the ops browser
+// tests, its output to out, its profile in a temporary directory.
+func opsChromiumAllocator(t *testing.T, ctx context.Context, out *opsBrowserOutput) (context.Context, context.CancelFunc) {
+	t.Helper()
+	return chromedp.NewExecAllocator(ctx,
+		chromedp.ExecPath(opsChromium),
+		chromedp.Flag("headless", true),
+		chromedp.Flag("no-sandbox", true),
+		chromedp.Flag("disable-gpu", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true), // containers often have a tiny /dev/shm
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.CombinedOutput(out),
+	)
 }

@@ -46,7 +46,8 @@ func newStore(t *testing.T, clock func() time.Time) reconcile.Store {
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // scrape returns the value of a sample line on /metrics, or fails.
-func scrape(t *testing.T, m *prometheus.Metrics, sample string) string {
+// scrapeAll returns m's /metrics page.
+func scrapeAll(t *testing.T, m *prometheus.Metrics) []byte {
 	t.Helper()
 	srv := httptest.NewServer(m.Handler())
 	defer srv.Close()
@@ -56,6 +57,12 @@ func scrape(t *testing.T, m *prometheus.Metrics, sample string) string {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
+	return body
+}
+
+func scrape(t *testing.T, m *prometheus.Metrics, sample string) string {
+	t.Helper()
+	body := scrapeAll(t, m)
 	re := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(sample) + ` (\S+)$`)
 	match := re.FindSubmatch(body)
 	if match == nil {
@@ -212,14 +219,7 @@ func TestWebhookTypeLabelIsBounded(t *testing.T) {
 			t.Errorf("%s = %q, want %q", sample, got, want)
 		}
 	}
-	srv := httptest.NewServer(m.Handler())
-	defer srv.Close()
-	resp, err := srv.Client().Get(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
+	body := scrapeAll(t, m)
 	if bytes.Contains(body, []byte("customer.created")) || bytes.Contains(body, []byte("made.up.type")) {
 		t.Errorf("/metrics names an event type payrecon does not act on")
 	}
