@@ -112,6 +112,7 @@ func (o *finalCounter) LeaseLost()                                              
 func (o *finalCounter) Resolved(time.Duration)                                    {}
 func (o *finalCounter) RefundTransition(statemachine.State, statemachine.State, reconcile.Cause) {
 }
+func (*finalCounter) EventApplied(string, reconcile.EventOutcome, time.Duration) {}
 
 func TestBudgetDrainLosesNoLease(t *testing.T) {
 	// Four workers with large batches drain a burst of new purchases

@@ -140,6 +140,20 @@ type Config struct {
 	// (100).
 	EventSweepPage int
 
+	// InboxBatch is how many pending webhook events the applier claims
+	// and applies per transaction (ApplyPending). Default 256.
+	InboxBatch int
+
+	// InboxMaxAttempts is how many times the applier tries a pending
+	// event whose application fails before it leaves it to an operator
+	// (EventFailed). Default 8.
+	InboxMaxAttempts int
+
+	// InboxBackoff is the wait before the applier tries a failed event
+	// again: InboxBackoff after the first failure, doubling each time, at
+	// most 64 × InboxBackoff. Default 1s.
+	InboxBackoff time.Duration
+
 	// GroupCommitMax caps how many concurrent webhooks and purchase API
 	// requests share one transaction (group commit, groupcommit.go).
 	// Default 64.
@@ -206,6 +220,9 @@ func DefaultConfig() Config {
 		EventSweepFirstWindow: 24 * time.Hour,
 		EventSweepChunk:       100,
 		EventSweepPage:        provider.MaxEventPage,
+		InboxBatch:            256,
+		InboxMaxAttempts:      8,
+		InboxBackoff:          time.Second,
 		GroupCommitMax:        64,
 		GroupCommitLeaders:    2,
 		Now:                   time.Now,
@@ -264,6 +281,13 @@ func (c Config) withDefaults() (Config, error) {
 	if c.EventSweepPage == 0 {
 		c.EventSweepPage = def.EventSweepPage
 	}
+	if c.InboxBatch == 0 {
+		c.InboxBatch = def.InboxBatch
+	}
+	if c.InboxMaxAttempts == 0 {
+		c.InboxMaxAttempts = def.InboxMaxAttempts
+	}
+	setDuration(&c.InboxBackoff, def.InboxBackoff)
 	if c.GroupCommitMax == 0 {
 		c.GroupCommitMax = def.GroupCommitMax
 	}
@@ -302,7 +326,8 @@ func (c Config) withDefaults() (Config, error) {
 		errs = append(errs, fmt.Errorf("key replay margin %s must be longer than the lease duration %s", c.KeyReplayMargin, c.LeaseDuration))
 	}
 	for name, v := range map[string]int{"max attempts": c.MaxAttempts, "batch size": c.BatchSize, "concurrency": c.Concurrency,
-		"group commit max": c.GroupCommitMax, "group commit leaders": c.GroupCommitLeaders, "event sweep chunk": c.EventSweepChunk} {
+		"group commit max": c.GroupCommitMax, "group commit leaders": c.GroupCommitLeaders, "event sweep chunk": c.EventSweepChunk,
+		"inbox batch": c.InboxBatch, "inbox max attempts": c.InboxMaxAttempts} {
 		if v < 0 {
 			errs = append(errs, fmt.Errorf("%s %d: must be positive", name, v))
 		}
@@ -314,7 +339,7 @@ func (c Config) withDefaults() (Config, error) {
 		"poll interval": c.PollInterval, "shutdown grace": c.ShutdownGrace, "apply window": c.ApplyWindow,
 		"audit chunk": c.AuditChunk, "audit overlap": c.AuditOverlap, "audit settle": c.AuditSettle,
 		"audit first window": c.AuditFirstWindow, "audit list timeout": c.AuditListTimeout,
-		"restore skew":        c.RestoreSkew,
+		"restore skew": c.RestoreSkew, "inbox backoff": c.InboxBackoff,
 		"event sweep overlap": c.EventSweepOverlap, "event sweep first window": c.EventSweepFirstWindow,
 	} {
 		if d < 0 {

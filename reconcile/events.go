@@ -50,6 +50,17 @@ const (
 	EventForeign EventOutcome = "foreign"
 	// EventIgnored: a verified event of a type payrecon does not act on.
 	EventIgnored EventOutcome = "ignored"
+	// EventReceived: the endpoint stored the event, pending; the applier
+	// applies it after the answer. Only the endpoint answers it: the
+	// inbox row's outcome is EventPending.
+	EventReceived EventOutcome = "received"
+	// EventPending: an inbox row stored and not yet applied (or tried and
+	// due again after a backoff).
+	EventPending EventOutcome = "pending"
+	// EventFailed: the applier tried the event Config.InboxMaxAttempts
+	// times and failed each time; it waits for an operator, with its last
+	// error.
+	EventFailed EventOutcome = "failed"
 	// EventRejected: the event failed verification or validation and was
 	// not stored. Used only by the endpoint's metrics.
 	EventRejected EventOutcome = "rejected"
@@ -102,6 +113,12 @@ type InboxEvent struct {
 	Refund   bool
 	RefundID string
 	Refunded string
+	// Attempts counts the applier's failed tries; RetryAt is when a
+	// pending event that failed is due again (zero: at once); LastError
+	// is the error of the last failed try.
+	Attempts  int
+	RetryAt   time.Time
+	LastError string
 }
 
 // InboxUpdate is what became of one inbox event (Tx.UpdateInboxEvents):

@@ -25,6 +25,9 @@ type Observer interface {
 	// RefundTransition is called once per committed transition of a
 	// refund.
 	RefundTransition(from, to statemachine.State, cause Cause)
+	// EventApplied is called once per webhook event the applier applied,
+	// with its outcome and the time since it was received.
+	EventApplied(eventType string, outcome EventOutcome, sinceReceipt time.Duration)
 }
 
 type nopObserver struct{}
@@ -35,3 +38,4 @@ func (nopObserver) JobsClaimed(int)                                             
 func (nopObserver) LeaseLost()                                                     {}
 func (nopObserver) Resolved(time.Duration)                                         {}
 func (nopObserver) RefundTransition(statemachine.State, statemachine.State, Cause) {}
+func (nopObserver) EventApplied(string, EventOutcome, time.Duration)               {}

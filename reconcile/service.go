@@ -36,6 +36,10 @@ type Service struct {
 	restoreHorizon *time.Time
 	// restoreChecked is set once CheckRestore passed.
 	restoreChecked atomic.Bool
+	// inboxWake wakes this process's applier (WakeApplier).
+	inboxWake chan struct{}
+	// listener is the store's, when it has one (InboxListener).
+	listener InboxListener
 }
 
 // New returns a Service. It returns an error naming the field if cfg is
@@ -51,9 +55,10 @@ func New(store Store, p provider.Provider, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	listener, _ := store.(InboxListener)
 	// Every transaction writes the outbox events of its changes.
 	store = outboxStore{Store: store}
-	s := &Service{store: store, provider: p, cfg: cfg}
+	s := &Service{store: store, provider: p, cfg: cfg, inboxWake: make(chan struct{}, 1), listener: listener}
 	if !cfg.GroupCommitOff {
 		s.group = newGroupCommitter(store, cfg.GroupCommitMax, cfg.GroupCommitLeaders, cfg.Logger)
 	}

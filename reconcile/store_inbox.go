@@ -5,6 +5,17 @@ import (
 	"time"
 )
 
+// InboxListener is implemented by a store that can tell the appliers of
+// every process that events were received (PostgreSQL: LISTEN/NOTIFY on
+// the inbox's inserts).
+type InboxListener interface {
+	// ListenInbox calls wake, from its own goroutine, each time a
+	// transaction that stored pending events committed, until ctx ends
+	// (nil) or the connection fails (its error). Notifications may be
+	// folded together: one wake can stand for many events.
+	ListenInbox(ctx context.Context, wake func()) error
+}
+
 // InboxStore is the part of Tx that stores the provider's events as they
 // arrive, deduplicated by their key, and records what became of each.
 // The stores' inbox.go implement it.
@@ -52,8 +63,32 @@ type InboxStore interface {
 	// match cannot starve newer ones. limit must be positive (ErrInvalid
 	// otherwise).
 	ListUnmatchedEvents(ctx context.Context, limit int) ([]InboxEvent, error)
+	// ClaimPendingEvents returns up to limit pending events due at now (no
+	// RetryAt, or one not after now), oldest received first, then by
+	// provider and event id, and holds them until the transaction ends:
+	// a concurrent claim skips them rather than wait (FOR UPDATE SKIP
+	// LOCKED where the store has it; SQLite's single writer otherwise).
+	// limit must be positive (ErrInvalid otherwise).
+	ClaimPendingEvents(ctx context.Context, now time.Time, limit int) ([]InboxEvent, error)
+	// ClaimInboxEvent is ClaimPendingEvents for one event, due or not:
+	// it returns the event held, or ErrNotFound when it is not pending
+	// or another transaction holds it.
+	ClaimInboxEvent(ctx context.Context, provider, eventID string) (InboxEvent, error)
+	// RecordInboxFailure records a failed try at applying a pending
+	// event: its attempts, its error, when it was tried, and either when
+	// it is due again (outcome EventPending) or that it waits for an
+	// operator (outcome EventFailed, retryAt ignored). Returns ErrNotFound
+	// if there is no such event.
+	RecordInboxFailure(ctx context.Context, f InboxFailure) error
+	// InboxBacklog counts the pending and the failed events and finds
+	// when the oldest pending one was received.
+	InboxBacklog(ctx context.Context) (InboxBacklog, error)
+	// ListFailedEvents returns up to limit failed events, most recently
+	// failed first. limit must be positive (ErrInvalid otherwise).
+	ListFailedEvents(ctx context.Context, limit int) ([]InboxEvent, error)
 	// DeleteInboxEventsBefore deletes up to limit events received strictly
 	// before the given time, oldest first, and returns how many it
-	// deleted. limit must be positive (ErrInvalid otherwise).
+	// deleted. Pending and failed events are never deleted: they are not
+	// applied yet. limit must be positive (ErrInvalid otherwise).
 	DeleteInboxEventsBefore(ctx context.Context, before time.Time, limit int) (int, error)
 }

@@ -52,6 +52,10 @@ type eventRun struct {
 	ev      Event
 	outcome EventOutcome
 	moves   []move
+	// stored: the event is a pending inbox row the applier claimed (row),
+	// not one to insert.
+	stored bool
+	row    InboxEvent
 }
 
 // eventSet is the setRunner of webhooks: every member's arg is an
@@ -160,13 +164,7 @@ func (s *Service) applyEventSet(ctx context.Context, tx Tx, runs []*eventRun) (i
 	for _, r := range runs {
 		r.outcome, r.moves = "", nil
 	}
-	// The insert reads the store's clock: the set's now, for its moves
-	// and outcomes too, costs no round trip of its own.
-	rows := make([]InboxEvent, len(runs))
-	for i, r := range runs {
-		rows[i] = inboxRow(r.ev, time.Time{})
-	}
-	inserted, now, err := tx.ReceiveInboxEvents(ctx, rows)
+	inserted, now, err := storeRuns(ctx, tx, runs)
 	if err != nil {
 		return -1, err
 	}
@@ -314,6 +312,26 @@ func (s *Service) applyEventSet(ctx context.Context, tx Tx, runs []*eventRun) (i
 		}
 	}
 	return -1, nil
+}
+
+// storeRuns inserts the inbox rows of runs and reports which it stored,
+// and the store's clock, which the insert reads: the set's now, for its
+// moves and outcomes too, costs no round trip of its own. Runs the
+// applier claimed are stored already: all new, at the store's now.
+func storeRuns(ctx context.Context, tx Tx, runs []*eventRun) ([]bool, time.Time, error) {
+	if len(runs) > 0 && runs[0].stored {
+		now, err := tx.Now(ctx)
+		inserted := make([]bool, len(runs))
+		for i := range inserted {
+			inserted[i] = true
+		}
+		return inserted, now, err
+	}
+	rows := make([]InboxEvent, len(runs))
+	for i, r := range runs {
+		rows[i] = inboxRow(r.ev, time.Time{})
+	}
+	return tx.ReceiveInboxEvents(ctx, rows)
 }
 
 // settledPurchase is the purchase the plan of run i settled.

@@ -174,6 +174,7 @@ func (o *countingObserver) LeaseLost()                                          
 func (o *countingObserver) Resolved(time.Duration)                                    {}
 func (o *countingObserver) RefundTransition(statemachine.State, statemachine.State, reconcile.Cause) {
 }
+func (*countingObserver) EventApplied(string, reconcile.EventOutcome, time.Duration) {}
 
 // TestWorkLoopStopsCleanly: the Work loop settles due purchases and, when
 // its context ends, returns with no lease held.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/applier"
 	"github.com/payrecon/payrecon/reconcile/cron"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
@@ -23,6 +24,7 @@ type app struct {
 	metrics *prometheus.Metrics
 	sched   *cron.Scheduler
 	relay   *relay.Relay // delivers the outbox beside the worker; nil: none (the demo's stack)
+	applier *applier.Applier
 	server  *rhttp.Server
 	close   func()
 	// restorePending is set when the start could not check for signs of
@@ -56,6 +58,9 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 		return fail(usageError(err))
 	}
 	if a.relay, err = e.relay(a.svc, metrics); err != nil {
+		return fail(err)
+	}
+	if a.applier, err = e.applier(a); err != nil {
 		return fail(err)
 	}
 
@@ -152,6 +157,27 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	return a, nil
 }
 
+// applier builds the webhook inbox's applier: it runs the unmatched
+// sweep, under its lock, on --sweep-unmatched.
+func (e *env) applier(a *app) (*applier.Applier, error) {
+	sw, err := e.settings.sweepConfig()
+	if err != nil {
+		return nil, usageError(err)
+	}
+	ap, err := applier.New(a.svc, applier.Config{
+		Unmatched: func(ctx context.Context) error {
+			_, _, err := a.sched.RunSweep(ctx, cron.SweepUnmatched)
+			return err
+		},
+		UnmatchedSchedule: sw.UnmatchedSchedule,
+		Logger:            e.log,
+	})
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return ap, nil
+}
+
 // relay builds the outbox's relay from the settings: its leases are the
 // worker's (--worker-id), its retry window --outbox-retry-window.
 func (e *env) relay(svc *reconcile.Service, metrics *prometheus.Metrics) (*relay.Relay, error) {
@@ -205,6 +231,17 @@ func (a *app) run(ctx context.Context, e *env, ln net.Listener, worker bool) err
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	start("http", func() error { defer cancel(); return a.server.Serve(ctx, ln) })
+	// Every process applies the webhooks it (or another) received, once
+	// the books are known not to be a restored backup.
+	start("applier", func() error {
+		defer cancel()
+		if a.restorePending {
+			if err := a.svc.WaitRestoreCheck(ctx, restoreCheckRetry); err != nil {
+				return fmt.Errorf("refusing to start: %w", err)
+			}
+		}
+		return a.applier.Run(ctx)
+	})
 	if worker {
 		_ = a.metrics.Refresh(ctx, a.svc.Store())
 		start("worker", func() error {

@@ -61,6 +61,9 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	cfg.GroupCommitOff = !group
 	cfg.GroupCommitMax = int(num("group-commit-max"))
 	cfg.GroupCommitLeaders = int(num("group-commit-leaders"))
+	cfg.InboxBatch = int(num("inbox-batch"))
+	cfg.InboxMaxAttempts = int(num("inbox-max-attempts"))
+	dur(&cfg.InboxBackoff, "inbox-backoff")
 	return cfg, errors.Join(errs...)
 }
 

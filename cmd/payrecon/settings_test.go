@@ -51,6 +51,9 @@ var settingFields = map[string][]string{
 	// --group-commit is the field's negation: true sets it false.
 	"group-commit":         {"reconcile.Config.GroupCommitOff"},
 	"group-commit-max":     {"reconcile.Config.GroupCommitMax"},
+	"inbox-batch":          {"reconcile.Config.InboxBatch"},
+	"inbox-max-attempts":   {"reconcile.Config.InboxMaxAttempts"},
+	"inbox-backoff":        {"reconcile.Config.InboxBackoff"},
 	"group-commit-leaders": {"reconcile.Config.GroupCommitLeaders"},
 
 	"sweep-rescue":              {"cron.SweepConfig.RescueSchedule"},

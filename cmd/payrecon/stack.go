@@ -12,6 +12,7 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/provider/stripe"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/reconcile/applier"
 	"github.com/payrecon/payrecon/reconcile/cron"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
 	"github.com/payrecon/payrecon/reconcile/prometheus"
@@ -114,8 +115,20 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		appLn.Close()
 		return nil, err
 	}
+	ap, err := applier.New(s.svc, applier.Config{
+		Unmatched: func(ctx context.Context) error {
+			_, _, err := sched.RunSweep(ctx, cron.SweepUnmatched)
+			return err
+		},
+		Now: cfg.clock, Logger: cfg.log,
+	})
+	if err != nil {
+		s.closeFake()
+		appLn.Close()
+		return nil, err
+	}
 	s.app = &app{
-		svc: s.svc, metrics: s.metrics, sched: sched, close: func() {},
+		svc: s.svc, metrics: s.metrics, sched: sched, applier: ap, close: func() {},
 		server: rhttp.New(s.svc, rhttp.Config{
 			Webhooks: map[string]rhttp.WebhookVerifier{"stripe": verifier},
 			Metrics:  s.metrics.Handler(), Observer: s.metrics, Logger: cfg.log,

@@ -35,9 +35,15 @@ const (
 	// WebhookVerified: a webhook's signature is verified; nothing is
 	// stored.
 	WebhookVerified Point = "webhook-verified"
-	// WebhookCommitted: a webhook's inbox row and its effect have
-	// committed; the provider has no 2xx yet.
-	WebhookCommitted Point = "webhook-committed"
+	// WebhookReceived: a webhook's inbox row has committed, pending; the
+	// provider has no 2xx yet, and nothing is applied.
+	WebhookReceived Point = "webhook-received"
+	// WebhookAnswered: the provider has its 2xx for a stored event,
+	// which the applier may not have applied yet.
+	WebhookAnswered Point = "webhook-answered"
+	// InboxApplyWritten: the applier has written a batch's effects and
+	// the events' outcomes in its transaction, which has not committed.
+	InboxApplyWritten Point = "inbox-apply-written"
 	// PurchaseInserted: the purchase API's purchase, key and saved
 	// response have committed; the client has no response yet.
 	PurchaseInserted Point = "purchase-inserted"
@@ -66,7 +72,7 @@ const (
 // Points lists every point, for the crash tests.
 var Points = []Point{
 	IntentCommitted, CallSent, AnswerRead, ApplyCommitted,
-	WebhookVerified, WebhookCommitted, PurchaseInserted,
+	WebhookVerified, WebhookReceived, WebhookAnswered, InboxApplyWritten, PurchaseInserted,
 	SweepMidBatch, AuditMidWindow,
 	RefundIntentCommitted, RefundAnswerRead, RefundApplyCommitted, RefundInserted,
 	OutboxPending,

@@ -28,6 +28,10 @@ type Sweep struct {
 	// Schedule is a cron expression: five fields, or a descriptor such as
 	// "@every 30s" or "@hourly".
 	Schedule string
+	// Looped: another loop runs the sweep on Schedule, by RunSweep (the
+	// webhook applier runs the unmatched sweep between its batches); the
+	// scheduler only checks the schedule and never starts it.
+	Looped bool
 	// Run does the work and returns how many items it handled.
 	Run func(ctx context.Context) (int, error)
 	// LockTTL, when not zero, replaces Config.LockTTL for this sweep: how
@@ -119,7 +123,13 @@ func New(store reconcile.Store, sweeps []Sweep, cfg Config) (*Scheduler, error) 
 			continue
 		}
 		name := sw.Name
-		if _, err := s.cron.AddFunc(sw.Schedule, func() { s.runScheduled(name) }); err != nil {
+		var err error
+		if sw.Looped {
+			_, err = cron.ParseStandard(sw.Schedule)
+		} else {
+			_, err = s.cron.AddFunc(sw.Schedule, func() { s.runScheduled(name) })
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("sweep %q: schedule %q: %w", sw.Name, sw.Schedule, err))
 			continue
 		}

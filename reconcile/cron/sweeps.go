@@ -167,7 +167,9 @@ func Sweeps(svc *reconcile.Service, refresh func(context.Context) error, cfg Swe
 			refunds, err := svc.EscalateOverdueRefunds(ctx)
 			return purchases + refunds, err
 		}},
-		{Name: SweepUnmatched, Schedule: cfg.UnmatchedSchedule, Run: func(ctx context.Context) (int, error) {
+		// The webhook applier runs it, between its batches
+		// (reconcile/applier).
+		{Name: SweepUnmatched, Schedule: cfg.UnmatchedSchedule, Looped: true, Run: func(ctx context.Context) (int, error) {
 			return svc.ApplyUnmatched(ctx, 500)
 		}},
 		{Name: SweepRetention, Schedule: cfg.RetentionSchedule, Run: func(ctx context.Context) (int, error) {

@@ -68,6 +68,7 @@ func (*opsCallCounter) LeaseLost()                                              
 func (*opsCallCounter) Resolved(time.Duration)                                             {}
 func (*opsCallCounter) RefundTransition(statemachine.State, statemachine.State, reconcile.Cause) {
 }
+func (*opsCallCounter) EventApplied(string, reconcile.EventOutcome, time.Duration) {}
 
 func setupOps(t *testing.T) *opsFixture {
 	t.Helper()

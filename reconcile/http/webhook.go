@@ -21,10 +21,10 @@ type WebhookVerifier interface {
 	SignatureHeader() string
 }
 
-// webhookHandler verifies, then records and applies each event through
-// the inbox. It answers 2xx only after the inbox row and any state change
-// have committed together, so the provider redelivers anything not
-// durably applied.
+// webhookHandler verifies each event and stores it in the inbox,
+// pending, and answers 2xx only once that has committed: a 2xx means
+// stored, not applied. The applier applies it after the answer; the
+// provider redelivers anything not stored.
 func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxWebhookBytes))
@@ -43,23 +43,27 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 			return
 		}
 		crashpoint.Hit(crashpoint.WebhookVerified)
-		outcome, err := s.svc.ApplyEvent(r.Context(), reconcile.EventFromProvider(name, ev, "", body))
+		outcome, err := s.svc.ReceiveEvent(r.Context(), reconcile.EventFromProvider(name, ev, "", body))
 		switch {
 		case reconcile.KindOf(err) == reconcile.KindEventConflict:
 			s.observeWebhook(ev.Type, reconcile.EventConflict)
 			s.cfg.Logger.Error("webhook conflict: event id reused with another payload", "provider", name, "event", ev.ID)
 			writeKindError(w, reconcile.KindEventConflict,
-				"event "+ev.ID+" was already received with a different payload; nothing applied")
+				"event "+ev.ID+" was already received with a different payload; nothing stored")
 			return
 		case err != nil:
 			// Not committed, whatever the kind: the provider must redeliver.
-			s.cfg.Logger.Error("webhook not applied", "provider", name, "event", ev.ID, "err", err)
-			writeKindError(w, reconcile.KindInternal, "event not recorded; retry")
+			s.cfg.Logger.Error("webhook not stored", "provider", name, "event", ev.ID, "err", err)
+			writeKindError(w, reconcile.KindInternal, "event not stored; retry")
 			return
 		}
-		crashpoint.Hit(crashpoint.WebhookCommitted)
+		crashpoint.Hit(crashpoint.WebhookReceived)
 		s.observeWebhook(ev.Type, outcome)
 		writeJSON(w, http.StatusOK, map[string]string{"event": ev.ID, "outcome": string(outcome)})
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		crashpoint.Hit(crashpoint.WebhookAnswered)
 	})
 }
 

@@ -114,6 +114,9 @@ func sign(payload []byte, at time.Time, secret string) string {
 type hookResponse struct {
 	status int
 	body   string
+	// applied is the event's outcome in the inbox once the applier ran
+	// after a "received" answer; empty otherwise.
+	applied reconcile.EventOutcome
 }
 
 func (f *hookFixture) deliver(payload []byte, header string) hookResponse {
@@ -129,18 +132,62 @@ func (f *hookFixture) deliver(payload []byte, header string) hookResponse {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return hookResponse{resp.StatusCode, string(b)}
+	return hookResponse{status: resp.StatusCode, body: string(b)}
 }
 
+// send delivers a signed payload and, when the endpoint stored it, runs
+// the applier until the inbox is empty, and reads what became of it.
 func (f *hookFixture) send(payload []byte) hookResponse {
 	f.t.Helper()
-	return f.deliver(payload, sign(payload, f.clock.Now(), webhookSecret))
+	r := f.deliver(payload, sign(payload, f.clock.Now(), webhookSecret))
+	if r.status != http.StatusOK || !strings.Contains(r.body, `"outcome": "received"`) {
+		return r
+	}
+	drainInbox(f.t, f.svc)
+	var ev struct{ ID string }
+	if err := json.Unmarshal(payload, &ev); err != nil {
+		f.t.Fatal(err)
+	}
+	err := f.store.InTx(context.Background(), func(tx reconcile.Tx) error {
+		row, err := tx.GetInboxEvent(context.Background(), "stripe", ev.ID)
+		r.applied = row.Outcome
+		return err
+	})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return r
 }
 
+// drainInbox applies the pending webhook events until none is left.
+func drainInbox(t *testing.T, svc *reconcile.Service) {
+	t.Helper()
+	for {
+		n, err := svc.ApplyPending(context.Background())
+		if err != nil {
+			t.Fatalf("apply pending events: %v", err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
+// wantOutcome checks the endpoint's answer: a duplicate or a conflict
+// as answered, any other outcome as the applier's, after a "received".
 func wantOutcome(t *testing.T, r hookResponse, status int, outcome reconcile.EventOutcome) {
 	t.Helper()
-	if r.status != status || (outcome != "" && !strings.Contains(r.body, `"outcome": "`+string(outcome)+`"`)) {
-		t.Fatalf("got %d %s, want %d with outcome %q", r.status, r.body, status, outcome)
+	answered := outcome
+	switch outcome {
+	case "", reconcile.EventDuplicate, reconcile.EventConflict:
+	default:
+		answered = reconcile.EventReceived
+		if r.applied != outcome {
+			t.Fatalf("got %d %s, applied %q: want %d, applied %q", r.status, r.body, r.applied, status, outcome)
+		}
+	}
+	if r.status != status || (answered != "" && !strings.Contains(r.body, `"outcome": "`+string(answered)+`"`)) {
+		t.Fatalf("got %d %s, want %d with outcome %q", r.status, r.body, status, answered)
 	}
 }
 

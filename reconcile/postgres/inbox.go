@@ -33,6 +33,37 @@ const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id
     purchase_id, outcome, received_at, processed_at, amount, currency, event_created,
     refund, refund_id, refunded_payment`
 
+// inboxReadColumns are inboxColumns and the applier's bookkeeping, which
+// an insert leaves at its defaults.
+const inboxReadColumns = inboxColumns + `, attempts, retry_at, last_error`
+
+var _ reconcile.InboxListener = (*Store)(nil)
+
+// inboxChannel is the channel migration 00016's trigger notifies.
+const inboxChannel = "payrecon_inbox"
+
+// ListenInbox implements reconcile.InboxListener, on a connection of its
+// own, outside the pool, so that listening never takes a pool slot.
+func (s *Store) ListenInbox(ctx context.Context, wake func()) error {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return wrap(err, "listen for inbox events: connect")
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+inboxChannel); err != nil {
+		return wrap(err, "listen for inbox events")
+	}
+	for {
+		if _, err := conn.WaitForNotification(ctx); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return wrap(err, "wait for inbox events")
+		}
+		wake()
+	}
+}
+
 // InsertInboxEvent implements reconcile.Tx.
 func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
@@ -245,7 +276,7 @@ SELECT n FROM found`
 // GetInboxEvent implements reconcile.Tx.
 func (t *txn) GetInboxEvent(ctx context.Context, provider, eventID string) (reconcile.InboxEvent, error) {
 	return queryOne(ctx, t, scanInboxEvent, fmt.Sprintf("get inbox event %s/%s", provider, eventID),
-		`SELECT `+inboxColumns+` FROM webhook_inbox WHERE provider = $1 AND event_id = $2`, provider, eventID)
+		`SELECT `+inboxReadColumns+` FROM webhook_inbox WHERE provider = $1 AND event_id = $2`, provider, eventID)
 }
 
 // UpdateInboxEvent implements reconcile.Tx.
@@ -258,7 +289,7 @@ WHERE provider = $1 AND event_id = $2`,
 
 // ListInboxEvents implements reconcile.Tx.
 func (t *txn) ListInboxEvents(ctx context.Context, purchaseID string) ([]reconcile.InboxEvent, error) {
-	return queryAll(ctx, t, scanInboxEvent, "list inbox events of "+purchaseID, `SELECT `+inboxColumns+` FROM webhook_inbox
+	return queryAll(ctx, t, scanInboxEvent, "list inbox events of "+purchaseID, `SELECT `+inboxReadColumns+` FROM webhook_inbox
 WHERE purchase_id = $1 ORDER BY received_at, provider, event_id`, purchaseID)
 }
 
@@ -266,7 +297,7 @@ WHERE purchase_id = $1 ORDER BY received_at, provider, event_id`, purchaseID)
 // first. The outcome is a literal, not a parameter, so that the planner
 // can use the partial index webhook_inbox_unmatched_idx (migration 00003),
 // which holds the unmatched events in this order, in a generic plan too.
-const listUnmatchedEventsSQL = `SELECT ` + inboxColumns + ` FROM webhook_inbox
+const listUnmatchedEventsSQL = `SELECT ` + inboxReadColumns + ` FROM webhook_inbox
 WHERE outcome = '` + string(reconcile.EventUnmatched) + `'
 ORDER BY processed_at NULLS FIRST, received_at, provider, event_id LIMIT $1`
 
@@ -279,6 +310,67 @@ func (t *txn) ListUnmatchedEvents(ctx context.Context, limit int) ([]reconcile.I
 	return queryAll(ctx, t, scanInboxEvent, what, listUnmatchedEventsSQL, limit)
 }
 
+// claimPendingEventsSQL claims the due pending events, oldest received
+// first. The outcome is a literal, so that the planner uses the partial
+// index webhook_inbox_pending_idx (migration 00016) in a generic plan
+// too. SKIP LOCKED: two appliers take disjoint batches, never wait for
+// each other, and never hold one event both.
+const claimPendingEventsSQL = `SELECT ` + inboxReadColumns + ` FROM webhook_inbox
+WHERE outcome = '` + string(reconcile.EventPending) + `' AND (retry_at IS NULL OR retry_at <= $1)
+ORDER BY received_at, provider, event_id LIMIT $2
+FOR UPDATE SKIP LOCKED`
+
+// ClaimPendingEvents implements reconcile.Tx.
+func (t *txn) ClaimPendingEvents(ctx context.Context, now time.Time, limit int) ([]reconcile.InboxEvent, error) {
+	const what = "claim pending events"
+	if err := dialect.CheckLimit(what, limit); err != nil {
+		return nil, err
+	}
+	return queryAll(ctx, t, scanInboxEvent, what, claimPendingEventsSQL, now, limit)
+}
+
+// ClaimInboxEvent implements reconcile.Tx.
+func (t *txn) ClaimInboxEvent(ctx context.Context, provider, eventID string) (reconcile.InboxEvent, error) {
+	return queryOne(ctx, t, scanInboxEvent, fmt.Sprintf("claim inbox event %s/%s", provider, eventID),
+		`SELECT `+inboxReadColumns+` FROM webhook_inbox
+WHERE provider = $1 AND event_id = $2 AND outcome = '`+string(reconcile.EventPending)+`'
+FOR UPDATE SKIP LOCKED`, provider, eventID)
+}
+
+// RecordInboxFailure implements reconcile.Tx.
+func (t *txn) RecordInboxFailure(ctx context.Context, f reconcile.InboxFailure) error {
+	return t.execOne(ctx, fmt.Sprintf("record the failure of inbox event %s/%s", f.Provider, f.EventID),
+		`UPDATE webhook_inbox SET attempts = $3, last_error = $4, processed_at = $5, outcome = $6,
+    retry_at = CASE WHEN $6 = 'pending' THEN $7::timestamptz END
+WHERE provider = $1 AND event_id = $2`,
+		f.Provider, f.EventID, f.Attempts, f.Error, nullTime(f.At), string(f.Outcome), nullTime(f.RetryAt))
+}
+
+// InboxBacklog implements reconcile.Tx.
+func (t *txn) InboxBacklog(ctx context.Context) (reconcile.InboxBacklog, error) {
+	return queryOne(ctx, t, func(row sqlstore.Row) (reconcile.InboxBacklog, error) {
+		var b reconcile.InboxBacklog
+		var oldest *time.Time
+		err := row.Scan(&b.Pending, &oldest, &b.Failed)
+		b.Oldest = derefTime(oldest)
+		return b, err
+	}, "inbox backlog", `SELECT
+    (SELECT count(*) FROM webhook_inbox WHERE outcome = 'pending'),
+    (SELECT min(received_at) FROM webhook_inbox WHERE outcome = 'pending'),
+    (SELECT count(*) FROM webhook_inbox WHERE outcome = 'failed')`)
+}
+
+// ListFailedEvents implements reconcile.Tx.
+func (t *txn) ListFailedEvents(ctx context.Context, limit int) ([]reconcile.InboxEvent, error) {
+	const what = "list failed events"
+	if err := dialect.CheckLimit(what, limit); err != nil {
+		return nil, err
+	}
+	return queryAll(ctx, t, scanInboxEvent, what, `SELECT `+inboxReadColumns+` FROM webhook_inbox
+WHERE outcome = '`+string(reconcile.EventFailed)+`'
+ORDER BY processed_at DESC, provider, event_id LIMIT $1`, limit)
+}
+
 // DeleteInboxEventsBefore implements reconcile.Tx.
 func (t *txn) DeleteInboxEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	if err := dialect.CheckLimit("delete inbox events", limit); err != nil {
@@ -287,7 +379,7 @@ func (t *txn) DeleteInboxEventsBefore(ctx context.Context, before time.Time, lim
 	n, err := t.exec(ctx, `DELETE FROM webhook_inbox
 WHERE (provider, event_id) IN (
     SELECT provider, event_id FROM webhook_inbox
-    WHERE received_at < $1
+    WHERE received_at < $1 AND outcome NOT IN ('pending', 'failed')
     ORDER BY received_at
     LIMIT $2
 )`, before, limit)
@@ -297,15 +389,15 @@ WHERE (provider, event_id) IN (
 	return int(n), nil
 }
 
-// scanInboxEvent reads one row of inboxColumns.
+// scanInboxEvent reads one row of inboxReadColumns.
 func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	var e reconcile.InboxEvent
 	var purchaseID *string
 	var result, outcome string
-	var processed, created *time.Time
+	var processed, created, retryAt *time.Time
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
 		&purchaseID, &outcome, &e.ReceivedAt, &processed, &e.Amount, &e.Currency, &created,
-		&e.Refund, &e.RefundID, &e.Refunded)
+		&e.Refund, &e.RefundID, &e.Refunded, &e.Attempts, &retryAt, &e.LastError)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
 	}
@@ -316,5 +408,6 @@ func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	e.ReceivedAt = e.ReceivedAt.UTC()
 	e.ProcessedAt = derefTime(processed)
 	e.Created = derefTime(created)
+	e.RetryAt = derefTime(retryAt)
 	return e, nil
 }

@@ -43,6 +43,11 @@ type Metrics struct {
 	providerCalls   *prometheus.CounterVec
 	providerLatency *prometheus.HistogramVec
 	webhookEvents   *prometheus.CounterVec
+	webhookApplied  *prometheus.CounterVec
+	applyLag        prometheus.Histogram
+	inboxPending    prometheus.Gauge
+	inboxOldest     prometheus.Gauge
+	inboxFailed     prometheus.Gauge
 	jobsClaimed     prometheus.Counter
 	leaseLost       prometheus.Counter
 	resolution      prometheus.Histogram
@@ -114,8 +119,25 @@ func New() *Metrics {
 		}, []string{"op"}),
 		webhookEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_webhook_events_total",
-			Help: "Webhook events by type (those payrecon acts on; other for the rest) and outcome (applied, duplicate, stale, conflict, contradiction, confirming, unmatched, ignored, rejected).",
+			Help: "Webhook events at receipt, by type (those payrecon acts on; other for the rest) and outcome (received, duplicate, conflict, rejected).",
 		}, []string{"type", "outcome"}),
+		webhookApplied: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payrecon_webhook_events_applied_total",
+			Help: "Webhook events the applier took from the inbox, by type and outcome (applied, stale, contradiction, confirming, unmatched, ignored; pending when a try failed and is retried; failed when it waits for an operator).",
+		}, []string{"type", "outcome"}),
+		applyLag: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "payrecon_webhook_apply_lag_seconds", Help: "Time from a webhook event's receipt to its application.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}),
+		inboxPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_webhook_inbox_pending", Help: "Webhook events received and not yet applied, read from the database.",
+		}),
+		inboxOldest: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_webhook_inbox_oldest_pending_seconds", Help: "Age of the oldest webhook event received and not yet applied, on the database's clock; 0 if none.",
+		}),
+		inboxFailed: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "payrecon_webhook_inbox_failed", Help: "Webhook events the applier gave up on after its last try, waiting for an operator, read from the database.",
+		}),
 		jobsClaimed: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "payrecon_jobs_claimed_total", Help: "Jobs leased by this process.",
 		}),
@@ -187,7 +209,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.purchases, m.oldestUncertain, m.refunds, m.oldestRefund, m.refundMoves, m.escalationsOpen, m.findingsOpen, m.transitions, m.providerCalls,
-		m.providerLatency, m.webhookEvents, m.jobsClaimed, m.leaseLost, m.resolution,
+		m.providerLatency, m.webhookEvents, m.webhookApplied, m.applyLag, m.inboxPending, m.inboxOldest, m.inboxFailed, m.jobsClaimed, m.leaseLost, m.resolution,
 		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK, m.opsLogins,
 		m.outboxPending, m.outboxDead, m.outboxOldest, m.outboxDelivered, m.outboxLatency,
 		m.budgetRate, m.budgetThrottled, m.budgetWait, m.sweptEvents, m.eventWatermark,
@@ -215,8 +237,11 @@ func New() *Metrics {
 	// Counters the alerts take increase() of start at 0, so that the
 	// first event after a restart is an increase and not a new series.
 	for _, typ := range provider.EventTypes {
-		for _, o := range webhookOutcomes {
+		for _, o := range receiptOutcomes {
 			m.webhookEvents.WithLabelValues(typ, string(o))
+		}
+		for _, o := range appliedOutcomes {
+			m.webhookApplied.WithLabelValues(typ, string(o))
 		}
 	}
 	m.webhookEvents.WithLabelValues(reconcile.UnverifiedEventType, string(reconcile.EventRejected))
@@ -245,10 +270,14 @@ func eventTypeLabel(eventType string) string {
 	return otherEventType
 }
 
-// webhookOutcomes are the outcomes of an event that passed verification.
-var webhookOutcomes = []reconcile.EventOutcome{
-	reconcile.EventApplied, reconcile.EventDuplicate, reconcile.EventStale, reconcile.EventConflict,
-	reconcile.EventContradiction, reconcile.EventConfirming, reconcile.EventUnmatched,
+// receiptOutcomes are the endpoint's outcomes of an event that passed
+// verification.
+var receiptOutcomes = []reconcile.EventOutcome{reconcile.EventReceived, reconcile.EventDuplicate, reconcile.EventConflict}
+
+// appliedOutcomes are the applier's outcomes of an event.
+var appliedOutcomes = []reconcile.EventOutcome{
+	reconcile.EventApplied, reconcile.EventStale, reconcile.EventContradiction, reconcile.EventConfirming,
+	reconcile.EventUnmatched, reconcile.EventPending, reconcile.EventFailed,
 }
 
 // BudgetRate implements budget.Observer.
@@ -304,6 +333,14 @@ func (m *Metrics) Resolved(uncertainFor time.Duration) { m.resolution.Observe(un
 // Webhook counts one webhook event.
 func (m *Metrics) Webhook(eventType string, outcome reconcile.EventOutcome) {
 	m.webhookEvents.WithLabelValues(eventTypeLabel(eventType), string(outcome)).Inc()
+}
+
+// EventApplied implements reconcile.Observer.
+func (m *Metrics) EventApplied(eventType string, outcome reconcile.EventOutcome, sinceReceipt time.Duration) {
+	m.webhookApplied.WithLabelValues(eventTypeLabel(eventType), string(outcome)).Inc()
+	if outcome != reconcile.EventPending && outcome != reconcile.EventFailed {
+		m.applyLag.Observe(max(sinceReceipt, 0).Seconds())
+	}
 }
 
 // OpsLogin counts one attempt at the operator token: outcome is
@@ -369,6 +406,7 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		oldest       time.Time
 		oldestRefund time.Time
 		outbox       reconcile.OutboxStats
+		inbox        reconcile.InboxBacklog
 		now          time.Time
 	)
 	err := st.InTx(ctx, func(tx reconcile.Tx) error {
@@ -394,6 +432,9 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		if outbox, err = tx.OutboxStats(ctx); err != nil {
 			return err
 		}
+		if inbox, err = tx.InboxBacklog(ctx); err != nil {
+			return err
+		}
 		oldest, err = tx.OldestUncertainSince(ctx)
 		return err
 	})
@@ -415,6 +456,9 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	m.outboxPending.Set(float64(outbox.Pending))
 	m.outboxDead.Set(float64(outbox.Dead))
 	m.outboxOldest.Set(ageSince(outbox.Oldest, now))
+	m.inboxPending.Set(float64(inbox.Pending))
+	m.inboxOldest.Set(ageSince(inbox.Oldest, now))
+	m.inboxFailed.Set(float64(inbox.Failed))
 	return nil
 }
 

@@ -190,10 +190,11 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 func TestAlertedCountersStartAtZero(t *testing.T) {
 	m := prometheus.New()
 	for _, sample := range []string{
-		`payrecon_webhook_events_total{outcome="contradiction",type="payment_intent.succeeded"}`,
+		`payrecon_webhook_events_applied_total{outcome="contradiction",type="payment_intent.succeeded"}`,
 		`payrecon_webhook_events_total{outcome="conflict",type="payment_intent.succeeded"}`,
 		`payrecon_webhook_events_total{outcome="rejected",type="unverified"}`,
-		`payrecon_webhook_events_total{outcome="confirming",type="payment_intent.canceled"}`,
+		`payrecon_webhook_events_applied_total{outcome="confirming",type="payment_intent.canceled"}`,
+		`payrecon_webhook_events_applied_total{outcome="failed",type="payment_intent.succeeded"}`,
 	} {
 		if got := scrape(t, m, sample); got != "0" {
 			t.Errorf("%s = %s before any event, want 0", sample, got)
@@ -206,14 +207,20 @@ func TestAlertedCountersStartAtZero(t *testing.T) {
 // sending new types cannot grow the series without bound.
 func TestWebhookTypeLabelIsBounded(t *testing.T) {
 	m := prometheus.New()
-	m.Webhook("payment_intent.succeeded", reconcile.EventApplied)
-	m.Webhook("customer.created", reconcile.EventIgnored)
-	m.Webhook("made.up.type.1234", reconcile.EventIgnored)
+	m.Webhook("payment_intent.succeeded", reconcile.EventReceived)
+	m.Webhook("customer.created", reconcile.EventReceived)
+	m.Webhook("made.up.type.1234", reconcile.EventReceived)
 	m.Webhook(reconcile.UnverifiedEventType, reconcile.EventRejected)
+	m.EventApplied("payment_intent.succeeded", reconcile.EventApplied, 30*time.Millisecond)
+	m.EventApplied("made.up.type.1234", reconcile.EventIgnored, 2*time.Second)
 	for sample, want := range map[string]string{
-		`payrecon_webhook_events_total{outcome="applied",type="payment_intent.succeeded"}`: "1",
-		`payrecon_webhook_events_total{outcome="ignored",type="other"}`:                    "2",
-		`payrecon_webhook_events_total{outcome="rejected",type="unverified"}`:              "1",
+		`payrecon_webhook_events_total{outcome="received",type="payment_intent.succeeded"}`:        "1",
+		`payrecon_webhook_events_total{outcome="received",type="other"}`:                           "2",
+		`payrecon_webhook_events_total{outcome="rejected",type="unverified"}`:                      "1",
+		`payrecon_webhook_events_applied_total{outcome="applied",type="payment_intent.succeeded"}`: "1",
+		`payrecon_webhook_events_applied_total{outcome="ignored",type="other"}`:                    "1",
+		`payrecon_webhook_apply_lag_seconds_bucket{le="0.05"}`:                                     "1",
+		`payrecon_webhook_apply_lag_seconds_count`:                                                 "2",
 	} {
 		if got := scrape(t, m, sample); got != want {
 			t.Errorf("%s = %q, want %q", sample, got, want)

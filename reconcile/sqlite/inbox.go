@@ -24,6 +24,10 @@ const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id
     purchase_id, outcome, received_at, processed_at, amount, currency, event_created,
     refund, refund_id, refunded_payment`
 
+// inboxReadColumns are inboxColumns and the applier's bookkeeping, which
+// an insert leaves at its defaults.
+const inboxReadColumns = inboxColumns + `, attempts, retry_at, last_error`
+
 // InsertInboxEvent implements reconcile.Tx.
 func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
@@ -98,7 +102,7 @@ func (t *txn) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUp
 // GetInboxEvent implements reconcile.Tx.
 func (t *txn) GetInboxEvent(ctx context.Context, provider, eventID string) (reconcile.InboxEvent, error) {
 	return queryOne(ctx, t, scanInboxEvent, fmt.Sprintf("get inbox event %s/%s", provider, eventID),
-		`SELECT `+inboxColumns+` FROM webhook_inbox WHERE provider = ?1 AND event_id = ?2`, provider, eventID)
+		`SELECT `+inboxReadColumns+` FROM webhook_inbox WHERE provider = ?1 AND event_id = ?2`, provider, eventID)
 }
 
 // UpdateInboxEvent implements reconcile.Tx.
@@ -111,7 +115,7 @@ WHERE provider = ?1 AND event_id = ?2`,
 
 // ListInboxEvents implements reconcile.Tx.
 func (t *txn) ListInboxEvents(ctx context.Context, purchaseID string) ([]reconcile.InboxEvent, error) {
-	return queryAll(ctx, t, scanInboxEvent, "list inbox events of "+purchaseID, `SELECT `+inboxColumns+` FROM webhook_inbox
+	return queryAll(ctx, t, scanInboxEvent, "list inbox events of "+purchaseID, `SELECT `+inboxReadColumns+` FROM webhook_inbox
 WHERE purchase_id = ?1 ORDER BY received_at, provider, event_id`, purchaseID)
 }
 
@@ -120,7 +124,7 @@ WHERE purchase_id = ?1 ORDER BY received_at, provider, event_id`, purchaseID)
 // literal, not a parameter, so that the planner can use the partial index
 // webhook_inbox_unmatched_idx (migration 00003), which holds the
 // unmatched events in this order.
-const listUnmatchedEventsSQL = `SELECT ` + inboxColumns + ` FROM webhook_inbox
+const listUnmatchedEventsSQL = `SELECT ` + inboxReadColumns + ` FROM webhook_inbox
 WHERE outcome = '` + string(reconcile.EventUnmatched) + `'
 ORDER BY processed_at, received_at, provider, event_id LIMIT ?1`
 
@@ -133,13 +137,75 @@ func (t *txn) ListUnmatchedEvents(ctx context.Context, limit int) ([]reconcile.I
 	return queryAll(ctx, t, scanInboxEvent, what, listUnmatchedEventsSQL, limit)
 }
 
+// claimPendingEventsSQL lists the due pending events, oldest received
+// first, by the partial index webhook_inbox_pending_idx (migration
+// 00014). The transaction is the only writer (BEGIN IMMEDIATE): no other
+// applier can claim them until it ends.
+const claimPendingEventsSQL = `SELECT ` + inboxReadColumns + ` FROM webhook_inbox
+WHERE outcome = '` + string(reconcile.EventPending) + `' AND (retry_at IS NULL OR retry_at <= ?1)
+ORDER BY received_at, provider, event_id LIMIT ?2`
+
+// ClaimPendingEvents implements reconcile.Tx.
+func (t *txn) ClaimPendingEvents(ctx context.Context, now time.Time, limit int) ([]reconcile.InboxEvent, error) {
+	const what = "claim pending events"
+	if err := dialect.CheckLimit(what, limit); err != nil {
+		return nil, err
+	}
+	return queryAll(ctx, t, scanInboxEvent, what, claimPendingEventsSQL, now.UnixMicro(), limit)
+}
+
+// ClaimInboxEvent implements reconcile.Tx.
+func (t *txn) ClaimInboxEvent(ctx context.Context, provider, eventID string) (reconcile.InboxEvent, error) {
+	return queryOne(ctx, t, scanInboxEvent, fmt.Sprintf("claim inbox event %s/%s", provider, eventID),
+		`SELECT `+inboxReadColumns+` FROM webhook_inbox
+WHERE provider = ?1 AND event_id = ?2 AND outcome = '`+string(reconcile.EventPending)+`'`, provider, eventID)
+}
+
+// RecordInboxFailure implements reconcile.Tx.
+func (t *txn) RecordInboxFailure(ctx context.Context, f reconcile.InboxFailure) error {
+	retryAt := micros(f.RetryAt)
+	if f.Outcome != reconcile.EventPending {
+		retryAt = nil
+	}
+	return t.execOne(ctx, fmt.Sprintf("record the failure of inbox event %s/%s", f.Provider, f.EventID),
+		`UPDATE webhook_inbox SET attempts = ?3, last_error = ?4, processed_at = ?5, outcome = ?6, retry_at = ?7
+WHERE provider = ?1 AND event_id = ?2`,
+		f.Provider, f.EventID, f.Attempts, f.Error, micros(f.At), string(f.Outcome), retryAt)
+}
+
+// InboxBacklog implements reconcile.Tx.
+func (t *txn) InboxBacklog(ctx context.Context) (reconcile.InboxBacklog, error) {
+	return queryOne(ctx, t, func(row sqlstore.Row) (reconcile.InboxBacklog, error) {
+		var b reconcile.InboxBacklog
+		var oldest *int64
+		err := row.Scan(&b.Pending, &oldest, &b.Failed)
+		b.Oldest = fromNullMicros(oldest)
+		return b, err
+	}, "inbox backlog", `SELECT
+    (SELECT count(*) FROM webhook_inbox WHERE outcome = 'pending'),
+    (SELECT min(received_at) FROM webhook_inbox WHERE outcome = 'pending'),
+    (SELECT count(*) FROM webhook_inbox WHERE outcome = 'failed')`)
+}
+
+// ListFailedEvents implements reconcile.Tx.
+func (t *txn) ListFailedEvents(ctx context.Context, limit int) ([]reconcile.InboxEvent, error) {
+	const what = "list failed events"
+	if err := dialect.CheckLimit(what, limit); err != nil {
+		return nil, err
+	}
+	return queryAll(ctx, t, scanInboxEvent, what, `SELECT `+inboxReadColumns+` FROM webhook_inbox
+WHERE outcome = '`+string(reconcile.EventFailed)+`'
+ORDER BY processed_at DESC, provider, event_id LIMIT ?1`, limit)
+}
+
 // DeleteInboxEventsBefore implements reconcile.Tx.
 func (t *txn) DeleteInboxEventsBefore(ctx context.Context, before time.Time, limit int) (int, error) {
 	if err := dialect.CheckLimit("delete inbox events", limit); err != nil {
 		return 0, err
 	}
 	n, err := t.exec(ctx, `DELETE FROM webhook_inbox WHERE rowid IN (
-    SELECT rowid FROM webhook_inbox WHERE received_at < ?1 ORDER BY received_at, provider, event_id LIMIT ?2)`,
+    SELECT rowid FROM webhook_inbox WHERE received_at < ?1 AND outcome NOT IN ('pending', 'failed')
+    ORDER BY received_at, provider, event_id LIMIT ?2)`,
 		before.UnixMicro(), limit)
 	if err != nil {
 		return 0, wrap(err, "delete inbox events received before %s", sqlstore.Stamp(before))
@@ -147,16 +213,16 @@ func (t *txn) DeleteInboxEventsBefore(ctx context.Context, before time.Time, lim
 	return int(n), nil
 }
 
-// scanInboxEvent reads one row of inboxColumns.
+// scanInboxEvent reads one row of inboxReadColumns.
 func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	var e reconcile.InboxEvent
 	var purchaseID *string
 	var result, outcome string
 	var received int64
-	var processed, created *int64
+	var processed, created, retryAt *int64
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
 		&purchaseID, &outcome, &received, &processed, &e.Amount, &e.Currency, &created,
-		&e.Refund, &e.RefundID, &e.Refunded)
+		&e.Refund, &e.RefundID, &e.Refunded, &e.Attempts, &retryAt, &e.LastError)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
 	}
@@ -167,5 +233,6 @@ func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	e.ReceivedAt = fromMicros(received)
 	e.ProcessedAt = fromNullMicros(processed)
 	e.Created = fromNullMicros(created)
+	e.RetryAt = fromNullMicros(retryAt)
 	return e, nil
 }

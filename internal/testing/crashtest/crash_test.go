@@ -49,7 +49,15 @@ var scenarios = []scenario{
 	{point: crashpoint.AnswerRead, in: inWorker, faults: "decline=0.3", drive: drivePurchases},
 	{point: crashpoint.ApplyCommitted, in: inServe, faults: "lost_reply=0.3", drive: drivePurchases},
 	{point: crashpoint.WebhookVerified, in: inServe, drive: drivePurchases},
-	{point: crashpoint.WebhookCommitted, in: inServe, faults: "lost_reply=0.5", drive: drivePurchases},
+	// Stored, not answered and not applied: the fake redelivers it (a
+	// duplicate), and the restarted applier applies the stored one.
+	{point: crashpoint.WebhookReceived, in: inServe, faults: "lost_reply=0.5", drive: drivePurchases},
+	// Answered, perhaps not applied: nothing redelivers it, and the
+	// restarted applier applies it from the inbox alone.
+	{point: crashpoint.WebhookAnswered, in: inServe, faults: "lost_reply=0.5", drive: drivePurchases},
+	// The applier's batch written, not committed: it rolls back, and the
+	// restarted applier applies the batch once.
+	{point: crashpoint.InboxApplyWritten, in: inServe, faults: "lost_reply=0.5", drive: drivePurchases},
 	{point: crashpoint.PurchaseInserted, in: inServe, drive: drivePurchases},
 	// Every reply lost, and replays too, with no webhooks, and the next
 	// check 5 s away: the purchases stay uncertain until the escalation

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -120,6 +121,13 @@ func (r *run) settle() {
 		for _, ev := range wh.Events {
 			if !ended[ev.ID] {
 				why = "webhook " + ev.ID + " has no delivery that ended"
+				return false
+			}
+		}
+		// Stored is not applied: wait for the applier too.
+		for id, outcomes := range r.inbox() {
+			if slices.Contains(outcomes, "pending") {
+				why = "webhook " + id + " is stored, not applied"
 				return false
 			}
 		}
@@ -262,8 +270,11 @@ func (r *run) checkInvariants() counts {
 			r.t.Errorf("webhook %s (%s of %s): never acknowledged", ev.ID, ev.Type, ev.PurchaseID)
 			continue
 		}
-		if k := inbox[ev.ID]; k != 1 {
-			r.t.Errorf("webhook %s (%s of %s): acknowledged, and %d times in the inbox, want once", ev.ID, ev.Type, ev.PurchaseID, k)
+		switch outcomes := inbox[ev.ID]; {
+		case len(outcomes) != 1:
+			r.t.Errorf("webhook %s (%s of %s): acknowledged, and %d times in the inbox, want once", ev.ID, ev.Type, ev.PurchaseID, len(outcomes))
+		case outcomes[0] == "pending" || outcomes[0] == "failed":
+			r.t.Errorf("webhook %s (%s of %s): acknowledged, and %s in the inbox: never applied", ev.ID, ev.Type, ev.PurchaseID, outcomes[0])
 		}
 	}
 	r.j.add("check", "%s", n)
@@ -308,14 +319,14 @@ func (r *run) checkChain(m statemachine.Machine, what, state string, escalated b
 	}
 }
 
-// inbox counts the webhook inbox's rows by event id, read from the
-// database itself.
-func (r *run) inbox() map[string]int {
+// inbox returns the webhook inbox's rows' outcomes by event id, read
+// from the database itself.
+func (r *run) inbox() map[string][]string {
 	r.t.Helper()
-	out := map[string]int{}
+	out := map[string][]string{}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	const q = "SELECT event_id FROM webhook_inbox"
+	const q = "SELECT event_id, outcome FROM webhook_inbox"
 	if path, ok := strings.CutPrefix(r.dbURL, "sqlite:"); ok {
 		db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(10000)")
 		if err != nil {
@@ -328,11 +339,11 @@ func (r *run) inbox() map[string]int {
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
+			var id, outcome string
+			if err := rows.Scan(&id, &outcome); err != nil {
 				r.t.Fatal(err)
 			}
-			out[id]++
+			out[id] = append(out[id], outcome)
 		}
 		if err := rows.Err(); err != nil {
 			r.t.Fatal(err)
@@ -348,12 +359,13 @@ func (r *run) inbox() map[string]int {
 	if err != nil {
 		r.t.Fatalf("read the inbox: %v", err)
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type row struct{ ID, Outcome string }
+	all, err := pgx.CollectRows(rows, pgx.RowToStructByPos[row])
 	if err != nil {
 		r.t.Fatalf("read the inbox: %v", err)
 	}
-	for _, id := range ids {
-		out[id]++
+	for _, e := range all {
+		out[e.ID] = append(out[e.ID], e.Outcome)
 	}
 	return out
 }

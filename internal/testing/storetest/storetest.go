@@ -109,8 +109,9 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"ClaimJob", withStore(testClaimJob)},
 		// moves.go
 		{"ApplyMoves", testApplyMoves},
-		// inbox.go, idempotency_keys.go, keyed_purchases.go, operator_actions.go, sweep_locks.go
+		// inbox.go, inbox_pending.go, idempotency_keys.go, keyed_purchases.go, operator_actions.go, sweep_locks.go
 		{"Inbox", testInbox},
+		{"PendingInbox", testPendingInbox},
 		{"IdempotencyKeys", testIdempotencyKeys},
 		{"KeyedPurchases", testKeyedPurchases},
 		{"OperatorActions", withStore(testOperatorActions)},

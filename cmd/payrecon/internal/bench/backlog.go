@@ -431,6 +431,7 @@ func (*leaseLostCounter) JobsClaimed(int)                                       
 func (*leaseLostCounter) LeaseLost()                                                               {}
 func (*leaseLostCounter) Resolved(time.Duration)                                                   {}
 func (*leaseLostCounter) RefundTransition(statemachine.State, statemachine.State, reconcile.Cause) {}
+func (*leaseLostCounter) EventApplied(string, reconcile.EventOutcome, time.Duration)               {}
 
 // maxPerSecond returns the most of the sorted times within any 1-second
 // window (half-open).

@@ -12,6 +12,7 @@ import (
 	"os"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -318,6 +319,11 @@ func (b *bench) load(ctx context.Context, svc *reconcile.Service, label string) 
 type benchObserver struct {
 	final, uncertain atomic.Int64
 	moved            chan struct{}
+	// applied counts the webhook events the applier took, and lags holds
+	// each one's time from receipt to application.
+	applied atomic.Int64
+	lagMu   sync.Mutex
+	lags    []time.Duration
 }
 
 func newBenchObserver() *benchObserver { return &benchObserver{moved: make(chan struct{}, 1)} }
@@ -342,6 +348,15 @@ func (o *benchObserver) Resolved(time.Duration)                                 
 // RefundTransition implements reconcile.Observer; the bench counts
 // purchases only.
 func (o *benchObserver) RefundTransition(_, _ statemachine.State, _ reconcile.Cause) {}
+
+// EventApplied implements reconcile.Observer: it counts the event and
+// keeps its lag.
+func (o *benchObserver) EventApplied(_ string, _ reconcile.EventOutcome, sinceReceipt time.Duration) {
+	o.lagMu.Lock()
+	o.lags = append(o.lags, sinceReceipt)
+	o.lagMu.Unlock()
+	o.applied.Add(1)
+}
 
 // work runs the worker as `payrecon worker` does (Service.Work) until
 // reached reports n purchases, ctx ends, or nothing moves for

@@ -1,0 +1,312 @@
+package reconcile_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/testing/stores"
+	"github.com/payrecon/payrecon/provider"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// The tests of webhooks received, then applied (inbox.go).
+
+// uncertain creates a purchase left uncertain (processing at the
+// provider) with its payment id known, and returns it with its charge.
+func (f *fixture) uncertain(customer string) (reconcile.Purchase, fakeprovider.Charge) {
+	f.t.Helper()
+	p := f.create(customer)
+	f.fake.Script(p.ID, fakeprovider.Processing)
+	f.runUntilIdle(f.svc)
+	f.wantState(p.ID, statemachine.Uncertain)
+	charges := f.fake.ChargesFor(p.ID)
+	if len(charges) != 1 {
+		f.t.Fatalf("purchase %s: %d charges, want 1", p.ID, len(charges))
+	}
+	return p, charges[0]
+}
+
+// receive stores ev as the endpoint does and fails unless it is want.
+func (f *fixture) receive(svc *reconcile.Service, ev reconcile.Event, want reconcile.EventOutcome) {
+	f.t.Helper()
+	got, err := svc.ReceiveEvent(context.Background(), ev)
+	if got != want || (err != nil) != (want == reconcile.EventConflict) {
+		f.t.Fatalf("receive %s: %s, %v; want %s", ev.ID, got, err, want)
+	}
+}
+
+// drain runs svc's applier until no event is due, and returns how many
+// it claimed.
+func (f *fixture) drain(svc *reconcile.Service) int {
+	f.t.Helper()
+	total := 0
+	for {
+		n, err := svc.ApplyPending(context.Background())
+		if err != nil {
+			f.t.Fatalf("ApplyPending: %v", err)
+		}
+		if n == 0 {
+			return total
+		}
+		total += n
+	}
+}
+
+func (f *fixture) inboxRow(id string) reconcile.InboxEvent {
+	f.t.Helper()
+	var e reconcile.InboxEvent
+	err := f.store.InTx(context.Background(), func(tx reconcile.Tx) error {
+		var err error
+		e, err = tx.GetInboxEvent(context.Background(), "stripe", id)
+		return err
+	})
+	if err != nil {
+		f.t.Fatalf("inbox event %s: %v", id, err)
+	}
+	return e
+}
+
+// TestReceiveStoresOnly: a received event is in the inbox, pending,
+// once ReceiveEvent returns, and nothing is applied until the applier
+// runs; a repeat is a duplicate, another payload under its id a
+// conflict, and neither is stored again.
+func TestReceiveStoresOnly(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
+		p, c := f.uncertain("c")
+		ev := event("evt_ok", provider.Succeeded, c, f.clock.Now())
+		f.receive(f.svc, ev, reconcile.EventReceived)
+		if row := f.inboxRow("evt_ok"); row.Outcome != reconcile.EventPending {
+			t.Fatalf("received event: outcome %s, want pending", row.Outcome)
+		}
+		f.wantState(p.ID, statemachine.Uncertain)
+		f.receive(f.svc, ev, reconcile.EventDuplicate)
+		other := ev
+		other.PayloadHash = "another"
+		f.receive(f.svc, other, reconcile.EventConflict)
+		if n := f.drain(f.svc); n != 1 {
+			t.Fatalf("the applier claimed %d events, want 1", n)
+		}
+		f.wantState(p.ID, statemachine.Succeeded)
+		if row := f.inboxRow("evt_ok"); row.Outcome != reconcile.EventApplied || row.PurchaseID != p.ID {
+			t.Fatalf("applied event: %+v", row)
+		}
+	})
+}
+
+// TestPendingAppliedInCreationOrder: a success and a stale processing
+// about one purchase, received in either order and applied in one batch,
+// apply in the provider's creation order: the processing adds its fact,
+// then the success settles the purchase, once.
+func TestPendingAppliedInCreationOrder(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		for _, successFirst := range []bool{true, false} {
+			t.Run(fmt.Sprintf("success received first %v", successFirst), func(t *testing.T) {
+				f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
+				p, c := f.uncertain("c")
+				t0 := f.clock.Now()
+				processing := event("evt_processing", provider.Pending, c, t0.Add(5*time.Second))
+				success := event("evt_success", provider.Succeeded, c, t0.Add(10*time.Second))
+				order := []reconcile.Event{processing, success}
+				if successFirst {
+					order = []reconcile.Event{success, processing}
+				}
+				for _, ev := range order {
+					f.receive(f.svc, ev, reconcile.EventReceived)
+					f.clock.Advance(time.Millisecond)
+				}
+				if n := f.drain(f.svc); n != 2 {
+					t.Fatalf("claimed %d, want both in one batch", n)
+				}
+				for _, id := range []string{"evt_processing", "evt_success"} {
+					if got := f.inboxOutcome(id); got != reconcile.EventApplied {
+						t.Fatalf("%s: %s, want applied (in creation order)", id, got)
+					}
+				}
+				d := f.wantState(p.ID, statemachine.Succeeded)
+				n := 0
+				for _, tr := range d.Transitions {
+					if tr.To == statemachine.Succeeded {
+						n++
+					}
+				}
+				if n != 1 {
+					t.Fatalf("%d moves to succeeded, want 1\n%s", n, history(d))
+				}
+			})
+		}
+	})
+}
+
+// failingEventStore refuses every batch of inbox outcomes, and each
+// outcome of the event bad, as a store error would: the event fails
+// alone.
+type failingEventStore struct {
+	reconcile.Store
+	bad atomic.Value // string
+}
+
+func (s *failingEventStore) InTx(ctx context.Context, fn func(reconcile.Tx) error) error {
+	return s.Store.InTx(ctx, func(tx reconcile.Tx) error { return fn(failingEventTx{tx, s}) })
+}
+
+type failingEventTx struct {
+	reconcile.Tx
+	s *failingEventStore
+}
+
+func (t failingEventTx) Savepoint(ctx context.Context, fn func(reconcile.Tx) error) error {
+	return t.Tx.Savepoint(ctx, func(tx reconcile.Tx) error { return fn(failingEventTx{tx, t.s}) })
+}
+
+func (t failingEventTx) UpdateInboxEvents(ctx context.Context, updates []reconcile.InboxUpdate) error {
+	return errors.New("batch refused")
+}
+
+func (t failingEventTx) UpdateInboxEvent(ctx context.Context, provider, eventID, purchaseID string, outcome reconcile.EventOutcome, at time.Time) error {
+	if eventID == t.s.bad.Load().(string) {
+		return errors.New("the disk said no")
+	}
+	return t.Tx.UpdateInboxEvent(ctx, provider, eventID, purchaseID, outcome, at)
+}
+
+// TestFailingEventSparesItsBatch: an event whose application fails is
+// taken out of its batch, which applies the others; it is tried again
+// after a doubling backoff, and after its last try it waits for an
+// operator, who retries it once the cause is gone.
+func TestFailingEventSparesItsBatch(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
+		failing := &failingEventStore{Store: f.store}
+		failing.bad.Store("evt_1")
+		svc, err := reconcile.New(failing, f.fake, reconcile.Config{
+			WorkerID: "applier", Now: f.clock.Now, Logger: discardLogger(), InboxMaxAttempts: 3,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ps []reconcile.Purchase
+		for i := range 3 {
+			p, c := f.uncertain(fmt.Sprintf("c%d", i))
+			ps = append(ps, p)
+			f.receive(svc, event(fmt.Sprintf("evt_%d", i), provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
+		}
+		if n := f.drain(svc); n != 3 {
+			t.Fatalf("claimed %d, want 3", n)
+		}
+		f.wantState(ps[0].ID, statemachine.Succeeded)
+		f.wantState(ps[1].ID, statemachine.Uncertain)
+		f.wantState(ps[2].ID, statemachine.Succeeded)
+		row := f.inboxRow("evt_1")
+		if row.Outcome != reconcile.EventPending || row.Attempts != 1 || !strings.Contains(row.LastError, "the disk said no") ||
+			!row.RetryAt.Equal(f.clock.Now().Add(time.Second)) {
+			t.Fatalf("after its first failure: %+v", row)
+		}
+		// Not due before its backoff; then 2s after the second failure.
+		if n := f.drain(svc); n != 0 {
+			t.Fatalf("claimed %d before the backoff, want 0", n)
+		}
+		f.clock.Advance(time.Second)
+		f.drain(svc)
+		if row = f.inboxRow("evt_1"); row.Attempts != 2 || !row.RetryAt.Equal(f.clock.Now().Add(2*time.Second)) {
+			t.Fatalf("after its second failure: %+v", row)
+		}
+		f.clock.Advance(2 * time.Second)
+		f.drain(svc)
+		row = f.inboxRow("evt_1")
+		if row.Outcome != reconcile.EventFailed || row.Attempts != 3 {
+			t.Fatalf("after its last try: %+v", row)
+		}
+		failed, backlog, err := svc.FailedEvents(context.Background(), 10)
+		if err != nil || len(failed) != 1 || failed[0].EventID != "evt_1" || backlog.Failed != 1 || backlog.Pending != 0 {
+			t.Fatalf("failed events %v, backlog %+v, %v; want evt_1 alone", failed, backlog, err)
+		}
+
+		failing.bad.Store("")
+		if err := svc.RetryFailedEvent(context.Background(), "stripe", "evt_1", "ops@example.com"); err != nil {
+			t.Fatal(err)
+		}
+		if err := svc.RetryFailedEvent(context.Background(), "stripe", "evt_0", "ops@example.com"); !errors.Is(err, reconcile.ErrNotFound) {
+			t.Fatalf("retry of an applied event: %v, want ErrNotFound", err)
+		}
+		if n := f.drain(svc); n != 1 {
+			t.Fatalf("claimed %d after the retry, want 1", n)
+		}
+		f.wantState(ps[1].ID, statemachine.Succeeded)
+		if got := f.inboxOutcome("evt_1"); got != reconcile.EventApplied {
+			t.Fatalf("retried event: %s, want applied", got)
+		}
+	})
+}
+
+// appliedCounter counts the events the applier reports applied, by id of
+// nothing but their number: two appliers that applied one event both
+// would count it twice.
+type appliedCounter struct {
+	countingObserver
+	applied atomic.Int64
+}
+
+func (o *appliedCounter) EventApplied(_ string, outcome reconcile.EventOutcome, _ time.Duration) {
+	if outcome == reconcile.EventApplied {
+		o.applied.Add(1)
+	}
+}
+
+// TestTwoAppliersApplyEachEventOnce: two appliers (two services over one
+// store, as two processes) drain one inbox at once; each event is
+// applied by one of them, and each purchase settles once.
+func TestTwoAppliersApplyEachEventOnce(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
+		const n = 30
+		var ps []reconcile.Purchase
+		for i := range n {
+			p, c := f.uncertain(fmt.Sprintf("c%d", i))
+			ps = append(ps, p)
+			f.receive(f.svc, event(fmt.Sprintf("evt_%d", i), provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
+		}
+		var obs [2]appliedCounter
+		var wg sync.WaitGroup
+		for i := range obs {
+			svc := f.service(f.fake, fmt.Sprintf("applier-%d", i), reconcile.Config{Observer: &obs[i], InboxBatch: 4})
+			wg.Go(func() {
+				for {
+					k, err := svc.ApplyPending(context.Background())
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if k == 0 {
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if got := obs[0].applied.Load() + obs[1].applied.Load(); got != n {
+			t.Fatalf("%d + %d events applied, want %d in all", obs[0].applied.Load(), obs[1].applied.Load(), n)
+		}
+		for _, p := range ps {
+			d := f.wantState(p.ID, statemachine.Succeeded)
+			moves := 0
+			for _, tr := range d.Transitions {
+				if tr.To == statemachine.Succeeded {
+					moves++
+				}
+			}
+			if moves != 1 {
+				t.Fatalf("purchase %s: %d moves to succeeded\n%s", p.ID, moves, history(d))
+			}
+		}
+		t.Logf("applier 0 applied %d, applier 1 %d", obs[0].applied.Load(), obs[1].applied.Load())
+	})
+}
