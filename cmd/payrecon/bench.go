@@ -61,10 +61,14 @@ func runBenchBurnDown(ctx context.Context, e *env, args []string) error {
 }
 
 func runBenchWebhooks(ctx context.Context, e *env, args []string) error {
-	cfg, err := benchConfig(e, "webhooks", "events", args, true)
+	var backlog bool
+	cfg, err := benchConfigWith(e, "webhooks", "events", args, true, func(fs *flag.FlagSet) {
+		fs.BoolVar(&backlog, "backlog", false, "hold the applier until every event is received, then time it alone on the backlog (default: it applies as the events arrive, as serve does)")
+	})
 	if err != nil {
 		return err
 	}
+	cfg.Backlog = backlog
 	return benchError(bench.Webhooks(ctx, cfg))
 }
 
@@ -88,8 +92,17 @@ func benchError(err error) error {
 // before anything is opened. unit names what --n counts; overHTTP adds
 // --clients and --rate.
 func benchConfig(e *env, sub, unit string, args []string, overHTTP bool) (bench.Config, error) {
+	return benchConfigWith(e, sub, unit, args, overHTTP, nil)
+}
+
+// benchConfigWith is benchConfig with the subcommand's own flags, which
+// more adds.
+func benchConfigWith(e *env, sub, unit string, args []string, overHTTP bool, more func(*flag.FlagSet)) (bench.Config, error) {
 	cfg := bench.Config{}
 	rest, err := e.parse("bench "+sub, args, func(fs *flag.FlagSet) {
+		if more != nil {
+			more(fs)
+		}
 		fs.IntVar(&cfg.N, "n", bench.DefaultN, "how many "+unit)
 		if overHTTP {
 			fs.IntVar(&cfg.Clients, "clients", bench.DefaultClients, "concurrent clients; with --rate, the most requests in flight at once")
@@ -158,7 +171,7 @@ func benchConfig(e *env, sub, unit string, args []string, overHTTP bool) (bench.
 		if err != nil {
 			return nil, err
 		}
-		return &bench.App{Serve: a.server.Serve, Close: a.close}, nil
+		return &bench.App{Serve: a.server.Serve, Close: a.close, Apply: a.applier.Run}, nil
 	}
 	return cfg, nil
 }

@@ -42,13 +42,16 @@ func TestBenchEndToEnd(t *testing.T) {
 		latency  []string
 		hasRSS   bool
 		openLoop bool
+		applied  bool // an applied phase, until the inbox is empty
 	}{
 		{name: "burn-down", args: []string{"bench", "burn-down"}, label: "burn-down",
 			latency: []string{"created → final", "submitted → final"}, hasRSS: runtime.GOOS == "linux"},
 		{name: "webhooks closed loop", args: []string{"bench", "webhooks", "--clients", "3"}, label: "webhooks",
-			outcome: "applied", latency: []string{"sent → answered"}},
+			outcome: "received", latency: []string{"sent → answered", "received → applied"}, applied: true},
 		{name: "webhooks open loop", args: []string{"bench", "webhooks", "--clients", "3", "--rate", "2000"}, label: "webhooks",
-			outcome: "applied", latency: []string{"scheduled → answered"}, openLoop: true},
+			outcome: "received", latency: []string{"scheduled → answered", "received → applied"}, openLoop: true, applied: true},
+		{name: "webhooks backlog", args: []string{"bench", "webhooks", "--clients", "3", "--backlog"}, label: "webhooks",
+			outcome: "received", latency: []string{"sent → answered", "received → applied"}, applied: true},
 		{name: "api closed loop", args: []string{"bench", "api", "--clients", "3"}, label: "api",
 			outcome: "201 created", latency: []string{"sent → answered"}},
 		{name: "api open loop", args: []string{"bench", "api", "--clients", "3", "--rate", "2000"}, label: "api",
@@ -89,6 +92,9 @@ func TestBenchEndToEnd(t *testing.T) {
 				}
 				if tc.openLoop && *r.Late+*r.LateWakeups > benchN {
 					t.Errorf("%d sends late, %d woke late, of %d", *r.Late, *r.LateWakeups, benchN)
+				}
+				if a := r.Applied; (a != nil) != tc.applied || (a != nil && (a.Count != benchN || a.PerSecond <= 0 || r.AppliedCPU == nil)) {
+					t.Errorf("applied phase %+v (cpu %v), want one of %d events: %v", a, r.AppliedCPU, benchN, tc.applied)
 				}
 				if (r.RSS != nil) != tc.hasRSS {
 					t.Errorf("RSS reported: %v, want %v", r.RSS != nil, tc.hasRSS)

@@ -123,7 +123,7 @@ func commands() []command {
 			settings: readSettings, run: runRefundCreate},
 		{name: "refund show", args: "ID [--json]", summary: "a refund: its state, transitions, provider calls and operator actions",
 			settings: readSettings, run: runRefundShow},
-		{name: "ops", args: "list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID | refund-charge ID",
+		{name: "ops", args: "list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID | refund-charge ID | retry-event ID",
 			summary: "operator handoff: cases, findings, recheck, resolve, notes", run: runOps},
 		{name: "ops list", args: "[--json]", summary: "the operator list: escalated purchases and refunds, open audit findings",
 			settings: readSettings, run: runOpsList},
@@ -147,6 +147,10 @@ func commands() []command {
 			about: "Refunds the payment of an open duplicate_charge finding (its amount unless --amount) through the refund process: a refund with its own id and key, sent and reconciled by the worker, recorded as your action with --evidence. " +
 				"It is the one operator action that moves money; it never charges. Close the finding once the refund succeeded: payrecon ops close-finding ID --note \"refund ref_…\".",
 			settings: readSettings, run: runOpsRefundCharge},
+		{name: "ops retry-event", args: "EVENT_ID [--operator NAME]", summary: "put a webhook event the applier gave up on back in the inbox",
+			about: "The applier tries a webhook event --inbox-max-attempts times before it leaves it to an operator (the /ops page lists them with their errors). " +
+				"Once its cause is fixed, this makes it pending again, due at once, with your name on its error line; the applier of any serve or worker applies it next.",
+			settings: readSettings, run: runOpsRetryEvent},
 		{name: "subscriptions", args: "add NAME | list | remove NAME", summary: "the endpoints the outbox's events are delivered to", run: runSubscriptions},
 		{name: "subscriptions add", args: "NAME --url URL [--secret-file FILE] [--types T,...]",
 			summary: "add an endpoint: signed POSTs of the events it wants",

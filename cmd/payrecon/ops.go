@@ -50,7 +50,7 @@ func (e *env) registerOps(a *app) error {
 
 func runOps(ctx context.Context, e *env, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: want ops list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID | refund-charge ID", errUsage)
+		return fmt.Errorf("%w: want ops list | show ID | recheck ID | resolve ID | note ID | findings | close-finding ID | refund-charge ID | retry-event ID", errUsage)
 	}
 	sub, args := args[0], args[1:]
 	switch sub {
@@ -73,8 +73,10 @@ func runOps(ctx context.Context, e *env, args []string) error {
 		return runOpsCloseFinding(ctx, e, args)
 	case "refund-charge":
 		return runOpsRefundCharge(ctx, e, args)
+	case "retry-event":
+		return runOpsRetryEvent(ctx, e, args)
 	default:
-		return fmt.Errorf("%w: unknown ops subcommand %q: want list, show, recheck, resolve, note, findings, close-finding or refund-charge", errUsage, sub)
+		return fmt.Errorf("%w: unknown ops subcommand %q: want list, show, recheck, resolve, note, findings, close-finding, refund-charge or retry-event", errUsage, sub)
 	}
 }
 
@@ -572,6 +574,33 @@ func runOpsCloseFinding(ctx context.Context, e *env, args []string) error {
 	if f.PurchaseID != "" {
 		fmt.Fprintf(e.stdout, "purchase %s stays on the operator list until it is resolved or closed: payrecon ops show %s\n", f.PurchaseID, f.PurchaseID)
 	}
+	return nil
+}
+
+// runOpsRetryEvent puts a failed webhook event back in the inbox,
+// pending, for the applier.
+func runOpsRetryEvent(ctx context.Context, e *env, args []string) error {
+	var operator string
+	rest, err := e.parse("ops retry-event", args, func(fs *flag.FlagSet) { operatorFlag(fs, &operator) })
+	if err != nil {
+		return err
+	}
+	operator = orLogin(operator)
+	if len(rest) != 1 || strings.TrimSpace(rest[0]) == "" {
+		return fmt.Errorf("%w: want exactly one webhook event id (evt_…), got %d arguments %q", errUsage, len(rest), rest)
+	}
+	svc, cleanup, err := newBooks(ctx, e)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	switch err := svc.RetryFailedEvent(ctx, svc.Config().ProviderName, rest[0], operator); {
+	case errors.Is(err, reconcile.ErrNotFound):
+		return fmt.Errorf("no failed webhook event %s: %w", rest[0], err)
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(e.stdout, "webhook event %s is pending again; the applier of any serve or worker applies it next\n", rest[0])
 	return nil
 }
 

@@ -956,3 +956,43 @@ func TestOpsResolveSucceededWithoutCharge(t *testing.T) {
 		t.Fatalf("findings %+v, want one missing_at_provider for %s, 300 at risk", rep.New, id)
 	}
 }
+
+// TestOpsRetryEvent: ops retry-event puts a failed webhook event back in
+// the inbox, pending, with the operator's name; an event that did not
+// fail, or none, is refused.
+func TestOpsRetryEvent(t *testing.T) {
+	f := newOpsFixture(t)
+	svc, _, done := f.service(t, false)
+	ctx := context.Background()
+	err := svc.Store().InTx(ctx, func(tx reconcile.Tx) error {
+		for _, id := range []string{"evt_broken", "evt_waiting"} {
+			if _, err := tx.InsertInboxEvent(ctx, reconcile.InboxEvent{Provider: "stripe", EventID: id, Outcome: reconcile.EventPending, ReceivedAt: f.now}); err != nil {
+				return err
+			}
+		}
+		return tx.RecordInboxFailure(ctx, reconcile.InboxFailure{Provider: "stripe", EventID: "evt_broken", Attempts: 8, Error: "boom", At: f.now, Outcome: reconcile.EventFailed})
+	})
+	done()
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := run(t, nil, "ops", "retry-event", "evt_broken", "--operator", "alice", "--database-url", f.db)
+	if code != 0 || !strings.Contains(out, "webhook event evt_broken is pending again") {
+		t.Fatalf("exit %d: %s%s", code, out, stderr)
+	}
+	svc, _, done = f.service(t, false)
+	defer done()
+	failed, backlog, err := svc.FailedEvents(ctx, 10)
+	if err != nil || len(failed) != 0 || backlog.Pending != 2 {
+		t.Fatalf("after the retry: failed %v, backlog %+v, %v; want none failed, 2 pending", failed, backlog, err)
+	}
+	for _, id := range []string{"evt_waiting", "evt_none"} {
+		code, _, stderr = run(t, nil, "ops", "retry-event", id, "--database-url", f.db)
+		if code != 1 || !strings.Contains(stderr, "no failed webhook event "+id) {
+			t.Fatalf("retry of %s: exit %d: %s", id, code, stderr)
+		}
+	}
+	if code, _, _ := run(t, nil, "ops", "retry-event", "--database-url", f.db); code != 2 {
+		t.Fatalf("retry-event without an id: exit %d, want 2", code)
+	}
+}

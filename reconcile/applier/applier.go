@@ -93,7 +93,11 @@ func (a *Applier) Run(ctx context.Context) error {
 		}
 	}
 	if a.cfg.Listener != nil {
-		go a.listen(ctx, signal)
+		// Run returns once the listener's connection is closed too.
+		lctx, stop := context.WithCancel(ctx)
+		listening := make(chan struct{})
+		go func() { defer close(listening); a.listen(lctx, signal) }()
+		defer func() { stop(); <-listening }()
 	}
 	nextUnmatched := a.unmatched.Next(a.cfg.Now())
 	timer := time.NewTimer(0)

@@ -164,6 +164,7 @@ func (o *Ops) Register(s *Server) {
 	s.Handle("GET /ops/refunds/{rid}", o.auth(opsPage, o.refundPage))
 	s.Handle("GET /ops/outbox", o.auth(opsPage, o.outboxPage))
 	s.Handle("POST /ops/outbox/replay", o.post(o.replayOutbox))
+	s.Handle("POST /ops/events/{eid}/retry", o.post(o.retryEvent))
 	s.Handle("GET /ops/login", http.HandlerFunc(o.loginForm))
 	s.Handle("POST /ops/login", o.cop.Handler(http.HandlerFunc(o.login)))
 	s.Handle("POST /ops/logout", o.cop.Handler(http.HandlerFunc(o.logout)))

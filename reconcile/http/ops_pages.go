@@ -2,6 +2,7 @@ package http
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/hmac"
 	"errors"
 	"fmt"
@@ -113,6 +114,24 @@ type opsListData struct {
 	Findings    []opsFindingRow
 	MoneyAtRisk []string
 	Now         time.Time
+	// Inbox is the webhook inbox's backlog and its failed events.
+	Inbox opsInbox
+	Flash *opsFlash
+}
+
+// opsInbox is what waits in the webhook inbox, as the list page shows it.
+type opsInbox struct {
+	Pending int
+	Oldest  string // the oldest pending event's age; "" if none
+	Failed  int
+	Events  []opsFailedEvent // the most recent failed ones
+}
+
+// opsFailedEvent is an event the applier gave up on.
+type opsFailedEvent struct {
+	Provider, ID, Type, Purchase, Error string
+	Attempts                            int
+	FailedAt                            time.Time
 }
 
 // opsFindingRow is an audit finding as the pages show it.
@@ -157,9 +176,28 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the findings", "The audit findings could not be read from the database. Reload to try again.")
 		return
 	}
+	failed, backlog, err := o.svc.FailedEvents(r.Context(), opsFailedEventsShown)
+	if err != nil {
+		o.log.Error("ops: read the webhook inbox", "err", err)
+		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the webhook inbox", "The webhook inbox could not be read from the database. Reload to try again.")
+		return
+	}
 	data := opsListData{
 		opsBase: o.base("Operator list", who), Now: o.cfg.Now().UTC(),
 		Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings),
+		Inbox: opsInbox{Pending: backlog.Pending, Failed: backlog.Failed},
+	}
+	if msg := r.URL.Query().Get("flash"); msg != "" && hmac.Equal([]byte(r.URL.Query().Get("fs")), []byte(o.flashSig("list", msg))) {
+		data.Flash = &opsFlash{Text: msg}
+	}
+	if !backlog.Oldest.IsZero() {
+		data.Inbox.Oldest = opsAge(o.cfg.Now().Sub(backlog.Oldest))
+	}
+	for _, e := range failed {
+		data.Inbox.Events = append(data.Inbox.Events, opsFailedEvent{
+			Provider: e.Provider, ID: e.EventID, Type: e.Type, Purchase: e.PurchaseID, Error: e.LastError,
+			Attempts: e.Attempts, FailedAt: e.ProcessedAt,
+		})
 	}
 	for _, c := range cases {
 		p := c.Purchase
@@ -173,6 +211,39 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 		data.Refunds = append(data.Refunds, opsRefundRowOf(c.Refund, c.Age))
 	}
 	o.render(w, http.StatusOK, "list", data)
+}
+
+// opsFailedEventsShown caps the failed webhook events the list page
+// shows.
+const opsFailedEventsShown = 50
+
+// retryEvent puts a failed webhook event back in the inbox, pending, for
+// the applier.
+func (o *Ops) retryEvent(w http.ResponseWriter, r *http.Request, who opsWho) {
+	id := r.PathValue("eid")
+	prov := cmp.Or(r.PostForm.Get("provider"), "stripe")
+	if err := o.svc.RetryFailedEvent(r.Context(), prov, id, who.Operator); err != nil {
+		k := reconcile.KindOf(err)
+		msg := "Not done: " + errDetail(err)
+		if k != reconcile.KindNotFound {
+			o.log.Error("ops: retry webhook event", "event", id, "operator", who.Operator, "err", err)
+			k, msg = reconcile.KindInternal, "Not done: an internal error stopped the retry. Nothing was changed; reload the page and try again."
+		}
+		if opsWantsJSON(r) {
+			writeError(w, statusOf(k), codeOf(k), msg)
+			return
+		}
+		o.renderError(w, r, who, statusOf(k), "Retry refused", msg)
+		return
+	}
+	o.log.Info("ops: retried a failed webhook event", "event", id, "operator", who.Operator)
+	msg := fmt.Sprintf("Event %s is pending again; the applier applies it next.", id)
+	if opsWantsJSON(r) {
+		writeJSON(w, http.StatusOK, map[string]any{"message": msg, "event": id})
+		return
+	}
+	q := url.Values{"flash": {msg}, "fs": {o.flashSig("list", msg)}}
+	http.Redirect(w, r, "/ops?"+q.Encode(), http.StatusSeeOther)
 }
 
 // opsEntry is one line of a case's timeline.

@@ -56,7 +56,8 @@ func oneLine(body []byte) string {
 }
 
 // Webhooks runs bench webhooks: it times N signed Stripe events POSTed
-// to serve's webhook endpoint, closed or open loop.
+// to serve's webhook endpoint, closed or open loop, which stores them
+// (received), and the applier, until the inbox is empty (applied).
 func Webhooks(ctx context.Context, cfg Config) error {
 	b := newBench(cfg, "webhooks", "events", true)
 	r, n := b.report, b.cfg.N
@@ -80,6 +81,11 @@ func Webhooks(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	vs, err := b.open(ctx)
+	if err != nil {
+		app.stop()
+		return err
+	}
 	client := benchClient(b.cfg.Clients)
 	url := app.base + "/webhooks/stripe"
 	var done atomic.Int64
@@ -87,6 +93,10 @@ func Webhooks(ctx context.Context, cfg Config) error {
 	stopTimed, err := b.startTimed()
 	if err != nil {
 		return err
+	}
+	applyFrom, applyCPU := time.Now(), ReadCPU()
+	if !b.cfg.Backlog {
+		app.apply()
 	}
 	d := drive(ctx, n, b.cfg.Clients, b.cfg.Rate, &done, func(ctx context.Context, i int) (string, error) {
 		ev := events[i]
@@ -111,15 +121,34 @@ func Webhooks(ctx context.Context, cfg Config) error {
 		return err
 	}
 	client.CloseIdleConnections()
+	if b.cfg.Backlog {
+		applyFrom, applyCPU = time.Now(), ReadCPU()
+		app.apply()
+	}
+	applyErr := b.awaitEmptyInbox(ctx, vs, n)
+	took := time.Since(applyFrom)
+	r.AppliedCPU = CPUBetween(applyCPU, ReadCPU(), n)
+	// The database's counters are read once every connection of the
+	// measured phase ended: the read-back opens its own after.
+	vs.Close()
 	if err := app.stop(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	b.afterDrive(d, "signed events POSTed to /webhooks/stripe and applied")
-	if got := d.outcomes[string(reconcile.EventApplied)]; got != n {
-		r.Problems = append(r.Problems, fmt.Sprintf("%d of %d events applied, want all", got, n))
+	b.afterDrive(d, "signed events POSTed to /webhooks/stripe and stored")
+	from := "from the first send"
+	if b.cfg.Backlog {
+		from = "from the applier's start, every event received"
+	}
+	applied := newPhase("events applied until the inbox was empty, "+from, n, took)
+	r.Applied = &applied
+	if applyErr != nil {
+		r.Problems = append(r.Problems, applyErr.Error())
+	}
+	if got := d.outcomes[string(reconcile.EventReceived)]; got != n {
+		r.Problems = append(r.Problems, fmt.Sprintf("%d of %d events received, want all", got, n))
 	}
 	after, err := b.counters(ctx)
 	if err != nil {
@@ -128,23 +157,96 @@ func Webhooks(ctx context.Context, cfg Config) error {
 	if b.pg != nil {
 		r.DB = b.pg.delta(before, after)
 	}
+	if vs, err = b.open(ctx); err != nil {
+		return err
+	}
+	defer vs.Close()
+	if err := b.applyLags(ctx, vs, events); err != nil {
+		return err
+	}
 
 	ids := make([]string, len(events))
 	for i, ev := range events {
 		ids[i] = ev.PurchaseID
 	}
-	vs, err := b.open(ctx)
-	if err != nil {
-		return err
-	}
 	states, _, _, err := b.readBack(ctx, vs, ids)
-	vs.Close()
 	if err != nil {
 		return err
 	}
 	b.expectSucceeded(states, n)
 	r.Ledger = ledgerCheck(fake, ids)
 	return b.finish()
+}
+
+// inboxStall is how long the webhook bench waits for the applier to
+// apply one more event before it gives up.
+const inboxStall = time.Minute
+
+// awaitEmptyInbox waits until the inbox holds no pending event, and
+// returns an error if the applier stopped making progress, or some
+// events failed.
+func (b *bench) awaitEmptyInbox(ctx context.Context, st *Store, n int) error {
+	var applied atomic.Int64
+	progress := startProgress(b.cfg.Stderr, "applier", "events", n, applied.Load)
+	defer progress.end()
+	last, lastAt := -1, time.Now()
+	for {
+		var backlog reconcile.InboxBacklog
+		err := st.InTx(ctx, func(tx reconcile.Tx) error {
+			var err error
+			backlog, err = tx.InboxBacklog(ctx)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		applied.Store(int64(n - backlog.Pending))
+		switch {
+		case backlog.Pending == 0 && backlog.Failed > 0:
+			return fmt.Errorf("%d events failed to apply", backlog.Failed)
+		case backlog.Pending == 0:
+			return nil
+		case backlog.Pending != last:
+			last, lastAt = backlog.Pending, time.Now()
+		case time.Since(lastAt) > inboxStall:
+			return fmt.Errorf("the applier stalled with %d events pending", backlog.Pending)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// applyLags reports each event's time from its receipt to its
+// application, on the database's clock, and the share applied within a
+// second.
+func (b *bench) applyLags(ctx context.Context, st *Store, events []fakeprovider.WebhookEvent) error {
+	lags := make([]time.Duration, 0, len(events))
+	err := st.InTx(ctx, func(tx reconcile.Tx) error {
+		lags = lags[:0]
+		for _, ev := range events {
+			row, err := tx.GetInboxEvent(ctx, "stripe", ev.ID)
+			if err != nil {
+				return err
+			}
+			lags = append(lags, row.ProcessedAt.Sub(row.ReceivedAt))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("read the inbox: %w", err)
+	}
+	within := 0
+	for _, d := range lags {
+		if d <= time.Second {
+			within++
+		}
+	}
+	b.report.Latency = append(b.report.Latency, summarise("received → applied", "on the database's clock: the receipt's commit to the applying transaction's clock reading", lags))
+	b.report.Notes = append(b.report.Notes, fmt.Sprintf("%.2f%% of the events were applied within 1 s of their receipt", 100*float64(within)/float64(max(len(lags), 1))))
+	return nil
 }
 
 // pendingEvents makes, not timed, the purchases the webhook bench needs:

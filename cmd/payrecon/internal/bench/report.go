@@ -32,6 +32,11 @@ type Report struct {
 	Setup *Phase `json:"setup,omitempty"`
 	// Run is the measured phase.
 	Run Phase `json:"run"`
+	// Applied is the webhook applier's phase, until the inbox was empty,
+	// and AppliedCPU its CPU time: from the first send, or with
+	// --backlog from the applier's start once every event was received.
+	Applied    *Phase `json:"applied,omitempty"`
+	AppliedCPU *CPU   `json:"applied_cpu,omitempty"`
 	// Late counts the open loop's sends that left more than a millisecond
 	// after their scheduled time because every client was busy then;
 	// LateWakeups those that left late because their client woke late
@@ -254,13 +259,22 @@ func (r *Report) writeText(w io.Writer) {
 	if m := r.RSS; m != nil {
 		row("RSS", "peak %s (VmHWM since %s); sampled %s to %s (VmRSS, %d samples)", fmtKiB(m.PeakKiB), m.PeakSince, fmtKiB(m.MinKiB), fmtKiB(m.MaxKiB), m.Samples)
 	}
-	if c := r.CPU; c != nil {
+	cpu := func(head string, c *CPU) {
 		line := fmt.Sprintf("this process %.3f ms per %s (%.2f of a core)", c.ProcessMsPerUnit, unit, c.ProcessCores)
 		if c.MachineBusy != nil {
 			line += fmt.Sprintf("; the machine %.0f%% busy of %d cores: %.3f ms per %s, the database's share included when it runs on this machine",
 				100**c.MachineBusy, c.MachineCores, *c.MachineMsPerUnit, unit)
 		}
-		row("cpu", "%s", line)
+		row(head, "%s", line)
+	}
+	if c := r.CPU; c != nil {
+		cpu("cpu", c)
+	}
+	if a := r.Applied; a != nil {
+		row("applied", "%s: %d in %.2fs, %.1f %s/s", a.What, a.Count, a.Seconds, a.PerSecond, r.Unit)
+		if c := r.AppliedCPU; c != nil {
+			cpu("applied cpu", c)
+		}
 	}
 	for _, l := range r.Latency {
 		if l.Count == 0 {

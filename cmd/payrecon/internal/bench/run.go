@@ -75,6 +75,10 @@ type Config struct {
 	// CPUProfile names the file the timed phase's CPU profile is
 	// written to (--cpuprofile); "" (the default) for none.
 	CPUProfile string
+	// Backlog holds the webhooks' applier until every event is received,
+	// then times it alone on the backlog (--backlog); false by default:
+	// it applies while the events arrive, as serve does.
+	Backlog bool
 	// Store is the database's kind, "postgres" or "sqlite", for the
 	// report.
 	Store string
@@ -132,6 +136,8 @@ type App struct {
 	Serve func(ctx context.Context, ln net.Listener) error
 	// Close closes what the app opened, once Serve has returned.
 	Close func()
+	// Apply runs the webhook inbox's applier until ctx ends.
+	Apply func(ctx context.Context) error
 }
 
 // UsageError is an error of the command line or a setting, found once
@@ -604,6 +610,8 @@ func BurnDown(ctx context.Context, cfg Config) error {
 type benchHTTP struct {
 	base string // http://127.0.0.1:PORT
 	stop func() error
+	// apply starts the app's webhook applier; stop stops it too.
+	apply func()
 }
 
 // startApp starts serve's HTTP server as `payrecon serve` wires it
@@ -623,11 +631,16 @@ func (b *bench) startApp(ctx context.Context, opts AppOptions) (*benchHTTP, erro
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- a.Serve(sctx, ln) }()
+	var applying sync.WaitGroup
+	var applyErr error
 	return &benchHTTP{base: "http://" + ln.Addr().String(), stop: func() error {
 		cancel()
 		err := <-done
+		applying.Wait()
 		a.Close()
-		return err
+		return errors.Join(err, applyErr)
+	}, apply: func() {
+		applying.Go(func() { applyErr = a.Apply(sctx) })
 	}}, nil
 }
 
