@@ -149,6 +149,11 @@ type Config struct {
 	// (EventFailed). Default 8.
 	InboxMaxAttempts int
 
+	// InboxGather is how long the webhook applier (reconcile/applier)
+	// waits, once woken by a receipt, for more events to join its batch:
+	// fewer transactions, each event a little later. Default 10ms.
+	InboxGather time.Duration
+
 	// InboxBackoff is the wait before the applier tries a failed event
 	// again: InboxBackoff after the first failure, doubling each time, at
 	// most 64 × InboxBackoff. Default 1s.
@@ -223,6 +228,7 @@ func DefaultConfig() Config {
 		InboxBatch:            256,
 		InboxMaxAttempts:      8,
 		InboxBackoff:          time.Second,
+		InboxGather:           10 * time.Millisecond,
 		GroupCommitMax:        64,
 		GroupCommitLeaders:    2,
 		Now:                   time.Now,
@@ -288,6 +294,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.InboxMaxAttempts = def.InboxMaxAttempts
 	}
 	setDuration(&c.InboxBackoff, def.InboxBackoff)
+	setDuration(&c.InboxGather, def.InboxGather)
 	if c.GroupCommitMax == 0 {
 		c.GroupCommitMax = def.GroupCommitMax
 	}
@@ -339,7 +346,7 @@ func (c Config) withDefaults() (Config, error) {
 		"poll interval": c.PollInterval, "shutdown grace": c.ShutdownGrace, "apply window": c.ApplyWindow,
 		"audit chunk": c.AuditChunk, "audit overlap": c.AuditOverlap, "audit settle": c.AuditSettle,
 		"audit first window": c.AuditFirstWindow, "audit list timeout": c.AuditListTimeout,
-		"restore skew": c.RestoreSkew, "inbox backoff": c.InboxBackoff,
+		"restore skew": c.RestoreSkew, "inbox backoff": c.InboxBackoff, "inbox gather": c.InboxGather,
 		"event sweep overlap": c.EventSweepOverlap, "event sweep first window": c.EventSweepFirstWindow,
 	} {
 		if d < 0 {

@@ -192,6 +192,7 @@ func newSettings() *settings {
 	plain("group-commit-leaders", "PAYRECON_GROUP_COMMIT_LEADERS", strconv.Itoa(rc.GroupCommitLeaders), kindCount, "group transactions in flight at once; requests that arrive meanwhile wait for the next and share it")
 	plain("inbox-batch", "PAYRECON_INBOX_BATCH", strconv.Itoa(rc.InboxBatch), kindCount, "webhook events the applier claims and applies per transaction")
 	plain("inbox-max-attempts", "PAYRECON_INBOX_MAX_ATTEMPTS", strconv.Itoa(rc.InboxMaxAttempts), kindCount, "tries at applying a webhook event before it waits for an operator")
+	plain("inbox-gather", "PAYRECON_INBOX_GATHER", formatDuration(rc.InboxGather), kindDuration, "how long the webhook applier waits, once woken, for more events to join its batch")
 	plain("inbox-backoff", "PAYRECON_INBOX_BACKOFF", formatDuration(rc.InboxBackoff), kindDuration, "wait before a failed webhook event is tried again, doubling each time, at most 64 times this")
 	plain("metrics-addr", "PAYRECON_METRICS_ADDR", "", kindAddr, "a listen address of its own for /metrics, of serve and worker; /metrics is then not served on --addr (default: /metrics on --addr)")
 	secret("metrics-token", "PAYRECON_METRICS_TOKEN", kindToken, fmt.Sprintf("bearer token /metrics requires (Prometheus' authorization credentials), at least %d characters (default: none, /metrics is open)", minTokenLen), "PAYRECON_METRICS_TOKEN_FILE")

@@ -64,6 +64,7 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	cfg.InboxBatch = int(num("inbox-batch"))
 	cfg.InboxMaxAttempts = int(num("inbox-max-attempts"))
 	dur(&cfg.InboxBackoff, "inbox-backoff")
+	dur(&cfg.InboxGather, "inbox-gather")
 	return cfg, errors.Join(errs...)
 }
 

@@ -54,6 +54,7 @@ var settingFields = map[string][]string{
 	"inbox-batch":          {"reconcile.Config.InboxBatch"},
 	"inbox-max-attempts":   {"reconcile.Config.InboxMaxAttempts"},
 	"inbox-backoff":        {"reconcile.Config.InboxBackoff"},
+	"inbox-gather":         {"reconcile.Config.InboxGather"},
 	"group-commit-leaders": {"reconcile.Config.GroupCommitLeaders"},
 
 	"sweep-rescue":              {"cron.SweepConfig.RescueSchedule"},

@@ -31,6 +31,10 @@ type Config struct {
 	// process received the event on a store without notifications).
 	// Default 1s.
 	Poll time.Duration
+	// Gather is how long the applier waits, once woken, for more events
+	// before it claims a batch: more events a transaction, each a little
+	// later. Default the service's Config.InboxGather; negative: none.
+	Gather time.Duration
 	// Listener wakes the applier when any process received events.
 	// Default the service's store's (Service.InboxListener), if it has
 	// one; otherwise in-process wakes and the poll.
@@ -61,6 +65,9 @@ func New(svc *reconcile.Service, cfg Config) (*Applier, error) {
 	}
 	if cfg.Poll < 0 {
 		return nil, fmt.Errorf("applier: poll %s: must be positive", cfg.Poll)
+	}
+	if cfg.Gather == 0 {
+		cfg.Gather = svc.Config().InboxGather
 	}
 	if cfg.Listener == nil {
 		cfg.Listener = svc.InboxListener()
@@ -103,12 +110,23 @@ func (a *Applier) Run(ctx context.Context) error {
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
+		woken := true
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-a.svc.ApplierWake():
 		case <-wake:
 		case <-timer.C:
+			woken = false
+		}
+		if woken && a.cfg.Gather > 0 {
+			// Let the events that arrive meanwhile join the batch.
+			timer.Reset(a.cfg.Gather)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-timer.C:
+			}
 		}
 		a.drain(ctx)
 		if now := a.cfg.Now(); a.cfg.Unmatched != nil && !now.Before(nextUnmatched) {
