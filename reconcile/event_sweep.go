@@ -257,8 +257,8 @@ func (s *Service) applyEventChunk(ctx context.Context, run *AuditRun, chunk []pr
 		switch r.outcome {
 		case EventConflict:
 			// The webhook of this id carried another rendering of the
-			// event (an endpoint pinned to another API version): it was
-			// received, and judged, then.
+			// event (an endpoint pinned to another API version): that one
+			// is the stored one, applied or pending.
 			s.cfg.Logger.Warn("event sweep: the inbox holds this event id with another payload; nothing applied",
 				"event", r.ev.ID, "type", r.ev.Type)
 		case EventDuplicate:

@@ -31,6 +31,18 @@ type InboxFailure struct {
 	Outcome           EventOutcome // EventPending, or EventFailed: tries are over
 }
 
+// OutcomeText is e's outcome as an operator reads it: with its tries and
+// last error when the applier failed at it.
+func (e InboxEvent) OutcomeText() string {
+	switch {
+	case e.Outcome == EventFailed:
+		return fmt.Sprintf("failed after %d tries: %s", e.Attempts, e.LastError)
+	case e.Outcome == EventPending && e.LastError != "":
+		return fmt.Sprintf("pending, tried %d times: %s", e.Attempts, e.LastError)
+	}
+	return string(e.Outcome)
+}
+
 // InboxBacklog is what waits in the inbox (Tx.InboxBacklog).
 type InboxBacklog struct {
 	Pending int       // events received and not yet applied
@@ -150,11 +162,11 @@ func (s *Service) ApplierWake() <-chan struct{} { return s.inboxWake }
 // for an operator. Two appliers never apply one event: a claim skips
 // the events another transaction holds.
 func (s *Service) ApplyPending(ctx context.Context) (int, error) {
-	var claimed []InboxEvent
+	var claimed, raced []InboxEvent
 	var runs []*eventRun
 	var answers []answer
 	err := s.store.InTx(ctx, func(tx Tx) error {
-		claimed, runs, answers = nil, nil, nil
+		claimed, raced, runs, answers = nil, nil, nil, nil
 		now, err := tx.Now(ctx)
 		if err != nil {
 			return err
@@ -171,31 +183,44 @@ func (s *Service) ApplyPending(ctx context.Context) (int, error) {
 			return err
 		}
 		for i, a := range answers {
-			if a.err == nil {
-				continue
-			}
-			if err := s.recordFailure(ctx, tx, runs[i], a.err, now); err != nil {
-				return err
+			switch {
+			case a.err == nil:
+			case lostRace(a.err):
+				// Not a failure: a concurrent writer (the worker, another
+				// applier) moved its purchase first. Again, alone, once
+				// this batch committed.
+				raced = append(raced, runs[i].row)
+			default:
+				if err := s.recordFailure(ctx, tx, runs[i], a.err, now); err != nil {
+					return err
+				}
 			}
 		}
 		crashpoint.Hit(crashpoint.InboxApplyWritten)
 		return nil
 	})
 	switch {
-	case err != nil && len(claimed) > 1 && ctx.Err() == nil:
+	case err != nil && len(claimed) > 0 && ctx.Err() == nil:
 		// The batch's transaction failed as a whole: each event alone, so
-		// that one that breaks its transaction cannot hold the others.
+		// that one that breaks its transaction cannot hold the others, and
+		// its failure is recorded, with a backoff.
 		s.cfg.Logger.Warn("webhook batch failed; its events are applied one by one", "events", len(claimed), "err", err)
 		return len(claimed), s.applyEachAlone(ctx, claimed)
 	case err != nil:
 		return 0, fmt.Errorf("reconcile: apply pending events: %w", err)
 	}
 	for i, r := range runs {
-		if answers[i].err == nil {
+		if answers[i].err == nil || !lostRace(answers[i].err) {
 			s.applied(r)
 		}
 	}
-	return len(claimed), nil
+	return len(claimed), s.applyEachAlone(ctx, raced)
+}
+
+// lostRace reports whether err is a conditional write lost to a
+// concurrent writer, which a re-read and a new judgement settle.
+func lostRace(err error) bool {
+	return errors.Is(err, ErrConflict) || errors.Is(err, ErrDuplicate)
 }
 
 // pendingRuns returns claimed as runs, in the provider's creation order,
@@ -235,23 +260,25 @@ func (r *eventRun) applyAlone(s *Service) func(context.Context, Tx) error {
 	}
 }
 
-// applyEachAlone applies each of claimed in a transaction of its own,
-// and records the failure of one whose transaction fails in another.
+// applyEachAlone applies each of claimed in a transaction of its own
+// (again, when it lost a write race), and records the failure of one
+// whose transaction fails in another.
 func (s *Service) applyEachAlone(ctx context.Context, claimed []InboxEvent) error {
 	var errs []error
 	for _, ie := range claimed {
 		r := &eventRun{ev: ie.event(), stored: true, row: ie}
-		err := s.store.InTx(ctx, func(tx Tx) error {
+		err := s.retryRaces(ctx, func(tx Tx) error {
+			r.outcome, r.moves = "", nil
 			cur, err := tx.ClaimInboxEvent(ctx, ie.Provider, ie.EventID)
 			if errors.Is(err, ErrNotFound) {
-				r.outcome = "" // applied meanwhile, or held by another applier
-				return nil
+				return nil // applied meanwhile, or held by another applier
 			}
 			if err != nil {
 				return err
 			}
 			r.row = cur
-			return r.applyAlone(s)(ctx, tx)
+			// A panic is this event's failure, not the process's.
+			return attribute(func() error { return r.applyAlone(s)(ctx, tx) })
 		})
 		if err == nil {
 			if r.outcome != "" {
@@ -262,18 +289,24 @@ func (s *Service) applyEachAlone(ctx context.Context, claimed []InboxEvent) erro
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		ferr := s.store.InTx(ctx, func(tx Tx) error {
-			if _, err := tx.ClaimInboxEvent(ctx, ie.Provider, ie.EventID); err != nil {
+		cause := err
+		err = s.store.InTx(ctx, func(tx Tx) error {
+			cur, err := tx.ClaimInboxEvent(ctx, ie.Provider, ie.EventID)
+			if err != nil {
 				return err
 			}
+			r.row = cur
 			now, err := tx.Now(ctx)
 			if err != nil {
 				return err
 			}
-			return s.recordFailure(ctx, tx, r, err, now)
+			return s.recordFailure(ctx, tx, r, cause, now)
 		})
-		if ferr != nil && !errors.Is(ferr, ErrNotFound) {
-			errs = append(errs, fmt.Errorf("reconcile: record the failure of event %s: %w", ie.EventID, ferr))
+		switch {
+		case err == nil:
+			s.applied(r)
+		case !errors.Is(err, ErrNotFound):
+			errs = append(errs, fmt.Errorf("reconcile: record the failure of event %s (%v): %w", ie.EventID, cause, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -284,7 +317,7 @@ func (s *Service) applyEachAlone(ctx context.Context, claimed []InboxEvent) erro
 func (s *Service) recordFailure(ctx context.Context, tx Tx, r *eventRun, cause error, now time.Time) error {
 	f := InboxFailure{
 		Provider: r.ev.Provider, EventID: r.ev.ID, Attempts: r.row.Attempts + 1,
-		Error: cause.Error(), At: now, Outcome: EventPending,
+		Error: storableError(cause), At: now, Outcome: EventPending,
 	}
 	if f.Attempts >= s.cfg.InboxMaxAttempts {
 		f.Outcome = EventFailed
@@ -297,6 +330,19 @@ func (s *Service) recordFailure(ctx context.Context, tx Tx, r *eventRun, cause e
 	}
 	r.outcome = f.Outcome
 	return tx.RecordInboxFailure(ctx, f)
+}
+
+// maxStoredError bounds an error's text as the inbox stores it.
+const maxStoredError = 2000
+
+// storableError is err's text as any store takes it: valid UTF-8, no NUL
+// byte (PostgreSQL's text refuses one), at most maxStoredError bytes.
+func storableError(err error) string {
+	msg := strings.ReplaceAll(strings.ToValidUTF8(err.Error(), "?"), "\x00", "?")
+	if len(msg) > maxStoredError {
+		msg = strings.ToValidUTF8(msg[:maxStoredError], "") + "…"
+	}
+	return msg
 }
 
 // inboxBackoff is the wait after the attempts-th failure: base, doubling,

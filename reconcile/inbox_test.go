@@ -148,10 +148,17 @@ func TestPendingAppliedInCreationOrder(t *testing.T) {
 
 // failingEventStore refuses every batch of inbox outcomes, and each
 // outcome of the event bad, as a store error would: the event fails
-// alone.
+// alone. With refuseRecords > 0 it also refuses that many records of a
+// failure (as PostgreSQL refuses a text it cannot store), which fails the
+// batch's transaction as a whole. With racePurchase set, the batch's
+// moves of that purchase do not apply, and its first conditional write
+// after them loses to a concurrent writer.
 type failingEventStore struct {
 	reconcile.Store
-	bad atomic.Value // string
+	bad           atomic.Value // string
+	refuseRecords atomic.Int32
+	racePurchase  atomic.Value // string
+	raced         atomic.Bool
 }
 
 func (s *failingEventStore) InTx(ctx context.Context, fn func(reconcile.Tx) error) error {
@@ -171,6 +178,37 @@ func (t failingEventTx) UpdateInboxEvents(ctx context.Context, updates []reconci
 	return errors.New("batch refused")
 }
 
+func (t failingEventTx) RecordInboxFailure(ctx context.Context, f reconcile.InboxFailure) error {
+	if t.s.refuseRecords.Add(-1) >= 0 {
+		return errors.New("invalid byte sequence for encoding UTF8: 0x00")
+	}
+	return t.Tx.RecordInboxFailure(ctx, f)
+}
+
+func (t failingEventTx) ApplyMoves(ctx context.Context, moves []reconcile.Move) ([]bool, error) {
+	id, _ := t.s.racePurchase.Load().(string)
+	var keep []reconcile.Move
+	var at []int
+	applied := make([]bool, len(moves))
+	for i, m := range moves {
+		if m.From.ID != id {
+			keep, at = append(keep, m), append(at, i)
+		}
+	}
+	done, err := t.Tx.ApplyMoves(ctx, keep)
+	for j, ok := range done {
+		applied[at[j]] = ok
+	}
+	return applied, err
+}
+
+func (t failingEventTx) UpdatePurchase(ctx context.Context, p reconcile.Purchase, from statemachine.State) error {
+	if id, _ := t.s.racePurchase.Load().(string); p.ID == id && t.s.raced.CompareAndSwap(false, true) {
+		return fmt.Errorf("purchase %s moved meanwhile: %w", p.ID, reconcile.ErrConflict)
+	}
+	return t.Tx.UpdatePurchase(ctx, p, from)
+}
+
 func (t failingEventTx) UpdateInboxEvent(ctx context.Context, provider, eventID, purchaseID string, outcome reconcile.EventOutcome, at time.Time) error {
 	if eventID == t.s.bad.Load().(string) {
 		return errors.New("the disk said no")
@@ -187,6 +225,7 @@ func TestFailingEventSparesItsBatch(t *testing.T) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
 		failing := &failingEventStore{Store: f.store}
 		failing.bad.Store("evt_1")
+		failing.racePurchase.Store("")
 		svc, err := reconcile.New(failing, f.fake, reconcile.Config{
 			WorkerID: "applier", Now: f.clock.Now, Logger: discardLogger(), InboxMaxAttempts: 3,
 		})
@@ -308,5 +347,75 @@ func TestTwoAppliersApplyEachEventOnce(t *testing.T) {
 			}
 		}
 		t.Logf("applier 0 applied %d, applier 1 %d", obs[0].applied.Load(), obs[1].applied.Load())
+	})
+}
+
+// TestBatchThatFailsWholeIsAppliedOneByOne: when a batch's transaction
+// fails as a whole (here, the record of its bad event's failure is
+// refused), each event is applied in a transaction of its own: the good
+// ones apply, and the bad one's failure is recorded with its backoff.
+// A batch of the bad event alone goes the same way.
+func TestBatchThatFailsWholeIsAppliedOneByOne(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
+		failing := &failingEventStore{Store: f.store}
+		failing.bad.Store("evt_1")
+		failing.racePurchase.Store("")
+		svc, err := reconcile.New(failing, f.fake, reconcile.Config{WorkerID: "applier", Now: f.clock.Now, Logger: discardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ps []reconcile.Purchase
+		for i := range 3 {
+			p, c := f.uncertain(fmt.Sprintf("c%d", i))
+			ps = append(ps, p)
+			f.receive(svc, event(fmt.Sprintf("evt_%d", i), provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
+		}
+		failing.refuseRecords.Store(1)
+		if _, err := svc.ApplyPending(context.Background()); err != nil {
+			t.Fatalf("ApplyPending: %v", err)
+		}
+		f.wantState(ps[0].ID, statemachine.Succeeded)
+		f.wantState(ps[1].ID, statemachine.Uncertain)
+		f.wantState(ps[2].ID, statemachine.Succeeded)
+		if row := f.inboxRow("evt_1"); row.Outcome != reconcile.EventPending || row.Attempts != 1 || !strings.Contains(row.LastError, "the disk said no") {
+			t.Fatalf("the bad event, one by one: %+v", row)
+		}
+
+		f.clock.Advance(time.Second)
+		failing.refuseRecords.Store(1)
+		if n, err := svc.ApplyPending(context.Background()); n != 1 || err != nil {
+			t.Fatalf("ApplyPending of the bad event alone: %d, %v", n, err)
+		}
+		if row := f.inboxRow("evt_1"); row.Outcome != reconcile.EventPending || row.Attempts != 2 {
+			t.Fatalf("the bad event, alone: %+v", row)
+		}
+	})
+}
+
+// TestLostRaceIsNoFailure: an event whose conditional write loses to a
+// concurrent writer is judged again at once, and no try is counted.
+func TestLostRaceIsNoFailure(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
+		failing := &failingEventStore{Store: f.store}
+		failing.bad.Store("")
+		svc, err := reconcile.New(failing, f.fake, reconcile.Config{WorkerID: "applier", Now: f.clock.Now, Logger: discardLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, c := f.uncertain("c")
+		failing.racePurchase.Store(p.ID)
+		f.receive(svc, event("evt_race", provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
+		if n, err := svc.ApplyPending(context.Background()); n != 1 || err != nil {
+			t.Fatalf("ApplyPending: %d, %v", n, err)
+		}
+		if !failing.raced.Load() {
+			t.Fatal("the race was never run")
+		}
+		f.wantState(p.ID, statemachine.Succeeded)
+		if row := f.inboxRow("evt_race"); row.Outcome != reconcile.EventApplied || row.Attempts != 0 || row.LastError != "" {
+			t.Fatalf("an event that lost a race: %+v, want applied with no try counted", row)
+		}
 	})
 }

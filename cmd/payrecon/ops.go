@@ -126,10 +126,14 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	failed, backlog, err := svc.FailedEvents(ctx, 50)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		out := opsListJSON{
 			Cases: make([]caseJSON, 0, len(cases)), Refunds: make([]refundCaseJSON, 0, len(refunds)),
-			Findings: toFindingsJSON(findings),
+			Findings: toFindingsJSON(findings), Inbox: toInboxJSON(failed, backlog),
 		}
 		for _, c := range cases {
 			out.Cases = append(out.Cases, toCaseJSON(c))
@@ -158,6 +162,10 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintln(e.stdout)
+	if err := printInbox(e, failed, backlog); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout)
 	if len(findings) == 0 {
 		fmt.Fprintln(e.stdout, "no open audit findings")
 		return nil
@@ -173,6 +181,57 @@ type opsListJSON struct {
 	Cases    []caseJSON       `json:"cases"`
 	Refunds  []refundCaseJSON `json:"refunds"`
 	Findings []findingJSON    `json:"findings"`
+	Inbox    inboxJSON        `json:"webhook_inbox"`
+}
+
+// inboxJSON is the webhook inbox's backlog and the events the applier
+// gave up on, most recent first.
+type inboxJSON struct {
+	Pending        int               `json:"pending"`
+	OldestReceived *time.Time        `json:"oldest_pending_received_at,omitempty"`
+	Failed         int               `json:"failed"`
+	FailedEvents   []failedEventJSON `json:"failed_events"`
+}
+
+type failedEventJSON struct {
+	EventID    string    `json:"event_id"`
+	Type       string    `json:"type"`
+	PurchaseID string    `json:"purchase_id,omitempty"`
+	Attempts   int       `json:"attempts"`
+	LastError  string    `json:"last_error"`
+	FailedAt   time.Time `json:"failed_at"`
+}
+
+func toInboxJSON(failed []reconcile.InboxEvent, b reconcile.InboxBacklog) inboxJSON {
+	out := inboxJSON{Pending: b.Pending, Failed: b.Failed, FailedEvents: make([]failedEventJSON, 0, len(failed))}
+	if !b.Oldest.IsZero() {
+		out.OldestReceived = &b.Oldest
+	}
+	for _, ev := range failed {
+		out.FailedEvents = append(out.FailedEvents, failedEventJSON{
+			EventID: ev.EventID, Type: ev.Type, PurchaseID: ev.PurchaseID, Attempts: ev.Attempts, LastError: ev.LastError, FailedAt: ev.ProcessedAt,
+		})
+	}
+	return out
+}
+
+// printInbox prints the webhook inbox's backlog and its failed events.
+func printInbox(e *env, failed []reconcile.InboxEvent, b reconcile.InboxBacklog) error {
+	line := "webhook inbox: every event received is applied"
+	if b.Pending > 0 {
+		line = fmt.Sprintf("webhook inbox: %d received and not yet applied, the oldest since %s", b.Pending, stamp(b.Oldest))
+	}
+	fmt.Fprintln(e.stdout, line)
+	if b.Failed == 0 {
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "webhook events the applier gave up on (%d; retry each with `payrecon ops retry-event ID` once its cause is fixed):\n", b.Failed)
+	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "EVENT\tTYPE\tPURCHASE\tTRIES\tFAILED\tLAST ERROR")
+	for _, ev := range failed {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%s\t%s\n", ev.EventID, ev.Type, dash(ev.PurchaseID), ev.Attempts, stamp(ev.ProcessedAt), ev.LastError)
+	}
+	return w.Flush()
 }
 
 // findingJSON is the scripted view of an audit finding. Amount and
@@ -343,7 +402,7 @@ func runOpsShow(ctx context.Context, e *env, args []string) error {
 	printRefunds(e.stdout, refunds)
 	fmt.Fprintln(e.stdout, "\nwebhooks:")
 	for _, ev := range c.Events {
-		fmt.Fprintf(e.stdout, "  %s  %s  %s  %s\n", stamp(ev.ReceivedAt), ev.EventID, ev.Type, ev.Outcome)
+		fmt.Fprintf(e.stdout, "  %s  %s  %s  %s\n", stamp(ev.ReceivedAt), ev.EventID, ev.Type, ev.OutcomeText())
 	}
 	fmt.Fprintln(e.stdout, "\naudit findings:")
 	for _, f := range c.Findings {

@@ -42,7 +42,7 @@ func Timeline(c reconcile.Case, start time.Time) []string {
 		es = append(es, entry{a.At, attempt, text})
 	}
 	for _, ev := range c.Events {
-		es = append(es, entry{ev.ReceivedAt, event, fmt.Sprintf("webhook  %s → %s", ev.Type, ev.Outcome)})
+		es = append(es, entry{ev.ReceivedAt, event, fmt.Sprintf("webhook  %s → %s", ev.Type, ev.OutcomeText())})
 	}
 	for _, f := range c.Findings {
 		es = append(es, entry{f.FoundAt, finding, fmt.Sprintf("audit    %s: payment %s, %s at risk",

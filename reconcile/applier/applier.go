@@ -4,7 +4,7 @@
 // applies them (reconcile.Service.ApplyPending), as soon as it is woken:
 // in-process by the endpoint, across processes by the store's
 // notification (reconcile.InboxListener: PostgreSQL's LISTEN/NOTIFY),
-// and by a poll when neither comes. On the same loop it retries the
+// and by a poll when neither comes. Beside its batches it retries the
 // events stored unmatched, on their own schedule.
 //
 // Two appliers never apply one event: each claim holds its events until
@@ -33,7 +33,7 @@ type Config struct {
 	Poll time.Duration
 	// Gather is how long the applier waits, once woken, for more events
 	// before it claims a batch: more events a transaction, each a little
-	// later. Default the service's Config.InboxGather; negative: none.
+	// later. Default the service's Config.InboxGather.
 	Gather time.Duration
 	// Listener wakes the applier when any process received events.
 	// Default the service's store's (Service.InboxListener), if it has
@@ -106,7 +106,13 @@ func (a *Applier) Run(ctx context.Context) error {
 		go func() { defer close(listening); a.listen(lctx, signal) }()
 		defer func() { stop(); <-listening }()
 	}
-	nextUnmatched := a.unmatched.Next(a.cfg.Now())
+	if a.cfg.Unmatched != nil {
+		// Beside the batches, not between them: its provider calls wait
+		// for the rate budget, and must not hold the inbox back.
+		unmatched := make(chan struct{})
+		go func() { defer close(unmatched); a.runUnmatched(ctx) }()
+		defer func() { <-unmatched }()
+	}
 	timer := time.NewTimer(0)
 	defer timer.Stop()
 	for {
@@ -129,17 +135,24 @@ func (a *Applier) Run(ctx context.Context) error {
 			}
 		}
 		a.drain(ctx)
-		if now := a.cfg.Now(); a.cfg.Unmatched != nil && !now.Before(nextUnmatched) {
-			if err := a.cfg.Unmatched(ctx); err != nil && ctx.Err() == nil {
-				a.cfg.Logger.Warn("unmatched webhook events: retry failed", "err", err)
-			}
-			nextUnmatched = a.unmatched.Next(now)
+		timer.Reset(a.cfg.Poll)
+	}
+}
+
+// runUnmatched runs the unmatched sweep on its schedule until ctx ends.
+func (a *Applier) runUnmatched(ctx context.Context) {
+	for {
+		now := a.cfg.Now()
+		t := time.NewTimer(a.unmatched.Next(now).Sub(now))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
 		}
-		wait := a.cfg.Poll
-		if d := nextUnmatched.Sub(a.cfg.Now()); a.cfg.Unmatched != nil && d < wait {
-			wait = max(d, 0)
+		if err := a.cfg.Unmatched(ctx); err != nil && ctx.Err() == nil {
+			a.cfg.Logger.Warn("unmatched webhook events: retry failed", "err", err)
 		}
-		timer.Reset(wait)
 	}
 }
 
@@ -165,11 +178,16 @@ func (a *Applier) drain(ctx context.Context) {
 // when it fails (a lost connection): wakes are only lost meanwhile, and
 // the poll covers them.
 func (a *Applier) listen(ctx context.Context, wake func()) {
-	pause := time.Second
+	const firstPause = time.Second
+	pause := firstPause
 	for {
+		began := time.Now()
 		err := a.cfg.Listener.ListenInbox(ctx, wake)
 		if ctx.Err() != nil {
 			return
+		}
+		if time.Since(began) > time.Minute {
+			pause = firstPause // it was up: a new failure, not the same one
 		}
 		if err == nil {
 			err = errors.New("the listener returned")

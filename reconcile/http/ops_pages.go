@@ -286,7 +286,7 @@ func opsTimeline(c reconcile.Case) []opsEntry {
 		out = append(out, opsEntry{At: a.At, Kind: "provider", Title: title, Detail: strings.Join(d, " · "), Actor: a.Actor})
 	}
 	for _, e := range c.Events {
-		d := "outcome " + string(e.Outcome)
+		d := "outcome " + e.OutcomeText()
 		if e.ObjectID != "" {
 			d += " · payment " + e.ObjectID
 		}

@@ -92,6 +92,9 @@ func Webhooks(ctx context.Context, cfg Config) error {
 	p := startProgress(b.cfg.Stderr, "webhooks", "events", n, done.Load)
 	stopTimed, err := b.startTimed()
 	if err != nil {
+		p.end()
+		vs.Close()
+		app.stop()
 		return err
 	}
 	applyFrom, applyCPU := time.Now(), ReadCPU()
@@ -118,6 +121,8 @@ func Webhooks(ctx context.Context, cfg Config) error {
 	})
 	p.end()
 	if err := stopTimed(); err != nil {
+		vs.Close()
+		app.stop()
 		return err
 	}
 	client.CloseIdleConnections()
@@ -179,8 +184,10 @@ func Webhooks(ctx context.Context, cfg Config) error {
 }
 
 // inboxStall is how long the webhook bench waits for the applier to
-// apply one more event before it gives up.
-const inboxStall = time.Minute
+// apply one more event before it gives up: longer than the default
+// backoff's longest wait (64 s), so that an event tried again is not
+// taken for a stall.
+const inboxStall = 2 * time.Minute
 
 // awaitEmptyInbox waits until the inbox holds no pending event, and
 // returns an error if the applier stopped making progress, or some
