@@ -132,7 +132,8 @@ func TestDashboardQueriesUseExportedMetrics(t *testing.T) {
 
 	// What the dashboard must show: states over time, the oldest
 	// uncertain age, escalations, audit findings by kind, provider latency
-	// and outcomes, webhook outcomes, claims and lease losses, refunds by
+	// and outcomes, webhook outcomes at receipt and at application, the
+	// inbox's backlog, failed events and lag, claims and lease losses, refunds by
 	// state and the oldest uncertain refund, and the outbox the
 	// PayreconOutboxStuck alert pages on: pending, dead, the oldest
 	// pending age and deliveries by outcome.
@@ -146,6 +147,11 @@ func TestDashboardQueriesUseExportedMetrics(t *testing.T) {
 		"payrecon_provider_request_duration_seconds_bucket": "op",
 		"payrecon_provider_requests_total":                  "outcome",
 		"payrecon_webhook_events_total":                     "outcome",
+		"payrecon_webhook_events_applied_total":             "outcome",
+		"payrecon_webhook_inbox_pending":                    "",
+		"payrecon_webhook_inbox_oldest_pending_seconds":     "",
+		"payrecon_webhook_inbox_failed":                     "",
+		"payrecon_webhook_apply_lag_seconds_bucket":         "",
 		"payrecon_jobs_claimed_total":                       "",
 		"payrecon_lease_lost_total":                         "",
 		"payrecon_outbox_pending":                           "",
