@@ -358,7 +358,7 @@ func TestBudget429Storm(t *testing.T) {
 		r, err := budgets[0].Rates(t.Context())
 		return err == nil && r[reconcile.ClassCreate] == pace
 	})
-	waitFor(t, "every purchase charged", time.Minute, func() bool { return len(fake.Charges()) == len(ids) })
+	waitFor(t, "every purchase charged", 3*time.Minute, func() bool { return len(fake.Charges()) == len(ids) })
 	stop()
 
 	t.Run("LowersAndRecovers", func(t *testing.T) {
