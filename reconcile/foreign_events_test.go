@@ -15,16 +15,7 @@ import (
 // inboxOutcome returns the stored outcome of the provider event id.
 func (f *fixture) inboxOutcome(id string) reconcile.EventOutcome {
 	f.t.Helper()
-	var e reconcile.InboxEvent
-	err := f.store.InTx(context.Background(), func(tx reconcile.Tx) error {
-		var err error
-		e, err = tx.GetInboxEvent(context.Background(), "stripe", id)
-		return err
-	})
-	if err != nil {
-		f.t.Fatalf("inbox event %s: %v", id, err)
-	}
-	return e.Outcome
+	return f.inboxRow(id).Outcome
 }
 
 // TestForeignPaymentEvents: an event about a payment of another

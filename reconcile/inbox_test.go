@@ -60,6 +60,22 @@ func (f *fixture) drain(svc *reconcile.Service) int {
 	}
 }
 
+// wantSettledOnce fails unless the purchase succeeded with exactly one
+// move to succeeded.
+func (f *fixture) wantSettledOnce(id string) {
+	f.t.Helper()
+	d := f.wantState(id, statemachine.Succeeded)
+	n := 0
+	for _, tr := range d.Transitions {
+		if tr.To == statemachine.Succeeded {
+			n++
+		}
+	}
+	if n != 1 {
+		f.t.Fatalf("purchase %s: %d moves to succeeded, want 1\n%s", id, n, history(d))
+	}
+}
+
 func (f *fixture) inboxRow(id string) reconcile.InboxEvent {
 	f.t.Helper()
 	var e reconcile.InboxEvent
@@ -131,16 +147,7 @@ func TestPendingAppliedInCreationOrder(t *testing.T) {
 						t.Fatalf("%s: %s, want applied (in creation order)", id, got)
 					}
 				}
-				d := f.wantState(p.ID, statemachine.Succeeded)
-				n := 0
-				for _, tr := range d.Transitions {
-					if tr.To == statemachine.Succeeded {
-						n++
-					}
-				}
-				if n != 1 {
-					t.Fatalf("%d moves to succeeded, want 1\n%s", n, history(d))
-				}
+				f.wantSettledOnce(p.ID)
 			})
 		}
 	})
@@ -335,16 +342,7 @@ func TestTwoAppliersApplyEachEventOnce(t *testing.T) {
 			t.Fatalf("%d + %d events applied, want %d in all", obs[0].applied.Load(), obs[1].applied.Load(), n)
 		}
 		for _, p := range ps {
-			d := f.wantState(p.ID, statemachine.Succeeded)
-			moves := 0
-			for _, tr := range d.Transitions {
-				if tr.To == statemachine.Succeeded {
-					moves++
-				}
-			}
-			if moves != 1 {
-				t.Fatalf("purchase %s: %d moves to succeeded\n%s", p.ID, moves, history(d))
-			}
+			f.wantSettledOnce(p.ID)
 		}
 		t.Logf("applier 0 applied %d, applier 1 %d", obs[0].applied.Load(), obs[1].applied.Load())
 	})

@@ -165,17 +165,21 @@ func (e *env) applier(a *app) (*applier.Applier, error) {
 		return nil, usageError(err)
 	}
 	ap, err := applier.New(a.svc, applier.Config{
-		Unmatched: func(ctx context.Context) error {
-			_, _, err := a.sched.RunSweep(ctx, cron.SweepUnmatched)
-			return err
-		},
-		UnmatchedSchedule: sw.UnmatchedSchedule,
-		Logger:            e.log,
+		Unmatched: unmatchedSweep(a.sched), UnmatchedSchedule: sw.UnmatchedSchedule, Logger: e.log,
 	})
 	if err != nil {
 		return nil, usageError(err)
 	}
 	return ap, nil
+}
+
+// unmatchedSweep runs the unmatched sweep of sched, under its lock: the
+// applier's to run on its schedule.
+func unmatchedSweep(sched *cron.Scheduler) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, _, err := sched.RunSweep(ctx, cron.SweepUnmatched)
+		return err
+	}
 }
 
 // relay builds the outbox's relay from the settings: its leases are the

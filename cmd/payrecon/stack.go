@@ -115,13 +115,7 @@ func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
 		appLn.Close()
 		return nil, err
 	}
-	ap, err := applier.New(s.svc, applier.Config{
-		Unmatched: func(ctx context.Context) error {
-			_, _, err := sched.RunSweep(ctx, cron.SweepUnmatched)
-			return err
-		},
-		Now: cfg.clock, Logger: cfg.log,
-	})
+	ap, err := applier.New(s.svc, applier.Config{Unmatched: unmatchedSweep(sched), Now: cfg.clock, Logger: cfg.log})
 	if err != nil {
 		s.closeFake()
 		appLn.Close()

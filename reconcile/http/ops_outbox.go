@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/payrecon/payrecon/reconcile"
@@ -106,6 +107,24 @@ func (o *Ops) outboxPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 	o.render(w, http.StatusOK, "outbox", data)
 }
 
+// refuseAction answers an operator action that failed with err: what
+// was not found is said as it is; anything else is logged with the
+// action's name and args (key, value pairs) and answered as an internal
+// error that changed nothing.
+func (o *Ops) refuseAction(w http.ResponseWriter, r *http.Request, who opsWho, err error, action string, args ...any) {
+	k := reconcile.KindOf(err)
+	msg := "Not done: " + errDetail(err)
+	if k != reconcile.KindNotFound {
+		o.log.Error("ops: "+action, append(args, "operator", who.Operator, "err", err)...)
+		k, msg = reconcile.KindInternal, "Not done: an internal error stopped the "+action+". Nothing was changed; reload the page and try again."
+	}
+	if opsWantsJSON(r) {
+		writeError(w, statusOf(k), codeOf(k), msg)
+		return
+	}
+	o.renderError(w, r, who, statusOf(k), strings.ToUpper(action[:1])+action[1:]+" refused", msg)
+}
+
 // replayOutbox makes the dead deliveries pending again (of one
 // subscription, or of all), for the relay to send with the same ids and
 // bytes.
@@ -113,17 +132,7 @@ func (o *Ops) replayOutbox(w http.ResponseWriter, r *http.Request, who opsWho) {
 	sub := r.PostForm.Get("subscription")
 	n, err := o.svc.ReplayEvents(r.Context(), reconcile.Replay{Subscription: sub, DeadOnly: true})
 	if err != nil {
-		k := reconcile.KindOf(err)
-		msg := "Not done: " + errDetail(err)
-		if k != reconcile.KindNotFound {
-			o.log.Error("ops: replay outbox", "subscription", sub, "operator", who.Operator, "err", err)
-			k, msg = reconcile.KindInternal, "Not done: an internal error stopped the replay. Nothing was changed; reload the page and try again."
-		}
-		if opsWantsJSON(r) {
-			writeError(w, statusOf(k), codeOf(k), msg)
-			return
-		}
-		o.renderError(w, r, who, statusOf(k), "Replay refused", msg)
+		o.refuseAction(w, r, who, err, "replay", "subscription", sub)
 		return
 	}
 	target := "every subscription"

@@ -223,17 +223,7 @@ func (o *Ops) retryEvent(w http.ResponseWriter, r *http.Request, who opsWho) {
 	id := r.PathValue("eid")
 	prov := cmp.Or(r.PostForm.Get("provider"), "stripe")
 	if err := o.svc.RetryFailedEvent(r.Context(), prov, id, who.Operator); err != nil {
-		k := reconcile.KindOf(err)
-		msg := "Not done: " + errDetail(err)
-		if k != reconcile.KindNotFound {
-			o.log.Error("ops: retry webhook event", "event", id, "operator", who.Operator, "err", err)
-			k, msg = reconcile.KindInternal, "Not done: an internal error stopped the retry. Nothing was changed; reload the page and try again."
-		}
-		if opsWantsJSON(r) {
-			writeError(w, statusOf(k), codeOf(k), msg)
-			return
-		}
-		o.renderError(w, r, who, statusOf(k), "Retry refused", msg)
+		o.refuseAction(w, r, who, err, "retry", "event", id)
 		return
 	}
 	o.log.Info("ops: retried a failed webhook event", "event", id, "operator", who.Operator)
