@@ -417,3 +417,53 @@ func TestLostRaceIsNoFailure(t *testing.T) {
 		}
 	})
 }
+
+// TestReceivedEventsMeetRefundsAndOutbox: what the applier applies tells
+// the shop as the request path did, in the purchase's sequence: a
+// purchase settled by a received success event has its
+// purchase.succeeded, and a refund settled by a received refund event its
+// refund.succeeded after it, the refund moving through reconciling by
+// the webhook's cause.
+func TestReceivedEventsMeetRefundsAndOutbox(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
+		p, c := f.uncertain("c")
+		f.receive(f.svc, event("evt_paid", provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
+		f.drain(f.svc)
+		f.wantSettledOnce(p.ID)
+		p = f.detail(p.ID).Purchase
+
+		f.clock.Advance(2 * time.Minute) // settled at the provider too
+		r := f.refund(p, 300)
+		f.fake.ScriptRefund(r.ID, fakeprovider.LostReply)
+		f.runUntilIdle(f.svc)
+		f.wantRefundState(r.ID, statemachine.Uncertain)
+		made := f.fake.RefundsFor(r.ID)
+		if len(made) != 1 {
+			t.Fatalf("%d provider refunds, want 1", len(made))
+		}
+		f.receive(f.svc, reconcile.Event{
+			Provider: "stripe", ID: "evt_refunded", Type: "refund.updated", Outcome: provider.Succeeded,
+			PaymentID: made[0].ID, PurchaseID: p.ID, Amount: 300, Currency: "usd",
+			Refund: true, RefundID: r.ID, Refunded: p.ProviderPaymentID, PayloadHash: "refunded",
+		}, reconcile.EventReceived)
+		if n := f.drain(f.svc); n != 1 {
+			t.Fatalf("claimed %d, want the refund event", n)
+		}
+		d := f.wantRefundState(r.ID, statemachine.Succeeded)
+		if got := fmt.Sprint(refundPath(d)); !strings.HasSuffix(got, "uncertain→reconciling:webhook reconciling→succeeded:webhook]") {
+			t.Fatalf("refund path %s", got)
+		}
+		out := outboxOf(t, f.store, p.ID)
+		types := outboxTypes(out)
+		if fmt.Sprint(types) != "[purchase.succeeded refund.succeeded]" {
+			t.Fatalf("outbox of %s: %v, want purchase.succeeded then refund.succeeded", p.ID, types)
+		}
+		if out[0].Sequence != 1 || out[1].Sequence != 2 {
+			t.Fatalf("sequences %d, %d; want 1, 2", out[0].Sequence, out[1].Sequence)
+		}
+		if n := f.fake.RefundCreateCalls(r.ProviderKey); n != 1 {
+			t.Fatalf("%d refund creates, want 1", n)
+		}
+	})
+}
