@@ -166,7 +166,9 @@ type Config struct {
 
 	// GroupCommitLeaders is how many group transactions may be in flight
 	// at once; requests that arrive while they all are wait for the next
-	// one free and share it. Default 2.
+	// one free and share it. Default 1: with the webhooks' receipt a
+	// single insert, one leader's larger groups cost the machine less and
+	// answer no later (docs/capacity.md, 2026-12-06).
 	GroupCommitLeaders int
 
 	// GroupCommitOff gives every webhook and purchase API request a
@@ -230,7 +232,7 @@ func DefaultConfig() Config {
 		InboxBackoff:          time.Second,
 		InboxGather:           10 * time.Millisecond,
 		GroupCommitMax:        64,
-		GroupCommitLeaders:    2,
+		GroupCommitLeaders:    1,
 		Now:                   time.Now,
 		Logger:                slog.Default(),
 	}
