@@ -223,6 +223,35 @@ func (t failingEventTx) UpdateInboxEvent(ctx context.Context, provider, eventID,
 	return t.Tx.UpdateInboxEvent(ctx, provider, eventID, purchaseID, outcome, at)
 }
 
+// failingApplier returns a failingEventStore over f's store, its bad
+// event bad and no purchase racing, and a service over it configured by
+// cfg.
+func (f *fixture) failingApplier(bad string, cfg reconcile.Config) (*failingEventStore, *reconcile.Service) {
+	f.t.Helper()
+	failing := &failingEventStore{Store: f.store}
+	failing.bad.Store(bad)
+	failing.racePurchase.Store("")
+	cfg.WorkerID, cfg.Now, cfg.Logger = "applier", f.clock.Now, discardLogger()
+	svc, err := reconcile.New(failing, f.fake, cfg)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return failing, svc
+}
+
+// receivedSuccesses makes n uncertain purchases and has svc receive a
+// success event for each, evt_0 to evt_n-1.
+func (f *fixture) receivedSuccesses(svc *reconcile.Service, n int) []reconcile.Purchase {
+	f.t.Helper()
+	var ps []reconcile.Purchase
+	for i := range n {
+		p, c := f.uncertain(fmt.Sprintf("c%d", i))
+		ps = append(ps, p)
+		f.receive(svc, event(fmt.Sprintf("evt_%d", i), provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
+	}
+	return ps
+}
+
 // TestFailingEventSparesItsBatch: an event whose application fails is
 // taken out of its batch, which applies the others; it is tried again
 // after a doubling backoff, and after its last try it waits for an
@@ -230,21 +259,8 @@ func (t failingEventTx) UpdateInboxEvent(ctx context.Context, provider, eventID,
 func TestFailingEventSparesItsBatch(t *testing.T) {
 	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
-		failing := &failingEventStore{Store: f.store}
-		failing.bad.Store("evt_1")
-		failing.racePurchase.Store("")
-		svc, err := reconcile.New(failing, f.fake, reconcile.Config{
-			WorkerID: "applier", Now: f.clock.Now, Logger: discardLogger(), InboxMaxAttempts: 3,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ps []reconcile.Purchase
-		for i := range 3 {
-			p, c := f.uncertain(fmt.Sprintf("c%d", i))
-			ps = append(ps, p)
-			f.receive(svc, event(fmt.Sprintf("evt_%d", i), provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
-		}
+		failing, svc := f.failingApplier("evt_1", reconcile.Config{InboxMaxAttempts: 3})
+		ps := f.receivedSuccesses(svc, 3)
 		if n := f.drain(svc); n != 3 {
 			t.Fatalf("claimed %d, want 3", n)
 		}
@@ -314,12 +330,7 @@ func TestTwoAppliersApplyEachEventOnce(t *testing.T) {
 	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
 		const n = 30
-		var ps []reconcile.Purchase
-		for i := range n {
-			p, c := f.uncertain(fmt.Sprintf("c%d", i))
-			ps = append(ps, p)
-			f.receive(f.svc, event(fmt.Sprintf("evt_%d", i), provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
-		}
+		ps := f.receivedSuccesses(f.svc, n)
 		var obs [2]appliedCounter
 		var wg sync.WaitGroup
 		for i := range obs {
@@ -356,19 +367,8 @@ func TestTwoAppliersApplyEachEventOnce(t *testing.T) {
 func TestBatchThatFailsWholeIsAppliedOneByOne(t *testing.T) {
 	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
-		failing := &failingEventStore{Store: f.store}
-		failing.bad.Store("evt_1")
-		failing.racePurchase.Store("")
-		svc, err := reconcile.New(failing, f.fake, reconcile.Config{WorkerID: "applier", Now: f.clock.Now, Logger: discardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var ps []reconcile.Purchase
-		for i := range 3 {
-			p, c := f.uncertain(fmt.Sprintf("c%d", i))
-			ps = append(ps, p)
-			f.receive(svc, event(fmt.Sprintf("evt_%d", i), provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
-		}
+		failing, svc := f.failingApplier("evt_1", reconcile.Config{})
+		ps := f.receivedSuccesses(svc, 3)
 		failing.refuseRecords.Store(1)
 		if _, err := svc.ApplyPending(context.Background()); err != nil {
 			t.Fatalf("ApplyPending: %v", err)
@@ -396,12 +396,7 @@ func TestBatchThatFailsWholeIsAppliedOneByOne(t *testing.T) {
 func TestLostRaceIsNoFailure(t *testing.T) {
 	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		f := setup(t, newStore, fakeprovider.Config{SettleAfter: time.Minute}, reconcile.Config{})
-		failing := &failingEventStore{Store: f.store}
-		failing.bad.Store("")
-		svc, err := reconcile.New(failing, f.fake, reconcile.Config{WorkerID: "applier", Now: f.clock.Now, Logger: discardLogger()})
-		if err != nil {
-			t.Fatal(err)
-		}
+		failing, svc := f.failingApplier("", reconcile.Config{})
 		p, c := f.uncertain("c")
 		failing.racePurchase.Store(p.ID)
 		f.receive(svc, event("evt_race", provider.Succeeded, c, f.clock.Now()), reconcile.EventReceived)
