@@ -174,7 +174,7 @@ func (s *Service) ApplyPending(ctx context.Context) (int, error) {
 		if claimed, err = tx.ClaimPendingEvents(ctx, now, s.cfg.InboxBatch); err != nil || len(claimed) == 0 {
 			return err
 		}
-		runs = pendingRuns(claimed)
+		runs = pendingRuns(claimed, now)
 		members := make([]*member, len(runs))
 		for i, r := range runs {
 			members[i] = &member{arg: r, fn: r.applyAlone(s)}
@@ -223,9 +223,9 @@ func lostRace(err error) bool {
 	return errors.Is(err, ErrConflict) || errors.Is(err, ErrDuplicate)
 }
 
-// pendingRuns returns claimed as runs, in the provider's creation order,
-// then as received.
-func pendingRuns(claimed []InboxEvent) []*eventRun {
+// pendingRuns returns claimed as runs, claimed at now, in the provider's
+// creation order, then as received.
+func pendingRuns(claimed []InboxEvent, now time.Time) []*eventRun {
 	rows := slices.Clone(claimed)
 	slices.SortStableFunc(rows, func(a, b InboxEvent) int {
 		return cmp.Or(a.Created.Compare(b.Created), a.ReceivedAt.Compare(b.ReceivedAt),
@@ -233,7 +233,7 @@ func pendingRuns(claimed []InboxEvent) []*eventRun {
 	})
 	runs := make([]*eventRun, len(rows))
 	for i, ie := range rows {
-		runs[i] = &eventRun{ev: ie.event(), stored: true, row: ie}
+		runs[i] = &eventRun{ev: ie.event(), stored: true, row: ie, claimedAt: now}
 	}
 	return runs
 }

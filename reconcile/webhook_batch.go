@@ -52,10 +52,11 @@ type eventRun struct {
 	ev      Event
 	outcome EventOutcome
 	moves   []move
-	// stored: the event is a pending inbox row the applier claimed (row),
-	// not one to insert.
-	stored bool
-	row    InboxEvent
+	// stored: the event is a pending inbox row the applier claimed (row)
+	// at claimedAt, the store's clock, not one to insert.
+	stored    bool
+	row       InboxEvent
+	claimedAt time.Time
 }
 
 // eventSet is the setRunner of webhooks: every member's arg is an
@@ -317,15 +318,14 @@ func (s *Service) applyEventSet(ctx context.Context, tx Tx, runs []*eventRun) (i
 // storeRuns inserts the inbox rows of runs and reports which it stored,
 // and the store's clock, which the insert reads: the set's now, for its
 // moves and outcomes too, costs no round trip of its own. Runs the
-// applier claimed are stored already: all new, at the store's now.
+// applier claimed are stored already: all new, at the claim's clock.
 func storeRuns(ctx context.Context, tx Tx, runs []*eventRun) ([]bool, time.Time, error) {
 	if len(runs) > 0 && runs[0].stored {
-		now, err := tx.Now(ctx)
 		inserted := make([]bool, len(runs))
 		for i := range inserted {
 			inserted[i] = true
 		}
-		return inserted, now, err
+		return inserted, runs[0].claimedAt, nil
 	}
 	rows := make([]InboxEvent, len(runs))
 	for i, r := range runs {
