@@ -290,6 +290,14 @@ type Provider interface {
 	// an error and no refunds.
 	ListRefundsCreated(ctx context.Context, w Window, gate PageGate) ([]RefundResult, error)
 
+	// ListDisputes returns every dispute the provider opened within w,
+	// oldest first, reading every page and passing gate before each
+	// request, for the audit from the provider's side: each as it is now,
+	// with the purchase id its payment's metadata names where the adapter
+	// can read it (Dispute.PurchaseID). A failure returns an error and no
+	// disputes.
+	ListDisputes(ctx context.Context, w Window, gate PageGate) ([]Dispute, error)
+
 	// ListEvents returns one page of the provider's event log: the events
 	// q selects, newest first, each translated exactly as the adapter's
 	// webhook verifier translates the same event delivered as a webhook
@@ -308,8 +316,8 @@ type EventQuery struct {
 	// adapter refuses a zero Since (ErrRejected).
 	Since time.Time
 	// Types selects the events of these types (the provider's names,
-	// Event.Type). Empty: every type of EventTypes, the payment and
-	// refund events the inbox acts on.
+	// Event.Type). Empty: every type of EventTypes, the payment, refund
+	// and dispute events the inbox acts on.
 	Types []string
 	// After is the cursor: the ID of the last event of the previous page
 	// (EventPage.Next), "" for the first page.
@@ -324,9 +332,9 @@ type EventQuery struct {
 const MaxEventPage = 100
 
 // EventTypes are the event types an event listing selects by default:
-// the payment and refund events whose webhooks the inbox acts on (Stripe's
-// names, which the fake provider speaks too). Stripe accepts at most 20
-// types in one listing.
+// the payment, refund and dispute events whose webhooks the inbox acts on
+// (Stripe's names, which the fake provider speaks too). Stripe accepts at
+// most 20 types in one listing.
 var EventTypes = []string{
 	"payment_intent.succeeded",
 	"payment_intent.payment_failed",
@@ -337,6 +345,11 @@ var EventTypes = []string{
 	"refund.updated",
 	"refund.failed",
 	"charge.refunded",
+	EventDisputeCreated,
+	EventDisputeUpdated,
+	EventDisputeClosed,
+	EventDisputeFundsWithdrawn,
+	EventDisputeFundsReinstated,
 }
 
 // EventPage is one page of an event listing, newest first.
@@ -469,6 +482,8 @@ const (
 
 	// OpEventList lists a page of the provider's event log.
 	OpEventList Op = "event_list"
+	// OpDisputeList lists the disputes opened in a window.
+	OpDisputeList Op = "dispute_list"
 )
 
 // Event is a provider's notification about a payment, verified and
@@ -495,6 +510,11 @@ type Event struct {
 	// then the refund's (Succeeded, Failed or Pending), PaymentID the
 	// refunded payment's, Amount and Currency the refund's.
 	Refund *RefundResult
+	// Dispute is set for an event about a dispute (DisputeEventTypes):
+	// the dispute as the event's object shows it. PaymentID is then the
+	// disputed payment's, Amount and Currency the dispute's, and Outcome
+	// Pending (a dispute settles no payment).
+	Dispute *Dispute
 	// Amount and Currency are the payment's, as the event's object
 	// carries them; 0 and "" when it carries none.
 	Amount   int64

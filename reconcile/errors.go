@@ -60,6 +60,10 @@ const (
 	// KindNotRefundable: the purchase is not succeeded and the refund
 	// names no audit finding's payment.
 	KindNotRefundable Kind = "not_refundable"
+	// KindDisputed: the payment has a dispute that forbids a refund: an
+	// open chargeback (the card network holds the money), or a lost one
+	// (it returned the money already).
+	KindDisputed Kind = "disputed"
 )
 
 // kindText is what each kind says when nothing more is known; the
@@ -83,6 +87,7 @@ var kindText = map[Kind]string{
 	KindEventConflict:       "event id reused with a different payload",
 	KindRefundExceeds:       "the payment's refunds would exceed its amount",
 	KindNotRefundable:       "nothing to refund: the purchase is not succeeded",
+	KindDisputed:            "the payment is disputed: a refund waits until the dispute is decided",
 }
 
 // Error is an error of payrecon's protocol, in the spirit of upspin's
@@ -187,6 +192,7 @@ var (
 	ErrEventConflict       = &Error{Kind: KindEventConflict}
 	ErrRefundExceeds       = &Error{Kind: KindRefundExceeds}
 	ErrNotRefundable       = &Error{Kind: KindNotRefundable}
+	ErrDisputed            = &Error{Kind: KindDisputed}
 	// ErrAuditWindow: an audit's window is empty or inverted.
 	ErrAuditWindow = &Error{Kind: KindInvalid, Detail: "audit window is empty"}
 )

@@ -90,6 +90,9 @@ type Event struct {
 	Refund   bool
 	RefundID string
 	Refunded string
+	// Dispute is set for an event about a dispute: the dispute as the
+	// event shows it. PaymentID is then the disputed payment.
+	Dispute *provider.Dispute
 }
 
 // InboxEvent is one row of the webhook inbox, unique by (Provider, EventID).
@@ -113,6 +116,8 @@ type InboxEvent struct {
 	Refund   bool
 	RefundID string
 	Refunded string
+	// Dispute is the event's dispute (see Event), stored with it.
+	Dispute *provider.Dispute
 	// Attempts counts the applier's failed tries; RetryAt is when a
 	// pending event that failed is due again (zero: at once); LastError
 	// is the error of the last failed try.

@@ -165,7 +165,10 @@ type TransitionRecord struct {
 	PurchaseID string
 	// RefundID is set for a move of a refund of the purchase (From and To
 	// are then the refund's states); empty for the purchase's own moves.
-	RefundID   string
+	RefundID string
+	// DisputeID is set for a move of a dispute of the purchase's payment
+	// (From and To are then the dispute's states).
+	DisputeID  string
 	From, To   statemachine.State
 	Cause      Cause
 	Evidence   string // what the decision rests on: the provider's answer, an event id, an operator's note
@@ -441,6 +444,20 @@ const (
 	// currency or payment disagrees with the refund in the books. Its
 	// PaymentID is the provider's refund id.
 	FindingRefundMismatch FindingKind = "refund_mismatch"
+	// FindingForeignDispute: a dispute of a payment no purchase of the
+	// books owns. Its PaymentID is the provider's dispute id.
+	FindingForeignDispute FindingKind = "foreign_dispute"
+	// FindingDisputeMismatch: a dispute that disagrees with the books:
+	// its payment is another purchase's than the one it was linked to or
+	// its metadata names, its currency is not the payment's, or its
+	// payment is declined in the books. Its PaymentID is the provider's
+	// dispute id.
+	FindingDisputeMismatch FindingKind = "dispute_mismatch"
+	// FindingDisputeExceeds: a dispute that returns more than its payment
+	// kept: its amount beyond what is left after refunds, or a lost
+	// dispute and refunds together beyond the payment's amount. Its
+	// PaymentID is the provider's dispute id.
+	FindingDisputeExceeds FindingKind = "dispute_exceeds"
 )
 
 // FindingKinds lists every kind, for metrics and validation.
@@ -448,6 +465,7 @@ var FindingKinds = []FindingKind{
 	FindingOrphanCharge, FindingDuplicateCharge, FindingAmountMismatch,
 	FindingCurrencyMismatch, FindingStateDisagreement, FindingMissingAtProvider,
 	FindingOrphanRefund, FindingRefundMismatch,
+	FindingForeignDispute, FindingDisputeMismatch, FindingDisputeExceeds,
 }
 
 // Finding is one discrepancy the audit from the provider's side found

@@ -91,6 +91,7 @@ type Tx interface {
 	AuditTrailStore
 	JobStore
 	RefundStore
+	DisputeStore
 	InboxStore
 	IdempotencyKeyStore
 	OperatorActionStore

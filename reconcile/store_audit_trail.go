@@ -7,18 +7,22 @@ import "context"
 // their provider calls. The stores' audit_trail.go implement it.
 type AuditTrailStore interface {
 	// InsertTransition appends to the transition audit: a purchase's move,
-	// or a refund's when r.RefundID is set. r.ID is ignored: the store
+	// a refund's when r.RefundID is set, or a dispute's when r.DisputeID
+	// is set (never both). r.ID is ignored: the store
 	// numbers the rows in insertion order. Returns ErrNotFound for an
-	// unknown purchase, or a refund that is not the purchase's, and
-	// ErrForbiddenTransition for a move that is not in its machine's
-	// table (a purchase's moves for a purchase's row, a refund's for a
-	// refund's).
+	// unknown purchase, or a refund or dispute that is not the
+	// purchase's, and ErrForbiddenTransition for a move that is not in its
+	// machine's table (a purchase's moves for a purchase's row, a refund's
+	// for a refund's, a dispute's for a dispute's).
 	InsertTransition(ctx context.Context, r TransitionRecord) error
 	// ListTransitions returns a purchase's own transitions (not its
-	// refunds'), oldest first.
+	// refunds' or disputes'), oldest first.
 	ListTransitions(ctx context.Context, purchaseID string) ([]TransitionRecord, error)
 	// ListRefundTransitions returns a refund's transitions, oldest first.
 	ListRefundTransitions(ctx context.Context, refundID string) ([]TransitionRecord, error)
+	// ListDisputeTransitions returns a dispute's transitions, oldest
+	// first.
+	ListDisputeTransitions(ctx context.Context, disputeID string) ([]TransitionRecord, error)
 
 	// InsertAttempt appends to the provider call audit: a call about the
 	// purchase's charge, or about a refund when a.RefundID is set. a.ID

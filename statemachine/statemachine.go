@@ -1,6 +1,6 @@
-// Package statemachine defines the states of payrecon's two money-moving
-// processes, a purchase (a charge) and a refund, and the only moves
-// allowed between them.
+// Package statemachine defines the states of payrecon's processes, a
+// purchase (a charge), a refund and a dispute, and the only moves allowed
+// between them.
 //
 // It is pure: no I/O, no clock, standard library only. The same tables are
 // loaded into the database (see package migrations), so that no SQL path can
@@ -32,6 +32,20 @@ const (
 // state with a purchase.
 const Failed State = "failed"
 
+// The states of a dispute: a cardholder's challenge of a succeeded
+// payment, opened by the card network, never by payrecon. Open means the
+// merchant may still answer it (an inquiry, or a chargeback whose money
+// may be withdrawn); evidence submitted means it waits for the issuer's
+// decision; won, lost and closed (an inquiry closed with no chargeback, or
+// a dispute prevented) are final. A dispute never moves its purchase.
+const (
+	Open              State = "open"
+	EvidenceSubmitted State = "evidence_submitted"
+	Won               State = "won"
+	Lost              State = "lost"
+	Closed            State = "closed"
+)
+
 // States lists every state of a purchase in lifecycle order.
 var States = []State{Created, Submitted, Uncertain, Reconciling, Succeeded, Declined}
 
@@ -46,6 +60,7 @@ func (p Pair) String() string { return string(p.From) + "→" + string(p.To) }
 // nothing; use Purchase or Refund.
 type Machine struct {
 	name   string
+	start  State
 	states []State
 	table  map[State][]State
 }
@@ -55,6 +70,7 @@ type Machine struct {
 // uncertain → reconciling → {succeeded | declined | uncertain}.
 var Purchase = Machine{
 	name:   "purchase",
+	start:  Created,
 	states: States,
 	table: map[State][]State{
 		Created:     {Submitted},
@@ -71,6 +87,7 @@ var Purchase = Machine{
 // uncertain}, uncertain → reconciling → {succeeded | failed | uncertain}.
 var Refund = Machine{
 	name:   "refund",
+	start:  Created,
 	states: []State{Created, Submitted, Uncertain, Reconciling, Succeeded, Failed},
 	table: map[State][]State{
 		Created:     {Submitted},
@@ -82,8 +99,30 @@ var Refund = Machine{
 	},
 }
 
-// Name is the machine's name: "purchase" or "refund".
+// Dispute is the machine of a dispute: open → evidence submitted →
+// {won | lost | closed}, and open → {won | lost | closed} directly (the
+// merchant may not answer, or the provider may decide at once). Evidence
+// submitted → open is an inquiry, answered, that the issuer escalated to
+// a chargeback, which needs an answer of its own.
+var Dispute = Machine{
+	name:   "dispute",
+	start:  Open,
+	states: []State{Open, EvidenceSubmitted, Won, Lost, Closed},
+	table: map[State][]State{
+		Open:              {EvidenceSubmitted, Won, Lost, Closed},
+		EvidenceSubmitted: {Open, Won, Lost, Closed},
+		Won:               nil,
+		Lost:              nil,
+		Closed:            nil,
+	},
+}
+
+// Name is the machine's name: "purchase", "refund" or "dispute".
 func (m Machine) Name() string { return m.name }
+
+// Start is the state every process of the machine begins in: created for
+// a purchase or a refund, open for a dispute.
+func (m Machine) Start() State { return m.start }
 
 // States lists the machine's states in lifecycle order. The slice is a
 // fresh copy.
@@ -138,7 +177,7 @@ func (m Machine) Transition(from, to State) error {
 func (m Machine) Mermaid() string {
 	var b strings.Builder
 	b.WriteString("stateDiagram-v2\n")
-	fmt.Fprintf(&b, "    [*] --> %s\n", Created)
+	fmt.Fprintf(&b, "    [*] --> %s\n", m.start)
 	for _, p := range m.Transitions() {
 		fmt.Fprintf(&b, "    %s --> %s\n", p.From, p.To)
 	}
@@ -174,8 +213,8 @@ func Parse(s string) (State, error) {
 // TransitionError reports a move the table does not allow. It names both
 // states.
 type TransitionError struct {
-	// Machine is the machine that refused the move: "purchase" or
-	// "refund"; empty means purchase.
+	// Machine is the machine that refused the move: "purchase", "refund"
+	// or "dispute"; empty means purchase.
 	Machine  string
 	From, To State
 
@@ -190,8 +229,8 @@ func (e *TransitionError) Error() string {
 		fromValid, toValid, fromTerminal = Purchase.Valid(e.From), Purchase.Valid(e.To), Purchase.Terminal(e.From)
 	}
 	what := "transition"
-	if e.Machine == Refund.name {
-		what = "refund transition"
+	if e.Machine == Refund.name || e.Machine == Dispute.name {
+		what = e.Machine + " transition"
 	}
 	switch {
 	case !fromValid:
