@@ -23,12 +23,17 @@ type RefundStore interface {
 	//     if r.FindingID names no finding of r.PaymentID for r.PurchaseID
 	//     (or names a finding about a refund, FindingOrphanRefund or
 	//     FindingRefundMismatch, whose PaymentID is no payment);
+	//   - ErrDisputed if a dispute of r.PaymentID forbids a refund
+	//     (Dispute.BlocksRefund: open and not refundable, or lost);
 	//   - ErrRefundExceeds if the refunds of r.PaymentID not failed,
 	//     pending ones included, would add up to more than the payment's
 	//     amount (the purchase's amount for its own payment, the
 	//     finding's amount for a finding's payment). Concurrent inserts
 	//     for one payment are serialized, so two that together exceed it
 	//     cannot both commit.
+	//   ErrNotRefundable also refuses a finding about a dispute
+	//   (FindingForeignDispute, FindingDisputeMismatch,
+	//   FindingDisputeExceeds), whose PaymentID is no payment either.
 	InsertRefund(ctx context.Context, r Refund) error
 	// GetRefund returns the refund with id, or ErrNotFound.
 	GetRefund(ctx context.Context, id string) (Refund, error)
