@@ -31,12 +31,17 @@ const (
 	RefundFailed      Type = "refund.failed"      // a refund reached its final, failed state
 	FindingOpened     Type = "finding.opened"     // the audit opened a finding
 	FindingClosed     Type = "finding.closed"     // the audit closed a finding
+	DisputeOpened     Type = "dispute.opened"     // a cardholder disputed the purchase's payment
+	DisputeWon        Type = "dispute.won"        // the dispute was decided for the merchant
+	DisputeLost       Type = "dispute.lost"       // the dispute was decided for the cardholder: the money is gone
+	DisputeClosed     Type = "dispute.closed"     // an inquiry closed with no chargeback, or the dispute was prevented
 )
 
 // Types lists every event type payrecon sends, in the order above.
 var Types = []Type{
 	PurchaseSucceeded, PurchaseDeclined, PurchaseEscalated, PurchaseResolved,
 	RefundSucceeded, RefundFailed, FindingOpened, FindingClosed,
+	DisputeOpened, DisputeWon, DisputeLost, DisputeClosed,
 }
 
 // Event is one event, as it travels in a delivery's body. Every field is

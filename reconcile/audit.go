@@ -38,6 +38,8 @@ type AuditReport struct {
 	Payments int
 	// Refunds is how many refunds the provider listed in those chunks.
 	Refunds int
+	// Disputes is how many disputes the provider listed in those chunks.
+	Disputes int
 	// New lists the findings this call stored.
 	New []Finding
 }
@@ -92,6 +94,7 @@ func (s *Service) audit(ctx context.Context, name string, w provider.Window) (Au
 		crashpoint.Hit(crashpoint.AuditMidWindow)
 		rep.Payments += n.payments
 		rep.Refunds += n.refunds
+		rep.Disputes += n.disputes
 		rep.New = append(rep.New, found...)
 	}
 	s.cfg.Logger.Info("audit run complete", "audit", name, "from", rep.Run.From, "until", rep.Run.Until,
@@ -147,6 +150,10 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 	if err != nil {
 		return listed{}, nil, err
 	}
+	disputes, err := s.listDisputes(ctx, w)
+	if err != nil {
+		return listed{}, nil, err
+	}
 	var (
 		stored []Finding
 		next   AuditRun
@@ -171,6 +178,10 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 		}
 		found = append(found, fs...)
 		found = append(found, missing...)
+		// The disputes' findings are stored as they are judged.
+		if stored, err = s.matchDisputes(ctx, tx, disputes, now); err != nil {
+			return err
+		}
 		for _, f := range found {
 			f.Provider, f.FoundAt = s.cfg.ProviderName, now
 			inserted, err := tx.InsertFinding(ctx, f)
@@ -197,11 +208,11 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 		s.cfg.Logger.Warn("audit finding", "kind", f.Kind, "payment", f.PaymentID, "purchase", f.PurchaseID,
 			"amount", f.Amount, "currency", f.Currency, "evidence", f.Evidence)
 	}
-	return listed{payments: len(payments), refunds: len(refunds)}, stored, nil
+	return listed{payments: len(payments), refunds: len(refunds), disputes: len(disputes)}, stored, nil
 }
 
 // listed counts what the provider listed in one chunk.
-type listed struct{ payments, refunds int }
+type listed struct{ payments, refunds, disputes int }
 
 // list asks the provider for the payments created in w.
 func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payment, error) {

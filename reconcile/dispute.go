@@ -1,8 +1,11 @@
 package reconcile
 
 import (
+	"context"
+	"fmt"
 	"time"
 
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"
 )
 
@@ -72,4 +75,40 @@ func (d Dispute) Returned() int64 {
 		return d.Amount
 	}
 	return 0
+}
+
+// blockingDispute returns the dispute of payment paymentID of purchase
+// purchaseID that forbids a refund (BlocksRefund), or nil.
+func blockingDispute(ctx context.Context, tx Tx, purchaseID, paymentID string) (*Dispute, error) {
+	ds, err := tx.ListDisputes(ctx, purchaseID)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range ds {
+		if d.PaymentID == paymentID && d.BlocksRefund() {
+			return &d, nil
+		}
+	}
+	return nil, nil
+}
+
+// refundBlockedBy returns the dispute that forbids refund r now, or nil.
+func (s *Service) refundBlockedBy(ctx context.Context, r Refund) (*Dispute, error) {
+	var d *Dispute
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		d, err = blockingDispute(ctx, tx, r.PurchaseID, r.PaymentID)
+		return err
+	})
+	return d, err
+}
+
+// disputeBlockText says why dispute d forbids a refund, for the refusal.
+func disputeBlockText(d Dispute) string {
+	if d.State == statemachine.Lost {
+		return fmt.Sprintf("payment %s lost dispute %s: the card network returned %s to the cardholder already",
+			d.PaymentID, d.ProviderDisputeID, provider.FormatAmount(d.Amount, d.Currency))
+	}
+	return fmt.Sprintf("payment %s has open dispute %s (%s, %s): the card network holds the money until it is decided",
+		d.PaymentID, d.ProviderDisputeID, d.ProviderStatus, provider.FormatAmount(d.Amount, d.Currency))
 }

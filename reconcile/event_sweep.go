@@ -316,5 +316,17 @@ func EventFromProvider(name string, ev provider.Event, digest string, body []byt
 			out.PurchaseID = rf.PurchaseID
 		}
 	}
+	if d := ev.Dispute; d != nil {
+		// A dispute settles no payment: its events carry the dispute, and
+		// the disputed payment's id.
+		dc := *d
+		out.Dispute = &dc
+		out.Outcome = provider.Pending
+		out.PaymentID = d.PaymentID
+		out.Amount, out.Currency = d.Amount, d.Currency
+		if d.PurchaseID != "" {
+			out.PurchaseID = d.PurchaseID
+		}
+	}
 	return out
 }

@@ -206,7 +206,7 @@ func inboxRow(ev Event, now time.Time) InboxEvent {
 		Payload: ev.Payload, ObjectID: ev.PaymentID, Result: ev.Outcome, PurchaseID: ev.PurchaseID,
 		Amount: ev.Amount, Currency: ev.Currency, Created: ev.Created,
 		Outcome: EventUnmatched, ReceivedAt: now,
-		Refund: ev.Refund, RefundID: ev.RefundID, Refunded: ev.Refunded,
+		Refund: ev.Refund, RefundID: ev.RefundID, Refunded: ev.Refunded, Dispute: ev.Dispute,
 	}
 }
 
@@ -245,12 +245,7 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 	var errs []error
 	var foreign []Event
 	for _, ie := range pending {
-		ev := Event{
-			Provider: ie.Provider, ID: ie.EventID, Type: ie.Type, PaymentID: ie.ObjectID,
-			PurchaseID: ie.PurchaseID, PayloadHash: ie.PayloadHash, Payload: ie.Payload,
-			Outcome: ie.Result, Amount: ie.Amount, Currency: ie.Currency, Created: ie.Created,
-			Refund: ie.Refund, RefundID: ie.RefundID, Refunded: ie.Refunded,
-		}
+		ev := ie.event()
 		var outcome EventOutcome
 		var moves []move
 		err := s.retryRaces(ctx, func(tx Tx) error {
@@ -293,7 +288,7 @@ func (s *Service) ApplyUnmatched(ctx context.Context, limit int) (int, error) {
 // purchase: made by another integration, never by payrecon, which tags
 // every payment it creates.
 func foreignPayment(ev Event) bool {
-	return !ev.Refund && ev.Outcome != "" && ev.PurchaseID == "" && ev.PaymentID != ""
+	return !ev.Refund && ev.Dispute == nil && ev.Outcome != "" && ev.PurchaseID == "" && ev.PaymentID != ""
 }
 
 // judgeForeign has the audit judge the payments of events, still
@@ -451,6 +446,9 @@ func (s *Service) applyEventTx(ctx context.Context, tx Tx, ev Event, now time.Ti
 	}
 	if ev.Refund {
 		return s.applyRefundEventTx(ctx, tx, ev, now)
+	}
+	if ev.Dispute != nil {
+		return s.applyDisputeEventTx(ctx, tx, ev, now)
 	}
 	p, err := s.matchEvent(ctx, tx, ev)
 	if errors.Is(err, ErrNotFound) {

@@ -244,7 +244,7 @@ func (ie InboxEvent) event() Event {
 		Provider: ie.Provider, ID: ie.EventID, Type: ie.Type, PaymentID: ie.ObjectID,
 		PurchaseID: ie.PurchaseID, PayloadHash: ie.PayloadHash, Payload: ie.Payload,
 		Outcome: ie.Result, Amount: ie.Amount, Currency: ie.Currency, Created: ie.Created,
-		Refund: ie.Refund, RefundID: ie.RefundID, Refunded: ie.Refunded,
+		Refund: ie.Refund, RefundID: ie.RefundID, Refunded: ie.Refunded, Dispute: ie.Dispute,
 	}
 }
 

@@ -17,13 +17,15 @@ type Money struct {
 // String writes m with provider.FormatAmount: "100.50 USD".
 func (m Money) String() string { return provider.FormatAmount(m.Amount, m.Currency) }
 
-// MoneyAtRisk is the money the open findings put at risk, per currency,
-// currencies in alphabetical order: each payment counts once, however
-// many findings it has (a wrong amount and a wrong currency put its
-// money at risk once), at the provider's amount. Closed findings count
-// nothing. It is the one count of money at risk: the CLI, the ops pages
-// and the demo show it.
-func MoneyAtRisk(fs []Finding) []Money {
+// MoneyAtRisk is the money at risk, per currency, currencies in
+// alphabetical order: what the open findings put at risk, each payment
+// counted once however many findings it has (a wrong amount and a wrong
+// currency put its money at risk once), at the provider's amount; and
+// what the open disputes hold, each at its disputed amount (the card
+// network may return it to the cardholder). Closed findings and decided
+// disputes count nothing. It is the one count of money at risk: the CLI,
+// the ops pages and the demo show it.
+func MoneyAtRisk(fs []Finding, ds []Dispute) []Money {
 	sum := map[string]int64{}
 	counted := map[string]bool{}
 	for _, f := range fs {
@@ -33,6 +35,11 @@ func MoneyAtRisk(fs []Finding) []Money {
 		}
 		counted[key] = true
 		sum[strings.ToLower(f.Currency)] += f.Amount
+	}
+	for _, d := range ds {
+		if d.Open() {
+			sum[strings.ToLower(d.Currency)] += d.Amount
+		}
 	}
 	out := make([]Money, 0, len(sum))
 	for c, n := range sum {

@@ -18,6 +18,11 @@ type Case struct {
 	Events   []InboxEvent
 	Actions  []OperatorAction
 	Findings []Finding // the audit's findings about the purchase, open and closed
+	// Disputes are the disputes of the purchase's payments, with their
+	// histories, oldest first.
+	Disputes []DisputeRecord
+	// Now is the store's time the case was read at.
+	Now time.Time
 	// Age is how long the purchase has been uncertain, or since it was
 	// escalated when it never was uncertain (a contradiction).
 	Age time.Duration
@@ -67,6 +72,9 @@ func (s *Service) Case(ctx context.Context, id string) (Case, error) {
 		if c.Events, err = tx.ListInboxEvents(ctx, id); err != nil {
 			return err
 		}
+		if c.Disputes, err = disputeRecordsTx(ctx, tx, id); err != nil {
+			return err
+		}
 		c.Actions, err = tx.ListOperatorActions(ctx, id)
 		return err
 	})
@@ -80,6 +88,7 @@ func (s *Service) Case(ctx context.Context, id string) (Case, error) {
 	if !since.IsZero() {
 		c.Age = now.Sub(since)
 	}
+	c.Now = now
 	return c, nil
 }
 

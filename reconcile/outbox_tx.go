@@ -28,6 +28,8 @@ import (
 //   - purchase.resolved: an operator resolved it (an operator action
 //     "resolve"), with its outcome;
 //   - refund.succeeded, refund.failed: a refund moved to that final state;
+//   - dispute.opened: a dispute was stored; dispute.won, dispute.lost,
+//     dispute.closed: it moved to that final state;
 //   - finding.opened, finding.closed: an audit finding about a purchase
 //     was stored or closed. A finding about a charge of no purchase (an
 //     orphan) has no purchase to number its events by, and is reported on
@@ -68,6 +70,58 @@ type purchaseData struct {
 	Outcome statemachine.State `json:"outcome,omitempty"`
 	// Operator is who resolved it (purchase.resolved only).
 	Operator string `json:"operator,omitempty"`
+}
+
+// disputeData is the payload of a dispute event.
+type disputeData struct {
+	DisputeID         string             `json:"dispute_id"`
+	ProviderDisputeID string             `json:"provider_dispute_id"`
+	State             statemachine.State `json:"state"`
+	Status            string             `json:"status"`
+	Inquiry           bool               `json:"inquiry"`
+	Amount            int64              `json:"amount"`
+	Currency          string             `json:"currency"`
+	PaymentID         string             `json:"payment_id"`
+	Reason            string             `json:"reason,omitempty"`
+	EvidenceDueBy     *time.Time         `json:"evidence_due_by,omitempty"`
+}
+
+func disputePayload(d Dispute) disputeData {
+	data := disputeData{
+		DisputeID: d.ID, ProviderDisputeID: d.ProviderDisputeID, State: d.State, Status: d.ProviderStatus,
+		Inquiry: d.Inquiry, Amount: d.Amount, Currency: d.Currency, PaymentID: d.PaymentID, Reason: d.Reason,
+	}
+	if !d.EvidenceDueBy.IsZero() {
+		due := d.EvidenceDueBy.UTC()
+		data.EvidenceDueBy = &due
+	}
+	return data
+}
+
+// InsertDispute implements Tx and writes dispute.opened.
+func (t outboxTx) InsertDispute(ctx context.Context, d Dispute) error {
+	if err := t.Tx.InsertDispute(ctx, d); err != nil {
+		return err
+	}
+	return t.append(ctx, events.DisputeOpened, d.PurchaseID, "", d.CreatedAt, disputePayload(d))
+}
+
+// UpdateDispute implements Tx and writes dispute.won, dispute.lost or
+// dispute.closed when the dispute reaches that final state.
+func (t outboxTx) UpdateDispute(ctx context.Context, d Dispute, from statemachine.State) error {
+	if err := t.Tx.UpdateDispute(ctx, d, from); err != nil {
+		return err
+	}
+	if d.State == from {
+		return nil
+	}
+	typ, ok := map[statemachine.State]events.Type{
+		statemachine.Won: events.DisputeWon, statemachine.Lost: events.DisputeLost, statemachine.Closed: events.DisputeClosed,
+	}[d.State]
+	if !ok {
+		return nil
+	}
+	return t.append(ctx, typ, d.PurchaseID, "", d.UpdatedAt, disputePayload(d))
 }
 
 // refundData is the payload of a refund event.

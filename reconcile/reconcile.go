@@ -45,6 +45,9 @@ const (
 	// the provider holds for the purchase and re-linked it, to be settled
 	// by a status query.
 	CauseRecovery Cause = "recovery"
+	// CauseAudit: the audit from the provider's side listed the record
+	// (a dispute) in a state the books did not hold.
+	CauseAudit Cause = "audit"
 )
 
 // EscalationReason says why a purchase is on the operator list.

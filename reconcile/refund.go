@@ -63,8 +63,10 @@ func ValidateRefund(nr NewRefund) (NewRefund, error) {
 // now. Nothing is sent to the provider before this commits. Returns an
 // error wrapping ErrInvalid for a bad field, ErrNotFound for an unknown
 // purchase or finding, ErrNotRefundable when the purchase is not
-// succeeded (and no finding names the payment), and ErrRefundExceeds when
-// the payment's refunds, pending ones included, would exceed its amount.
+// succeeded (and no finding names the payment), ErrDisputed when a
+// dispute of the payment forbids a refund (Dispute.BlocksRefund), and
+// ErrRefundExceeds when the payment's refunds, pending ones included, and
+// its lost disputes would exceed its amount.
 func (s *Service) CreateRefund(ctx context.Context, nr NewRefund) (Refund, error) {
 	var r Refund
 	err := s.store.InTx(ctx, func(tx Tx) error {
@@ -108,6 +110,11 @@ func (s *Service) createRefundTx(ctx context.Context, tx Tx, nr NewRefund, clien
 		payment, currency, why = f.PaymentID, f.Currency, "duplicate"
 	} else if p.State != statemachine.Succeeded || payment == "" {
 		return Refund{}, fmt.Errorf("%s: %w", op, E(KindNotRefundable, fmt.Sprintf("the purchase is %s", p.State), nil))
+	}
+	if d, err := blockingDispute(ctx, tx, p.ID, payment); err != nil {
+		return Refund{}, fmt.Errorf("%s: %w", op, err)
+	} else if d != nil {
+		return Refund{}, fmt.Errorf("%s: %w", op, E(KindDisputed, disputeBlockText(*d), nil))
 	}
 	now, err := tx.Now(ctx)
 	if err != nil {

@@ -59,6 +59,16 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		if s.heldByRecovery(r.CreatedAt) {
 			return true, s.holdForRecovery(ctx, *l, r.ID, "refund create")
 		}
+		// A dispute opened since the refund was asked for: the card
+		// network holds the money, and the provider would refuse the
+		// refund. Nothing is sent until the dispute is decided.
+		if d, err := s.refundBlockedBy(ctx, r); err != nil || d != nil {
+			if err != nil {
+				return false, err
+			}
+			s.cfg.Logger.Warn("refund held: its payment is disputed", "refund", r.ID, "dispute", d.ProviderDisputeID)
+			return true, s.hold(ctx, *l, r.ID)
+		}
 		next := r
 		next.State, next.FirstAttemptAt, next.UpdatedAt = statemachine.Submitted, now, now
 		ok, err := refundKind.write(s, ctx, *l, r, next, CauseSubmit, "sending stored request "+r.ParamsHash[:12]+" under key "+r.ProviderKey)

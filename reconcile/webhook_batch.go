@@ -181,7 +181,7 @@ func (s *Service) applyEventSet(ctx context.Context, tx Tx, runs []*eventRun) (i
 			}
 			continue
 		}
-		if r.ev.Outcome != "" && !r.ev.Refund {
+		if r.ev.Outcome != "" && !r.ev.Refund && r.ev.Dispute == nil {
 			ids, payments = append(ids, r.ev.PurchaseID), append(payments, r.ev.PaymentID)
 		}
 	}
@@ -224,7 +224,7 @@ func (s *Service) applyEventSet(ctx context.Context, tx Tx, runs []*eventRun) (i
 				touched[k] = true
 			}
 		}
-		if clash || !matched || ev.Outcome == "" || ev.Refund {
+		if clash || !matched || ev.Outcome == "" || ev.Refund || ev.Dispute != nil {
 			slow[i] = true
 			continue
 		}

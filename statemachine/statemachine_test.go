@@ -248,3 +248,58 @@ func TestProtocolRefundDiagramIsCurrent(t *testing.T) {
 		t.Fatal("the refund machine's diagram is the purchase's")
 	}
 }
+
+// TestDisputeMachine pins the dispute machine's table: every pair of its
+// states, self-moves included, is allowed exactly when listed here.
+func TestDisputeMachine(t *testing.T) {
+	allowed := map[string]bool{
+		"open→evidence_submitted": true, "open→won": true, "open→lost": true, "open→closed": true,
+		"evidence_submitted→open": true, "evidence_submitted→won": true,
+		"evidence_submitted→lost": true, "evidence_submitted→closed": true,
+	}
+	m := statemachine.Dispute
+	if m.Name() != "dispute" || m.Start() != statemachine.Open {
+		t.Fatalf("dispute machine: name %q, start %q", m.Name(), m.Start())
+	}
+	for _, from := range m.States() {
+		for _, to := range m.States() {
+			pair := statemachine.Pair{From: from, To: to}.String()
+			err := m.Transition(from, to)
+			if allowed[pair] != (err == nil) {
+				t.Errorf("Dispute.Transition(%s): err %v, allowed %v", pair, err, allowed[pair])
+			}
+			if err != nil && !strings.Contains(err.Error(), "dispute transition") {
+				t.Errorf("Dispute.Transition(%s): %q does not name the dispute machine", pair, err)
+			}
+		}
+	}
+	if got := len(m.Transitions()); got != len(allowed) {
+		t.Errorf("%d dispute transitions, want %d", got, len(allowed))
+	}
+	for _, s := range []statemachine.State{statemachine.Won, statemachine.Lost, statemachine.Closed} {
+		if !m.Terminal(s) {
+			t.Errorf("%s is not terminal", s)
+		}
+	}
+	if m.Terminal(statemachine.Open) || m.Terminal(statemachine.EvidenceSubmitted) {
+		t.Error("an undecided dispute state is terminal")
+	}
+	if !strings.HasPrefix(m.Mermaid(), "stateDiagram-v2\n    [*] --> open\n") {
+		t.Errorf("the dispute diagram does not start at open:\n%s", m.Mermaid())
+	}
+}
+
+// TestProtocolDisputeDiagramIsCurrent checks docs/protocol.md carries the
+// dispute machine's diagram as
+// `go run ./cmd/payrecon statemachine --mermaid --dispute` prints it.
+func TestProtocolDisputeDiagramIsCurrent(t *testing.T) {
+	doc, err := os.ReadFile("../docs/protocol.md")
+	if err != nil {
+		t.Fatalf("read docs/protocol.md: %v", err)
+	}
+	block := "```mermaid\n" + statemachine.Dispute.Mermaid() + "```"
+	if !strings.Contains(string(doc), block) {
+		t.Fatalf("docs/protocol.md does not contain the dispute machine's current diagram; regenerate it with\n"+
+			"  go run ./cmd/payrecon statemachine --mermaid --dispute\nwant:\n%s", block)
+	}
+}

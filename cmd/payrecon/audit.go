@@ -103,6 +103,8 @@ func printAudit(ctx context.Context, e *env, svc *reconcile.Service, rep reconci
 	}
 	fmt.Fprintln(e.stdout)
 	fmt.Fprintf(e.stdout, "payments listed: %d\n", rep.Payments)
+	fmt.Fprintf(e.stdout, "refunds listed: %d\n", rep.Refunds)
+	fmt.Fprintf(e.stdout, "disputes listed: %d\n", rep.Disputes)
 	fmt.Fprintf(e.stdout, "new findings: %d\n", len(rep.New))
 	per := map[reconcile.FindingKind]int{}
 	for _, f := range rep.New {
@@ -115,7 +117,7 @@ func printAudit(ctx context.Context, e *env, svc *reconcile.Service, rep reconci
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "money at risk (new findings): %s\n", strings.Join(moneyAtRisk(rep.New), ", "))
+	fmt.Fprintf(e.stdout, "money at risk (new findings): %s\n", strings.Join(moneyAtRisk(rep.New, nil), ", "))
 	if len(rep.New) > 0 {
 		// The report's findings carry no id; the stored ones do.
 		all, err := svc.Findings(ctx, true)

@@ -339,23 +339,30 @@ func printAttempts(out io.Writer, as []reconcile.Attempt, object string) {
 }
 
 // runStatemachine prints the purchase's machine, or the refund's with
-// --refund: its moves, one a line, or with --mermaid the diagram the
-// README (the purchase's) and docs/protocol.md (the refund's) carry.
+// --refund, or the dispute's with --dispute: its moves, one a line, or
+// with --mermaid the diagram the README (the purchase's) and
+// docs/protocol.md (the refund's and the dispute's) carry.
 func runStatemachine(ctx context.Context, e *env, args []string) error {
-	var mermaid, refund bool
+	var mermaid, refund, dispute bool
 	rest, err := e.parse("statemachine", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&mermaid, "mermaid", false, "print a Mermaid state diagram")
 		fs.BoolVar(&refund, "refund", false, "the refund's machine instead of the purchase's")
+		fs.BoolVar(&dispute, "dispute", false, "the dispute's machine instead of the purchase's")
 	})
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return usageError(fmt.Errorf("unexpected arguments %q: statemachine takes only --mermaid and --refund", rest))
+		return usageError(fmt.Errorf("unexpected arguments %q: statemachine takes only --mermaid, --refund and --dispute", rest))
 	}
 	m := statemachine.Purchase
-	if refund {
+	switch {
+	case refund && dispute:
+		return usageError(errors.New("--refund and --dispute name two machines: give one"))
+	case refund:
 		m = statemachine.Refund
+	case dispute:
+		m = statemachine.Dispute
 	}
 	if mermaid {
 		fmt.Fprint(e.stdout, m.Mermaid())

@@ -130,10 +130,15 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	disputes, now, err := svc.OpenDisputes(ctx)
+	if err != nil {
+		return err
+	}
 	if asJSON {
 		out := opsListJSON{
 			Cases: make([]caseJSON, 0, len(cases)), Refunds: make([]refundCaseJSON, 0, len(refunds)),
 			Findings: toFindingsJSON(findings), Inbox: toInboxJSON(failed, backlog),
+			Disputes: toDisputesJSON(disputes, now), MoneyAtRisk: reconcile.MoneyAtRisk(findings, disputes),
 		}
 		for _, c := range cases {
 			out.Cases = append(out.Cases, toCaseJSON(c))
@@ -166,22 +171,29 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	fmt.Fprintln(e.stdout)
+	if err := printOpenDisputes(e.stdout, disputes, now); err != nil {
+		return err
+	}
+	fmt.Fprintln(e.stdout)
+	fmt.Fprintf(e.stdout, "money at risk (open findings and open disputes): %s\n", strings.Join(moneyAtRisk(findings, disputes), ", "))
 	if len(findings) == 0 {
 		fmt.Fprintln(e.stdout, "no open audit findings")
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "open audit findings (%d; money at risk %s; close each with `payrecon ops close-finding ID --note …` once handled):\n",
-		len(findings), strings.Join(moneyAtRisk(findings), ", "))
+	fmt.Fprintf(e.stdout, "open audit findings (%d; close each with `payrecon ops close-finding ID --note …` once handled):\n", len(findings))
 	return printFindings(e, findings)
 }
 
 // opsListJSON is `ops list --json`: the escalated cases and, beside them,
-// the escalated refunds and the open audit findings.
+// the escalated refunds, the open audit findings, the webhook inbox, the
+// open disputes (soonest evidence due first) and the money at risk.
 type opsListJSON struct {
-	Cases    []caseJSON       `json:"cases"`
-	Refunds  []refundCaseJSON `json:"refunds"`
-	Findings []findingJSON    `json:"findings"`
-	Inbox    inboxJSON        `json:"webhook_inbox"`
+	Cases       []caseJSON        `json:"cases"`
+	Refunds     []refundCaseJSON  `json:"refunds"`
+	Findings    []findingJSON     `json:"findings"`
+	Inbox       inboxJSON         `json:"webhook_inbox"`
+	Disputes    []disputeJSON     `json:"disputes"`
+	MoneyAtRisk []reconcile.Money `json:"money_at_risk"`
 }
 
 // inboxJSON is the webhook inbox's backlog and the events the applier
@@ -287,9 +299,9 @@ func printFindings(e *env, fs []reconcile.Finding) error {
 
 // moneyAtRisk is reconcile.MoneyAtRisk written for people ("12.50
 // EUR"), or "none".
-func moneyAtRisk(fs []reconcile.Finding) []string {
+func moneyAtRisk(fs []reconcile.Finding, ds []reconcile.Dispute) []string {
 	var out []string
-	for _, m := range reconcile.MoneyAtRisk(fs) {
+	for _, m := range reconcile.MoneyAtRisk(fs, ds) {
 		out = append(out, m.String())
 	}
 	if len(out) == 0 {
@@ -400,6 +412,9 @@ func runOpsShow(ctx context.Context, e *env, args []string) error {
 	}
 	printDetail(e, c.Detail)
 	printRefunds(e.stdout, refunds)
+	if len(c.Disputes) > 0 {
+		printDisputeRecords(e.stdout, c.Disputes, c.Now)
+	}
 	fmt.Fprintln(e.stdout, "\nwebhooks:")
 	for _, ev := range c.Events {
 		fmt.Fprintf(e.stdout, "  %s  %s  %s  %s\n", stamp(ev.ReceivedAt), ev.EventID, ev.Type, ev.OutcomeText())

@@ -48,6 +48,7 @@ var kindStatus = map[reconcile.Kind]kindAnswer{
 	// their meanings (a bad field, a reused key).
 	reconcile.KindRefundExceeds: {http.StatusConflict, "refund_exceeds_payment"},
 	reconcile.KindNotRefundable: {http.StatusConflict, "not_refundable"},
+	reconcile.KindDisputed:      {http.StatusConflict, "payment_disputed"},
 }
 
 // statusOf returns the HTTP status of errors of kind k: 500 for a kind

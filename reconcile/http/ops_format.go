@@ -66,9 +66,9 @@ func opsTimePtr(t time.Time) *time.Time {
 
 // opsMoneyAtRisk is reconcile.MoneyAtRisk, written for people
 // ("12.50 EUR").
-func opsMoneyAtRisk(fs []reconcile.Finding) []string {
+func opsMoneyAtRisk(fs []reconcile.Finding, ds []reconcile.Dispute) []string {
 	out := []string{}
-	for _, m := range reconcile.MoneyAtRisk(fs) {
+	for _, m := range reconcile.MoneyAtRisk(fs, ds) {
 		out = append(out, m.String())
 	}
 	return out

@@ -40,6 +40,9 @@ type opsCaseJSON struct {
 	Findings []opsFindingJSON `json:"findings"`
 	// Refunds are the purchase's refunds, oldest first.
 	Refunds []opsRefundJSON `json:"refunds"`
+	// Disputes are the disputes of the purchase's payments, oldest first,
+	// with their histories.
+	Disputes []opsDisputeJSON `json:"disputes"`
 	// LiveView is the provider's answer an operator last asked for (POST
 	// /ops/purchases/{id}/live); only on the single case, absent when
 	// nobody has asked.
@@ -126,7 +129,10 @@ func opsCaseToJSON(c reconcile.Case, refunds []reconcile.Refund) opsCaseJSON {
 		UncertainSince: opsTimePtr(p.UncertainSince), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 		Attempts: toAttemptsJSON(c.Attempts), Transitions: toTransitionsJSON(c.Transitions),
 		Webhooks: []opsWebhookJSON{}, OperatorActions: []opsActionJSON{}, Findings: opsFindingsToJSON(c.Findings),
-		Refunds: opsRefundsToJSON(refunds),
+		Refunds: opsRefundsToJSON(refunds), Disputes: []opsDisputeJSON{},
+	}
+	for _, d := range c.Disputes {
+		out.Disputes = append(out.Disputes, opsDisputeToJSON(d.Dispute, d.Transitions, c.Now))
 	}
 	for _, e := range c.Events {
 		out.Webhooks = append(out.Webhooks, opsWebhookJSON{
@@ -142,8 +148,9 @@ func opsCaseToJSON(c reconcile.Case, refunds []reconcile.Refund) opsCaseJSON {
 	return out
 }
 
-// escalations answers the escalated cases and refunds and the open
-// findings as JSON, or the list page for anyone not asking for JSON.
+// escalations answers the escalated cases and refunds, the open
+// findings and the open disputes as JSON, or the list page for anyone
+// not asking for JSON.
 func (o *Ops) escalations(w http.ResponseWriter, r *http.Request, who opsWho) {
 	if !opsWantsJSON(r) {
 		o.listPage(w, r, who)
@@ -167,6 +174,12 @@ func (o *Ops) escalations(w http.ResponseWriter, r *http.Request, who opsWho) {
 		writeKindError(w, reconcile.KindInternal, "could not read the audit findings; try again")
 		return
 	}
+	disputes, now, err := o.svc.OpenDisputes(r.Context())
+	if err != nil {
+		o.log.Error("ops: list open disputes", "err", err)
+		writeKindError(w, reconcile.KindInternal, "could not read the open disputes; try again")
+		return
+	}
 	out := make([]opsCaseJSON, 0, len(cases))
 	for _, c := range cases {
 		refunds, err := o.svc.PurchaseRefunds(r.Context(), c.Purchase.ID)
@@ -185,7 +198,8 @@ func (o *Ops) escalations(w http.ResponseWriter, r *http.Request, who opsWho) {
 		"count": len(out), "cases": out,
 		"refunds_count": len(refunds), "refunds": refunds,
 		"findings_count": len(findings), "findings": opsFindingsToJSON(findings),
-		"money_at_risk": opsMoneyAtRisk(findings),
+		"money_at_risk": opsMoneyAtRisk(findings, disputes),
+		"disputes_count": len(disputes), "disputes": opsOpenDisputesJSON(disputes, now),
 	})
 }
 
@@ -215,7 +229,7 @@ func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
 		title = "All audit findings"
 	}
 	o.render(w, http.StatusOK, "findings", opsFindingsData{
-		opsBase: o.base(title, who), All: all, Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings),
+		opsBase: o.base(title, who), All: all, Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings, nil),
 	})
 }
 

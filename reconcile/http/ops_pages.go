@@ -116,7 +116,9 @@ type opsListData struct {
 	Now         time.Time
 	// Inbox is the webhook inbox's backlog and its failed events.
 	Inbox opsInbox
-	Flash *opsFlash
+	// Disputes are the open disputes, soonest evidence due first.
+	Disputes []opsDisputeRow
+	Flash    *opsFlash
 }
 
 // opsInbox is what waits in the webhook inbox, as the list page shows it.
@@ -182,10 +184,19 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the webhook inbox", "The webhook inbox could not be read from the database. Reload to try again.")
 		return
 	}
+	disputes, now, err := o.svc.OpenDisputes(r.Context())
+	if err != nil {
+		o.log.Error("ops: list open disputes", "err", err)
+		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the disputes", "The open disputes could not be read from the database. Reload to try again.")
+		return
+	}
 	data := opsListData{
 		opsBase: o.base("Operator list", who), Now: o.cfg.Now().UTC(),
-		Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings),
+		Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings, disputes),
 		Inbox: opsInbox{Pending: backlog.Pending, Failed: backlog.Failed},
+	}
+	for _, d := range disputes {
+		data.Disputes = append(data.Disputes, opsDisputeRowOf(d, now))
 	}
 	if msg := r.URL.Query().Get("flash"); msg != "" && hmac.Equal([]byte(r.URL.Query().Get("fs")), []byte(o.flashSig("list", msg))) {
 		data.Flash = &opsFlash{Text: msg}
@@ -358,6 +369,9 @@ type opsCaseData struct {
 	OpenFinds  int // how many of Findings are open
 	// Refunds are the purchase's refunds, oldest first.
 	Refunds []opsRefundRow
+	// Disputes are the disputes of the purchase's payments, oldest
+	// first, with their histories.
+	Disputes []opsDisputeRow
 }
 
 func (o *Ops) casePage(w http.ResponseWriter, r *http.Request, who opsWho) {
@@ -409,6 +423,11 @@ func (o *Ops) showCase(w http.ResponseWriter, r *http.Request, who opsWho, statu
 		Amount: provider.FormatAmount(p.Amount, p.Currency), Age: opsAge(c.Age), Final: p.State.Terminal(),
 		Timeline: opsTimeline(c), Flash: flash, Form: form, Findings: opsFindingRows(c.Findings),
 		Refunds: opsRefundRows(refunds),
+	}
+	for _, d := range c.Disputes {
+		row := opsDisputeRowOf(d.Dispute, c.Now)
+		row.Transitions = d.Transitions
+		data.Disputes = append(data.Disputes, row)
 	}
 	for _, f := range c.Findings {
 		if f.Open() {

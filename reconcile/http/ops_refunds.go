@@ -234,6 +234,8 @@ func (o *Ops) refundCharge(w http.ResponseWriter, r *http.Request, who opsWho) {
 				errDetail(err)+"). Look at the refunds already made for it. Nothing changed.")
 		case reconcile.KindNotRefundable:
 			o.refuse(w, r, who, k, "Not done: this charge cannot be refunded from its finding ("+errDetail(err)+"). Nothing changed.")
+		case reconcile.KindDisputed:
+			o.refuse(w, r, who, k, "Not done: the charge is disputed ("+errDetail(err)+"). Answer the dispute in the provider's dashboard; nothing changed.")
 		case reconcile.KindDuplicate:
 			o.refuse(w, r, who, k, "Not done: "+errDetail(err)+". Nothing changed; follow that refund on its page.")
 		default:

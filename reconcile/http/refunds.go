@@ -145,6 +145,12 @@ func (a *PurchaseAPI) createRefund(w http.ResponseWriter, r *http.Request, c API
 			msg += " (" + d + ")"
 		}
 		writeKindError(w, k, msg+"; nothing was stored")
+	case k == reconcile.KindDisputed:
+		msg := "the refund was not created: the payment is disputed"
+		if d := reconcile.DetailOf(err); d != "" {
+			msg += " (" + d + ")"
+		}
+		writeKindError(w, k, msg+"; nothing was stored")
 	case k == reconcile.KindNotRefundable:
 		msg := "the refund was not created: only a succeeded purchase can be refunded"
 		if d := reconcile.DetailOf(err); d != "" {

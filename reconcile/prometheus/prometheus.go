@@ -10,6 +10,7 @@ package prometheus
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"time"
@@ -67,6 +68,9 @@ type Metrics struct {
 	budgetWait      *prometheus.HistogramVec
 	sweptEvents     *prometheus.CounterVec
 	eventWatermark  prometheus.Gauge
+	disputesOpen    *prometheus.GaugeVec
+	disputedAmount  *prometheus.GaugeVec
+	evidenceDue     *prometheus.GaugeVec
 }
 
 var (
@@ -204,6 +208,18 @@ func New() *Metrics {
 			Name: "payrecon_event_sweep_watermark_timestamp_seconds",
 			Help: "Unix time of the event sweep's watermark, as this process last left it: every provider event created before it has been through the inbox; 0 until this process ran the sweep.",
 		}),
+		disputesOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_disputes_open",
+			Help: "Disputes not decided yet, by the provider's status (warning_* for an inquiry), read from the database.",
+		}, []string{"status"}),
+		disputedAmount: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_disputes_open_amount",
+			Help: "Money in the disputes not decided yet, per currency, in the currency's major unit, read from the database.",
+		}, []string{"currency"}),
+		evidenceDue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_dispute_evidence_due_seconds",
+			Help: "Seconds until the soonest evidence due date of the chargebacks waiting for the merchant's evidence, on the database's clock; negative once past due; absent when none waits.",
+		}, nil),
 	}
 	m.reg.MustRegister(
 		collectors.NewGoCollector(),
@@ -213,7 +229,11 @@ func New() *Metrics {
 		m.workerRunning, m.sweepRuns, m.sweepDuration, m.sweepItems, m.sweepLastOK, m.opsLogins,
 		m.outboxPending, m.outboxDead, m.outboxOldest, m.outboxDelivered, m.outboxLatency,
 		m.budgetRate, m.budgetThrottled, m.budgetWait, m.sweptEvents, m.eventWatermark,
+		m.disputesOpen, m.disputedAmount, m.evidenceDue,
 	)
+	for _, st := range openDisputeStatuses {
+		m.disputesOpen.WithLabelValues(st)
+	}
 	for _, o := range relay.DeliveryOutcomes {
 		m.outboxDelivered.WithLabelValues(string(o))
 	}
@@ -407,6 +427,7 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		oldestRefund time.Time
 		outbox       reconcile.OutboxStats
 		inbox        reconcile.InboxBacklog
+		disputes     []reconcile.Dispute
 		now          time.Time
 	)
 	err := st.InTx(ctx, func(tx reconcile.Tx) error {
@@ -435,6 +456,9 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		if inbox, err = tx.InboxBacklog(ctx); err != nil {
 			return err
 		}
+		if disputes, err = tx.ListOpenDisputes(ctx); err != nil {
+			return err
+		}
 		oldest, err = tx.OldestUncertainSince(ctx)
 		return err
 	})
@@ -459,7 +483,47 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	m.inboxPending.Set(float64(inbox.Pending))
 	m.inboxOldest.Set(ageSince(inbox.Oldest, now))
 	m.inboxFailed.Set(float64(inbox.Failed))
+	m.setDisputes(disputes, now)
 	return nil
+}
+
+// openDisputeStatuses are the provider's statuses of a dispute not
+// decided yet: the values of payrecon_disputes_open's status label.
+var openDisputeStatuses = []string{
+	provider.DisputeWarningNeedsResponse, provider.DisputeWarningUnderReview,
+	provider.DisputeNeedsResponse, provider.DisputeUnderReview,
+}
+
+// setDisputes sets the dispute gauges from the open disputes ds at now.
+func (m *Metrics) setDisputes(ds []reconcile.Dispute, now time.Time) {
+	byStatus := map[string]int{}
+	amounts := map[string]int64{}
+	var soonest time.Duration
+	due := false
+	for _, d := range ds {
+		byStatus[d.ProviderStatus]++
+		amounts[d.Currency] += d.Amount
+		if left, ok := reconcile.EvidenceTimeLeft(d, now); ok && d.Chargeback() && (!due || left < soonest) {
+			soonest, due = left, true
+		}
+	}
+	m.disputesOpen.Reset()
+	for _, st := range openDisputeStatuses {
+		m.disputesOpen.WithLabelValues(st).Set(float64(byStatus[st]))
+	}
+	m.disputedAmount.Reset()
+	for c, n := range amounts {
+		m.disputedAmount.WithLabelValues(c).Set(majorUnits(n, c))
+	}
+	m.evidenceDue.Reset()
+	if due {
+		m.evidenceDue.WithLabelValues().Set(soonest.Seconds())
+	}
+}
+
+// majorUnits is amount, in currency's minor units, in its major unit.
+func majorUnits(amount int64, currency string) float64 {
+	return float64(amount) / math.Pow10(provider.MinorDigits(currency))
 }
 
 // ageSince returns the seconds from since to now, or 0 when since is
