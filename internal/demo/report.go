@@ -127,7 +127,7 @@ func NewAudit(rep reconcile.AuditReport, findings []reconcile.Finding, results [
 			Amount: f.Amount, Currency: strings.ToLower(f.Currency), Found: "+" + ClockOffset(f.FoundAt.Sub(start)),
 		})
 	}
-	a.AtRisk = reconcile.MoneyAtRisk(kept)
+	a.AtRisk = reconcile.MoneyAtRisk(kept, nil)
 	return a
 }
 
