@@ -6,8 +6,8 @@ import (
 )
 
 // The change log of the ledger, which the event log keeps and a Server
-// turns into webhooks, and
-// the settling of charges and refunds that are not final yet.
+// turns into webhooks, and the settling of charges and refunds that are
+// not final yet. A dispute's changes are logged by recordDispute.
 
 // add appends e, just made, to the ledger and logs its creation. Call with
 // f.mu held.
@@ -22,11 +22,14 @@ func (f *Fake) add(e *entry, silent bool) {
 
 // record logs e's change to its current status in the event log, and for
 // every Server that watches. Call with f.mu held.
+// A dispute test card's payment that is now succeeded is disputed at
+// once, after its change.
 func (f *Fake) record(e *entry, at time.Time, created, silent bool) {
 	events := f.logCharge(e.Charge, e.Status, at, created)
 	for _, l := range f.watchers {
 		l.changes = append(l.changes, change{c: e.Charge, status: e.Status, at: at, created: created, silent: silent, events: events})
 	}
+	f.disputeIfCard(e, at, silent)
 }
 
 // recordRefund logs e's change to its current status in the event log,

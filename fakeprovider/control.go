@@ -90,6 +90,7 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
 	id, isStatus := statusPath(path, "payment_intents")
 	refundID, isRefundStatus := statusPath(path, "refunds")
+	disputeID, isDispute := disputePath(path)
 	switch {
 	case path == controlPrefix+"ledger" && r.Method == http.MethodGet:
 		if bad := onlyParams(r.URL.Query()); bad != nil {
@@ -113,9 +114,13 @@ func (s *Server) control(w http.ResponseWriter, r *http.Request) {
 		s.controlRefund(w, r)
 	case isRefundStatus && r.Method == http.MethodPost:
 		s.controlRefundStatus(w, r, refundID)
+	case path == controlPrefix+"disputes" && r.Method == http.MethodPost:
+		s.controlDispute(w, r)
+	case isDispute && r.Method == http.MethodPost:
+		s.controlMoveDispute(w, r, disputeID)
 	default:
 		writeError(w, http.StatusNotFound, apiError{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). The fake provider's own endpoints are GET /_fake/ledger, POST /_fake/charges, POST /_fake/payment_intents/{id}/status, POST /_fake/refunds, POST /_fake/refunds/{id}/status, POST /_fake/outage and GET /_fake/webhooks.", r.Method, path)})
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s). The fake provider's own endpoints are GET /_fake/ledger, POST /_fake/charges, POST /_fake/payment_intents/{id}/status, POST /_fake/refunds, POST /_fake/refunds/{id}/status, POST /_fake/disputes, POST /_fake/disputes/{id}, POST /_fake/outage and GET /_fake/webhooks.", r.Method, path)})
 	}
 }
 
@@ -171,6 +176,8 @@ func (s *Server) controlRefund(w http.ResponseWriter, r *http.Request) {
 			e.Code, e.Param = "amount_too_large", "amount"
 		case errors.Is(err, ErrNotRefundable):
 			e.Code, e.Param = "charge_not_refundable", "payment_intent"
+		case errors.Is(err, ErrChargeDisputed):
+			e.Code = "charge_disputed"
 		default:
 			e.Code, e.Param = "parameter_invalid_integer", "amount"
 		}
@@ -245,7 +252,9 @@ func (s *Server) controlStatus(w http.ResponseWriter, r *http.Request, id string
 
 // controlSetStatus serves a control call that sets an object's status
 // with set, which returns the object rendered; an error that is noSuch
-// answers 404 naming param with missing as its message.
+// answers 404 naming param with missing as its message, one that is
+// ErrUnknownStatus or another ErrInvalidRequest (a move refused) a 400
+// naming status.
 func (s *Server) controlSetStatus(w http.ResponseWriter, r *http.Request, noSuch error, param, missing string, set func(status string, webhooks bool) (any, error)) {
 	p, bad := controlParams(r, "status", "webhooks")
 	if bad != nil {
@@ -271,6 +280,8 @@ func (s *Server) controlSetStatus(w http.ResponseWriter, r *http.Request, noSuch
 	case errors.Is(err, ErrUnknownStatus):
 		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Code: "parameter_invalid_string", Param: "status",
 			Message: err.Error()})
+	case errors.Is(err, ErrInvalidRequest):
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error", Param: "status", Message: err.Error()})
 	case err != nil:
 		writeError(w, http.StatusInternalServerError, apiError{Type: "api_error", Message: err.Error()})
 	default:

@@ -313,7 +313,7 @@ func TestServerLedgerEndpoint(t *testing.T) {
 		t.Errorf("created %v (%v), want RFC 3339 of the creation", first["created"], err)
 	}
 	if calls, _ := raw["calls"].(map[string]any); !reflect.DeepEqual(calls, map[string]any{"create": 3.0, "status": 1.0, "search": 0.0, "list": 0.0,
-		"refund_create": 0.0, "refund_get": 0.0, "refund_list": 0.0}) {
+		"refund_create": 0.0, "refund_get": 0.0, "refund_list": 0.0, "dispute_list": 0.0, "dispute_get": 0.0}) {
 		t.Errorf("calls %v, want 3 creates and a status", calls)
 	}
 	if keys, _ := raw["create_calls"].(map[string]any); !reflect.DeepEqual(keys, map[string]any{"payrecon-pur_ledger": 2.0, "payrecon-pur_ledger_declined": 1.0}) {

@@ -17,22 +17,24 @@ import (
 
 // The event log.
 //
-// Like Stripe, the Fake keeps an event for every state change of a charge
-// or a refund, whether or not any webhook announces it: the changes a
-// Server announces (see Server's webhooks), and those it never does
-// (ChargeOutside, SetStatus, RefundOutside, SetRefundStatus with webhooks
-// false), and those made before any Server watched. A webhook is a copy
-// of its log event, same id and payload, so that a webhook that is
-// dropped, or never sent, is still in the log, and an event listed and
-// delivered is one event to a receiver. ListEvents (in-process) and a
-// Server's GET /v1/events list the log, newest first, as Stripe lists
-// its events. Events are kept for ever; Stripe keeps 30 days.
+// Like Stripe, the Fake keeps an event for every state change of a
+// charge, a refund or a dispute, whether or not any webhook announces it:
+// the changes a Server announces (see Server's webhooks), and those it
+// never does (ChargeOutside, SetStatus, RefundOutside, SetRefundStatus,
+// OpenDispute, MoveDispute with webhooks false), and those made before any
+// Server watched. A webhook is a copy of its log event, same id and
+// payload, so that a webhook that is dropped, or never sent, is still in
+// the log, and an event listed and delivered is one event to a receiver.
+// ListEvents (in-process) and a Server's GET /v1/events list the log,
+// newest first, as Stripe lists its events. Events are kept for ever;
+// Stripe keeps 30 days.
 //
-// A charge's change makes one event, a refund's one or two (see
-// refundEventTypes); a settlement is logged when the Fake settles the
-// charge, which it does when it is looked at (a read, a Tick, a listing
-// of events), created at its SettlesAt. So a listing settles first what
-// is due, and an event created before the listing began is in it.
+// A charge's change makes one event, a refund's or a dispute's one or two
+// (see refundEventTypes and the table of webhooks.go); a settlement is
+// logged when the Fake settles the charge, which it does when it is
+// looked at (a read, a Tick, a listing of events), created at its
+// SettlesAt. So a listing settles first what is due, and an event created
+// before the listing began is in it.
 
 // loggedEvent is one event of the log.
 type loggedEvent struct {
@@ -192,6 +194,10 @@ func (f *Fake) ListEvents(ctx context.Context, q provider.EventQuery) (provider.
 		if ev.Refund != nil {
 			rf := *ev.Refund
 			ev.Refund = &rf
+		}
+		if ev.Dispute != nil {
+			d := *ev.Dispute
+			ev.Dispute = &d
 		}
 		ev.Payload = string(l.Payload)
 		page.Events = append(page.Events, ev)

@@ -16,7 +16,9 @@
 // request's version, provider.CreateRequest.OffSession; off_session=true
 // over HTTP) is declined with code "authentication_required", an
 // on-session one waits in requires_action for a customer who never comes;
-// any other succeeds unless a fault says otherwise.
+// "pm_card_createDispute" and "pm_card_createDisputeInquiry" succeed, then
+// their payment is disputed at once (a chargeback, an inquiry), as Stripe's
+// test cards; any other succeeds unless a fault says otherwise.
 //
 // It keeps refunds too (CreateRefund: Stripe Refunds, ids "re_…"), each
 // under its own idempotency key in the same key store, with Stripe's
@@ -26,6 +28,15 @@
 // nothing is made. GetRefund, ListRefunds and ListRefundsCreated read
 // them; Refunds, RefundsOf, RefundsFor, Refunded, NetAmount and
 // NetCharges count them for tests.
+//
+// Disputes (disputes.go: Stripe Disputes, ids "du_…") are the card
+// network's, never payrecon's: a test opens one of a succeeded payment
+// (OpenDispute: a chargeback, its amount withdrawn, or an inquiry) and
+// moves it forward only, as Stripe's do (MoveDispute: review, escalation,
+// won, lost, ...). Each change logs Stripe's charge.dispute.* events. A
+// payment charged back (a chargeback open, or lost) refuses refunds
+// (ErrChargeDisputed, Stripe's charge_disputed). ListDisputes and GET
+// /v1/disputes list them; Disputes and DisputesOf count them.
 //
 // Faults (see Fault and ParseConfig) make it misbehave the way real
 // providers do: refuse before acting, time out, lose the reply after
@@ -42,9 +53,9 @@
 // another system, a second charge for a purchase, another amount), move a
 // charge to another status at any time (SetStatus: a late approval after
 // a decline, a cancellation), refund outside payrecon (RefundOutside),
-// move a refund (SetRefundStatus), and read the whole ledger, refunds
-// included, with the calls it received (Ledger, also served by a Server
-// as GET /_fake/ledger).
+// move a refund (SetRefundStatus), open and move disputes, and read the
+// whole ledger, refunds and disputes included, with the calls it received
+// (Ledger, also served by a Server as GET /_fake/ledger).
 //
 // Determinism: time comes only from Config.Now, so a test with a fake clock
 // decides when processing settles, when search and list catch up and when
@@ -59,15 +70,17 @@
 //
 // Ids: a payment id is "pi_fake", the fake's Config.Instance, "_" and a
 // sequence number counting from 1 ("pi_fake3f09a2c1_00000000000000000001",
-// ...); refund ids ("re_fake...") and event ids ("evt_fake...") are built
-// the same way, each with a sequence of its own.
+// ...); refund ids ("re_fake..."), dispute ids ("du_fake...") and event
+// ids ("evt_fake...") are built the same way, each with a sequence of its
+// own.
 //
 // The Fake keeps an event log, as Stripe does (events.go): an event for
-// every change of a charge or a refund, announced by a webhook or not,
-// listed newest first by ListEvents and a Server's GET /v1/events. The
-// default Instance is random, so that fakes in several processes sharing
-// one database (whose payment ids and webhook inbox keys are unique) do not
-// collide; a test that needs the same ids on every run sets it.
+// every change of a charge, a refund or a dispute, announced by a webhook
+// or not, listed newest first by ListEvents and a Server's GET
+// /v1/events. The default Instance is random, so that fakes in several
+// processes sharing one database (whose payment ids and webhook inbox keys
+// are unique) do not collide; a test that needs the same ids on every run
+// sets it.
 //
 // A Server (NewServer) serves a Fake over HTTP in Stripe's wire format, for
 // the real Stripe adapter (provider/stripe) to talk to, and sends signed
@@ -108,6 +121,14 @@ const (
 	// declined with code DeclineAuthenticationRequired, on-session it
 	// stays in requires_action (Pending), since nobody authenticates.
 	PaymentMethodAuthenticationRequired = "pm_card_authenticationRequired"
+	// PaymentMethodDispute succeeds, then its payment is disputed at once,
+	// as Stripe's test card 4000 0000 0000 0259: a chargeback
+	// (needs_response, reason fraudulent, its amount withdrawn), opened
+	// when the payment is first succeeded (see Fake.OpenDispute).
+	PaymentMethodDispute = "pm_card_createDispute"
+	// PaymentMethodDisputeInquiry succeeds, then an inquiry of its payment
+	// opens at once (warning_needs_response), as Stripe's test card.
+	PaymentMethodDisputeInquiry = "pm_card_createDisputeInquiry"
 )
 
 // Reasons the fake reports.
@@ -188,7 +209,8 @@ type Config struct {
 	SearchLag time.Duration
 	// ListLag is how long a new charge stays out of List (and of a
 	// Server's GET /v1/payment_intents), as a provider's listing may lag a
-	// little behind its writes. Default 0.
+	// little behind its writes; refunds and disputes stay out of theirs
+	// alike. Default 0.
 	ListLag time.Duration
 	// OnAccept, if set, is called without the fake's lock after a create is
 	// accepted (its key marked in flight) and before the charge is made.
@@ -204,10 +226,10 @@ type Config struct {
 	// calls per second. Default none.
 	RateLimits RateLimits
 	// ListPageSize is how many objects one call of an in-process listing
-	// (List, ListRefunds, ListRefundsCreated) reads: a listing of more
-	// reads several pages, each one call (counted, rate limited and
-	// gated as such), as the Stripe adapter reads Stripe's. Default
-	// DefaultListPageSize.
+	// (List, ListRefunds, ListRefundsCreated, ListDisputes) reads: a
+	// listing of more reads several pages, each one call (counted, rate
+	// limited and gated as such), as the Stripe adapter reads Stripe's.
+	// Default DefaultListPageSize.
 	ListPageSize int
 }
 
@@ -324,8 +346,13 @@ type Fake struct {
 
 	limiter *limiter
 
-	// The event log (events.go): every change of a charge or a refund,
-	// oldest first, and its events by id.
+	// Disputes (disputes.go), in creation order.
+	disputeSeq  int
+	disputes    []*disputeEntry
+	disputeByID map[string]*disputeEntry
+
+	// The event log (events.go): every change of a charge, a refund or a
+	// dispute, oldest first, and its events by id.
 	eventLog  []*loggedEvent
 	eventByID map[string]*loggedEvent
 	eventSeq  int
@@ -336,24 +363,33 @@ type changeLog struct{ changes []change }
 
 type entry struct {
 	Charge
-	seq        int // place in creation order, from 1
-	staleReads int // Status calls left that answer processing
+	seq        int  // place in creation order, from 1
+	staleReads int  // Status calls left that answer processing
+	disputed   bool // its dispute test card's dispute is opened (disputeIfCard)
 }
 
-// change is one state change of a charge or of a refund: its creation,
-// its settlement, or a move by SetStatus or SetRefundStatus.
+// change is one state change of a charge, of a refund or of a dispute:
+// its creation, its settlement, or a move by SetStatus, SetRefundStatus
+// or MoveDispute.
 type change struct {
-	c Charge // the charge just after the change; for a refund's, its payment
+	// c is the charge just after the change; for a refund's or a
+	// dispute's, its payment.
+	c Charge
 	// r is the refund just after the change, nil for a charge's change;
 	// refunds are then all the refunds of its payment, r among them, as
 	// the payment's charge lists them.
 	r       *Refund
 	refunds []Refund
-	status  string // c.Status, or r.Status for a refund's change
+	// dispute is the dispute's id for a dispute's change, else "".
+	dispute string
+	// status is c.Status, r.Status for a refund's change, the dispute's
+	// for a dispute's.
+	status  string
 	at      time.Time
 	created bool // the creation (its event carries the key)
 	// silent: the change is not announced (ChargeOutside, SetStatus,
-	// RefundOutside or SetRefundStatus through a Server without webhooks).
+	// RefundOutside, SetRefundStatus, OpenDispute or MoveDispute through a
+	// Server without webhooks).
 	silent bool
 	// events are the change's events in the event log, in order: what a
 	// Server's webhooks send.
@@ -421,6 +457,7 @@ func New(cfg Config) *Fake {
 		refundByID:     make(map[string]*refundEntry),
 		refundKeyCalls: make(map[string]int),
 		limiter:        newLimiter(),
+		disputeByID:    make(map[string]*disputeEntry),
 		eventByID:      make(map[string]*loggedEvent),
 	}
 }

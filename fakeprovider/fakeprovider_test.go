@@ -96,6 +96,15 @@ func wantFault(t *testing.T, err error, fault fakeprovider.Fault) {
 	}
 }
 
+// openDispute is the conformance suite's hook that opens a chargeback of
+// a payment of f, as a card network would.
+func openDispute(f *fakeprovider.Fake) func(context.Context, string) error {
+	return func(_ context.Context, paymentID string) error {
+		_, err := f.OpenDispute(paymentID, fakeprovider.DisputeOptions{})
+		return err
+	}
+}
+
 func TestConformance(t *testing.T) {
 	configs := []struct {
 		name      string
@@ -114,17 +123,18 @@ func TestConformance(t *testing.T) {
 					cfg.ListPageSize = 2 // listings of several pages
 					if c.realClock {
 						f := fakeprovider.New(cfg)
-						return providertest.Target{Provider: f, PageSize: 2, Requests: f.Calls}
+						return providertest.Target{Provider: f, PageSize: 2, Requests: f.Calls, OpenDispute: openDispute(f)}
 					}
 					f, clk := newFake(t, cfg)
 					return providertest.Target{
-						Provider:   f,
-						Advance:    clk.Advance,
-						Charges:    func(p string) int { return len(f.ChargesFor(p)) },
-						MoneyTaken: f.MoneyTaken,
-						Refunds:    func(r string) int { return len(f.RefundsFor(r)) },
-						PageSize:   2,
-						Requests:   f.Calls,
+						Provider:    f,
+						Advance:     clk.Advance,
+						Charges:     func(p string) int { return len(f.ChargesFor(p)) },
+						MoneyTaken:  f.MoneyTaken,
+						Refunds:     func(r string) int { return len(f.RefundsFor(r)) },
+						PageSize:    2,
+						Requests:    f.Calls,
+						OpenDispute: openDispute(f),
 					}
 				},
 			})

@@ -108,13 +108,17 @@ func (f *Fake) setStatus(paymentID, status string, silent bool) (Charge, error) 
 }
 
 // Ledger is everything the fake holds, for tests to count real charges,
-// refunds and calls; a Server serves it as JSON at GET /_fake/ledger.
+// refunds, disputes and calls; a Server serves it as JSON at GET
+// /_fake/ledger.
 type Ledger struct {
 	// Charges is the ledger, oldest first, settled as of now.
 	Charges []LedgerCharge `json:"charges"`
 	// Refunds are the refunds of the ledger's charges, oldest first,
 	// settled as of now.
 	Refunds []LedgerRefund `json:"refunds"`
+	// Disputes are the disputes of the ledger's charges, oldest first, as
+	// they are now.
+	Disputes []LedgerDispute `json:"disputes"`
 	// CreateCalls counts the create calls received by idempotency key
 	// (replays and failed calls included; "" for keyless creates).
 	CreateCalls map[string]int `json:"create_calls"`
@@ -175,10 +179,37 @@ type LedgerRefund struct {
 // Refund.MoneyReturned does: its final status is succeeded.
 func (r LedgerRefund) MoneyReturned() bool { return r.FinalStatus == RefundStatusSucceeded }
 
+// LedgerDispute is one dispute of a Ledger.
+type LedgerDispute struct {
+	// ID is the provider's dispute id ("du_…"); PaymentID the disputed
+	// payment's, ChargeID its charge's, PurchaseID the purchase its
+	// metadata names.
+	ID         string `json:"id"`
+	PaymentID  string `json:"payment_id"`
+	ChargeID   string `json:"charge_id"`
+	PurchaseID string `json:"purchase_id"`
+	Amount     int64  `json:"amount"`
+	Currency   string `json:"currency"`
+	Reason     string `json:"reason"`
+	Status     string `json:"status"`
+	// EvidenceDueBy is when the evidence is due (see
+	// DisputeEvidenceWindow).
+	EvidenceDueBy time.Time `json:"evidence_due_by"`
+	// ChargeRefundable is Stripe's is_charge_refundable: true for an
+	// inquiry, false once a chargeback.
+	ChargeRefundable bool `json:"charge_refundable"`
+	// Withdrawn is the amount taken back from the merchant, Reinstated
+	// what came back (fees apart).
+	Withdrawn  int64 `json:"withdrawn"`
+	Reinstated int64 `json:"reinstated"`
+	// Created is the opening time, in JSON as RFC 3339 with nanoseconds.
+	Created time.Time `json:"created"`
+}
+
 // LedgerCalls counts the calls of each provider operation, including
 // those that failed. Over HTTP, every request counts once: each page of a
-// list is a List (or RefundList) call, each create request a Create (or
-// RefundCreate) call.
+// list is a List (or RefundList, DisputeList) call, each create request a
+// Create (or RefundCreate) call.
 type LedgerCalls struct {
 	Create int `json:"create"`
 	Status int `json:"status"`
@@ -189,10 +220,14 @@ type LedgerCalls struct {
 	RefundCreate int `json:"refund_create"`
 	RefundGet    int `json:"refund_get"`
 	RefundList   int `json:"refund_list"`
+	// DisputeList counts the pages of ListDisputes and GET /v1/disputes,
+	// DisputeGet the GET /v1/disputes/{id} (OpDisputeGet).
+	DisputeList int `json:"dispute_list"`
+	DisputeGet  int `json:"dispute_get"`
 }
 
-// Ledger returns a copy of the ledger, charges and refunds, settled as of
-// now, with the calls received.
+// Ledger returns a copy of the ledger, charges, refunds and disputes,
+// settled as of now, with the calls received.
 func (f *Fake) Ledger() Ledger {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -200,6 +235,7 @@ func (f *Fake) Ledger() Ledger {
 	l := Ledger{
 		Charges:           make([]LedgerCharge, 0, len(f.ledger)),
 		Refunds:           make([]LedgerRefund, 0, len(f.refunds)),
+		Disputes:          make([]LedgerDispute, 0, len(f.disputes)),
 		CreateCalls:       maps.Clone(f.keyCalls),
 		RefundCreateCalls: maps.Clone(f.refundKeyCalls),
 		Calls: LedgerCalls{
@@ -210,6 +246,8 @@ func (f *Fake) Ledger() Ledger {
 			RefundCreate: f.calls[provider.OpRefundCreate],
 			RefundGet:    f.calls[provider.OpRefundGet],
 			RefundList:   f.calls[provider.OpRefundList],
+			DisputeList:  f.calls[provider.OpDisputeList],
+			DisputeGet:   f.calls[OpDisputeGet],
 		},
 	}
 	for _, e := range f.ledger {
@@ -243,6 +281,24 @@ func (f *Fake) Ledger() Ledger {
 			Created:        e.CreatedAt,
 			IdempotencyKey: e.IdempotencyKey,
 			Outside:        e.Outside,
+		})
+	}
+	for _, e := range f.disputes {
+		d := e.dispute()
+		l.Disputes = append(l.Disputes, LedgerDispute{
+			ID:               d.ID,
+			PaymentID:        d.PaymentID,
+			ChargeID:         d.ChargeID,
+			PurchaseID:       d.PurchaseID,
+			Amount:           d.Amount,
+			Currency:         d.Currency,
+			Reason:           d.Reason,
+			Status:           d.Status,
+			EvidenceDueBy:    d.EvidenceDueBy,
+			ChargeRefundable: d.ChargeRefundable,
+			Withdrawn:        d.Withdrawn,
+			Reinstated:       d.Reinstated,
+			Created:          d.Created,
 		})
 	}
 	return l

@@ -377,6 +377,7 @@ func TestLedger(t *testing.T) {
 				Created: clk.Now().Add(-time.Minute), Outside: true},
 		},
 		Refunds:           []fakeprovider.LedgerRefund{},
+		Disputes:          []fakeprovider.LedgerDispute{},
 		CreateCalls:       map[string]int{"payrecon-pur_l": 3, "": 1},
 		RefundCreateCalls: map[string]int{},
 		Calls:             fakeprovider.LedgerCalls{Create: 4, Status: 1, Search: 1, List: 1},

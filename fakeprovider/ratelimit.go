@@ -19,8 +19,9 @@ import (
 // provider acts: in-process with a *RateLimitError (wrapping
 // provider.ErrRateLimited), over HTTP with Stripe's 429 rate_limit. A zero
 // field means no limit. The classes: Create (POST /v1/payment_intents),
-// Retrieve (GET of one), Search, List (the listing of payment intents),
-// Refund (every refund call), and Global on top of them all.
+// Retrieve (GET of one PaymentIntent or dispute), Search, List (the
+// listings of payment intents, events and disputes), Refund (every refund
+// call), and Global on top of them all.
 type RateLimits struct {
 	Global, Create, Retrieve, Search, List, Refund int
 	// RetryAfter, when positive, is sent as the 429's Retry-After (in
@@ -74,11 +75,11 @@ func RateClassOf(op provider.Op) string {
 	switch op {
 	case provider.OpCreate:
 		return "create"
-	case provider.OpStatus:
+	case provider.OpStatus, OpDisputeGet:
 		return "retrieve"
 	case provider.OpSearch:
 		return "search"
-	case provider.OpList, provider.OpEventList:
+	case provider.OpList, provider.OpEventList, provider.OpDisputeList:
 		return "list"
 	}
 	return "refund"
@@ -197,6 +198,10 @@ func routeOp(r *http.Request) provider.Op {
 		return provider.OpRefundGet
 	case p == "/v1/events":
 		return provider.OpEventList
+	case p == "/v1/disputes":
+		return provider.OpDisputeList
+	case strings.HasPrefix(p, "/v1/disputes/"):
+		return OpDisputeGet
 	case p == "/v1/payment_intents" && r.Method == http.MethodPost:
 		return provider.OpCreate
 	case p == "/v1/payment_intents":

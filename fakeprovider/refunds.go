@@ -180,10 +180,11 @@ func refundStream(req provider.RefundRequest) string {
 //
 // Stripe's rules apply, checked when the refund would be made, and a
 // refused request saves no key: an unknown payment (ErrNoSuchPayment), a
-// payment not succeeded (ErrNotRefundable), an amount over what remains of
-// the payment (ErrRefundTooLarge, ErrAlreadyRefunded), an amount not
-// positive: each error wraps ErrInvalidRequest and provider.ErrRejected,
-// and nothing is refunded. The refund's currency is the payment's
+// payment not succeeded (ErrNotRefundable), a payment charged back by a
+// dispute (ErrChargeDisputed), an amount over what remains of the payment
+// (ErrRefundTooLarge, ErrAlreadyRefunded), an amount not positive: each
+// error wraps ErrInvalidRequest and provider.ErrRejected, and nothing is
+// refunded. The refund's currency is the payment's
 // (req.Currency is not checked: Stripe takes none).
 //
 // Faults come from the refund's script (ScriptRefund), else from
@@ -302,8 +303,9 @@ func validateRefund(req provider.RefundRequest) error {
 }
 
 // refundable returns the payment paymentID if amount of it may be refunded
-// now: it exists, it succeeded, and amount is at most what its refunds
-// that hold (Refund.holds) leave of it. Call with f.mu held.
+// now: it exists, it succeeded, no dispute charged it back (see
+// ErrChargeDisputed), and amount is at most what its refunds that hold
+// (Refund.holds) and its lost disputes leave of it. Call with f.mu held.
 func (f *Fake) refundable(paymentID string, amount int64, now time.Time) (*entry, error) {
 	pay := f.byID[paymentID]
 	if pay == nil {
@@ -313,7 +315,10 @@ func (f *Fake) refundable(paymentID string, amount int64, now time.Time) (*entry
 	if pay.Status != StatusSucceeded {
 		return nil, fmt.Errorf("%w: payment %s is %s", ErrNotRefundable, paymentID, pay.Status)
 	}
-	remaining := pay.Amount - f.held(paymentID, now)
+	if d := f.disputeBlocking(paymentID); d != nil {
+		return nil, fmt.Errorf("%w: payment %s, dispute %s is %s", ErrChargeDisputed, paymentID, d.id, d.status)
+	}
+	remaining := pay.Amount - f.returned(paymentID, now)
 	switch {
 	case remaining <= 0:
 		return nil, fmt.Errorf("%w: payment %s (%d)", ErrAlreadyRefunded, paymentID, pay.Amount)
@@ -511,8 +516,9 @@ func (f *Fake) ListRefundsCreated(ctx context.Context, w provider.Window, gate p
 // another system would make it: no idempotency key, Refund.Outside set,
 // created now in o.Status (default succeeded), which it keeps until
 // SetRefundStatus moves it. Stripe's rules apply as to a refund create:
-// the error wraps ErrNoSuchPayment, ErrNotRefundable, ErrRefundTooLarge
-// or ErrAlreadyRefunded (and ErrInvalidRequest) and nothing is made; or
+// the error wraps ErrNoSuchPayment, ErrNotRefundable, ErrChargeDisputed,
+// ErrRefundTooLarge or ErrAlreadyRefunded (and ErrInvalidRequest) and
+// nothing is made; or
 // ErrUnknownStatus, or ErrInvalidRequest for a negative amount.
 //
 // It is not a provider call: it counts in no Calls and takes none of the
@@ -542,7 +548,7 @@ func (f *Fake) refundOutside(o OutsideRefund, silent bool) (Refund, error) {
 	amount := o.Amount
 	if amount == 0 { // all that remains
 		if pay := f.byID[o.PaymentID]; pay != nil {
-			amount = max(1, pay.Amount-f.held(o.PaymentID, now))
+			amount = max(1, pay.Amount-f.returned(o.PaymentID, now))
 		}
 	}
 	pay, err := f.refundable(o.PaymentID, amount, now)

@@ -111,6 +111,13 @@ type ServerConfig struct {
 //	GET  /v1/refunds                   list: payment_intent, and the filters and
 //	                                   cursors of the PaymentIntents' list
 //
+//	GET  /v1/disputes/{id}             retrieve, expand[]=payment_intent; 404
+//	                                   resource_missing if unknown
+//	GET  /v1/disputes                  list: payment_intent, charge,
+//	                                   expand[]=data.payment_intent, and the
+//	                                   filters and cursors of the
+//	                                   PaymentIntents' list
+//
 // A list answers {"object":"list","url":"/v1/payment_intents","has_more":
 // ...,"data":[...]}, newest first as Stripe lists, ties in created seconds
 // in creation order (newest first), so that pages are stable. created
@@ -128,7 +135,11 @@ type ServerConfig struct {
 //
 // The refunds' list is the same over refunds (url "/v1/refunds"), each
 // request one RefundList call, and payment_intent keeps the refunds of
-// one PaymentIntent (an unknown one is a 400 resource_missing).
+// one PaymentIntent (an unknown one is a 400 resource_missing). The
+// disputes' list is the same over disputes (url "/v1/disputes"), each
+// request one provider.OpDisputeList call, with the filters payment_intent
+// and charge; expand[]=data.payment_intent renders each dispute's
+// PaymentIntent, metadata included, instead of its id.
 //
 // A create goes through the Fake's own key store (Idempotency-Key header),
 // so a replay answers the saved response (header Idempotent-Replayed:
@@ -152,7 +163,8 @@ type ServerConfig struct {
 // unknown PaymentIntent, charge_not_refundable for one that did not
 // succeed, amount_too_large for an amount over what remains of it after
 // its refunds (pending ones included), charge_already_refunded when
-// nothing remains.
+// nothing remains, charge_disputed when a dispute charged it back (see
+// ErrChargeDisputed).
 //
 // Webhooks: see Tick, Events, Deliveries and WebhookStats.
 //
@@ -178,6 +190,14 @@ type ServerConfig struct {
 //	POST /_fake/refunds/{id}/status           Server.SetRefundStatus: status,
 //	                                          webhooks; answers the Refund, or a
 //	                                          404 resource_missing for an unknown id
+//	POST /_fake/disputes                      Server.OpenDispute: payment (or
+//	                                          payment_intent), amount (absent or 0:
+//	                                          all that remains), reason, inquiry,
+//	                                          webhooks; answers the Dispute
+//	POST /_fake/disputes/{id}                 Server.MoveDispute: status, webhooks;
+//	                                          answers the Dispute, a 400 for a move
+//	                                          Stripe's disputes never make, or a 404
+//	                                          resource_missing for an unknown id
 //	POST /_fake/outage                        Server.Outage: duration (a Go
 //	                                          duration, 0 ends it); every /v1
 //	                                          call is a 503 until it ends
@@ -186,7 +206,8 @@ type ServerConfig struct {
 //	                                          (see WebhookView)
 //
 // Their parameters come form-encoded (body or query) or as a JSON object
-// (Content-Type: application/json; amount a number, webhooks a boolean).
+// (Content-Type: application/json; amount a number, webhooks and inquiry
+// booleans).
 // webhooks=true (the default) announces the change at once, before the
 // answer, to a server with a webhook URL; webhooks=false never announces
 // it: the change a dashboard or another system made without the endpoint
@@ -352,6 +373,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Path == "/v1/events" && r.Method == http.MethodGet {
 		s.listEvents(w, r)
 		return
+	}
+	if rest, ok := strings.CutPrefix(r.URL.Path, "/v1/disputes"); ok && r.Method == http.MethodGet {
+		switch {
+		case rest == "":
+			s.listDisputes(w, r)
+			return
+		case strings.HasPrefix(rest, "/") && rest != "/" && !strings.Contains(rest[1:], "/"):
+			s.retrieveDispute(w, r, rest[1:])
+			return
+		}
 	}
 	const base = "/v1/payment_intents"
 	switch rest, ok := strings.CutPrefix(r.URL.Path, base); {

@@ -90,6 +90,8 @@ func (s *Server) refundReply(req provider.RefundRequest, a refundAttempt) (int, 
 	case errors.Is(a.err, ErrNotRefundable):
 		return invalid("charge_not_refundable", "payment_intent",
 			fmt.Sprintf("This PaymentIntent (%s) does not have a successful charge to refund.", req.PaymentID))
+	case errors.Is(a.err, ErrChargeDisputed):
+		return invalid("charge_disputed", "", fmt.Sprintf("Charge %s has been charged back; cannot issue a refund.", latestCharge(req.PaymentID)))
 	case errors.Is(a.err, ErrInvalidRequest):
 		if req.Amount <= 0 {
 			return invalid("parameter_invalid_integer", "amount", "Invalid positive integer")

@@ -112,13 +112,14 @@ func TestServerConformance(t *testing.T) {
 				New: func(t *testing.T) providertest.Target {
 					s := serve(t, c.cfg, fakeprovider.ServerConfig{}, nil)
 					return providertest.Target{
-						Provider:   newAdapterPaged(t, s.http.URL, 2),
-						Advance:    s.clk.Advance,
-						Charges:    func(p string) int { return len(s.fake.ChargesFor(p)) },
-						MoneyTaken: s.fake.MoneyTaken,
-						Refunds:    func(r string) int { return len(s.fake.RefundsFor(r)) },
-						PageSize:   2,
-						Requests:   s.fake.Calls,
+						Provider:    newAdapterPaged(t, s.http.URL, 2),
+						Advance:     s.clk.Advance,
+						Charges:     func(p string) int { return len(s.fake.ChargesFor(p)) },
+						MoneyTaken:  s.fake.MoneyTaken,
+						Refunds:     func(r string) int { return len(s.fake.RefundsFor(r)) },
+						PageSize:    2,
+						Requests:    s.fake.Calls,
+						OpenDispute: openDispute(s.fake),
 					}
 				},
 			})
@@ -127,11 +128,12 @@ func TestServerConformance(t *testing.T) {
 	t.Run("RealClock", func(t *testing.T) {
 		providertest.Run(t, providertest.Harness{
 			New: func(t *testing.T) providertest.Target {
-				srv := fakeprovider.NewServer(fakeprovider.New(fakeprovider.Config{}), fakeprovider.ServerConfig{Logger: quiet})
+				f := fakeprovider.New(fakeprovider.Config{})
+				srv := fakeprovider.NewServer(f, fakeprovider.ServerConfig{Logger: quiet})
 				ts := httptest.NewServer(srv)
 				t.Cleanup(ts.Close)
 				t.Cleanup(srv.Close)
-				return providertest.Target{Provider: newAdapter(t, ts.URL)}
+				return providertest.Target{Provider: newAdapter(t, ts.URL), OpenDispute: openDispute(f)}
 			},
 		})
 	})

@@ -55,7 +55,7 @@ func (w *webhooks) attempt(c *outCopy) {
 	s := w.s
 	c.attempts++
 	header := SignatureHeader(c.ev.Payload, s.cfg.WebhookSecret, s.now())
-	d := Delivery{EventID: c.ev.ID, Type: c.ev.Type, PaymentID: c.ev.PaymentID, RefundID: c.ev.RefundID, Copy: c.n, Attempt: c.attempts, Signature: header}
+	d := Delivery{EventID: c.ev.ID, Type: c.ev.Type, PaymentID: c.ev.PaymentID, RefundID: c.ev.RefundID, DisputeID: c.ev.DisputeID, Copy: c.n, Attempt: c.attempts, Signature: header}
 	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, s.cfg.WebhookURL, bytes.NewReader(c.ev.Payload))
 	if err == nil {
 		req.Header.Set("Content-Type", "application/json; charset=utf-8")
@@ -81,7 +81,7 @@ func (w *webhooks) attempt(c *outCopy) {
 	if c.attempts > 1 {
 		w.stats.Retries++
 	}
-	attrs := []any{"event", d.EventID, "type", d.Type, "payment_intent", d.PaymentID, "refund", d.RefundID, "copy", d.Copy, "attempt", d.Attempt, "status", d.StatusCode, "error", d.Err}
+	attrs := []any{"event", d.EventID, "type", d.Type, "payment_intent", d.PaymentID, "refund", d.RefundID, "dispute", d.DisputeID, "copy", d.Copy, "attempt", d.Attempt, "status", d.StatusCode, "error", d.Err}
 	switch {
 	case d.Acked:
 		w.stats.Acked++

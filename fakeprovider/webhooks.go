@@ -37,6 +37,20 @@ import (
 //	refund settles or moves to failed        refund.failed
 //	refund moves to another status           refund.updated
 //
+// and every change of a dispute (see Fake.OpenDispute, Fake.MoveDispute),
+// each event carrying the Dispute as it is after the change, each created
+// a second after the dispute's previous event at least:
+//
+//	chargeback opened                        charge.dispute.created,
+//	                                         charge.dispute.funds_withdrawn
+//	inquiry opened                           charge.dispute.created
+//	inquiry escalates to needs_response      charge.dispute.updated,
+//	                                         charge.dispute.funds_withdrawn
+//	moves to another open status             charge.dispute.updated
+//	won                                      charge.dispute.closed,
+//	                                         charge.dispute.funds_reinstated
+//	lost, warning_closed or prevented        charge.dispute.closed
+//
 // Each webhook is a copy of its event in the Fake's event log (events.go),
 // same id and payload; only a stale follower (WebhookStaleProcessing) is
 // not in the log, being no change of the ledger.
@@ -52,12 +66,13 @@ import (
 // Server.ChargeOutside and Server.SetStatus with webhooks false (and
 // their HTTP forms with webhooks=false) make a change that is never
 // announced: the charge a dashboard made without the endpoint hearing of
-// it. Refunds are announced alike (RefundOutside, SetRefundStatus and
-// their Server forms). A charge's or refund's creation event carries the
-// request's idempotency key
-// (request.idempotency_key); a settlement or a move carries none, like
-// Stripe's automatic events, and a settlement is created at the charge's
-// SettlesAt, a move when it was made. request.id is always null.
+// it. Refunds and disputes are announced alike (RefundOutside,
+// SetRefundStatus, OpenDispute, MoveDispute and their Server forms). A
+// charge's or refund's creation event carries the request's idempotency
+// key (request.idempotency_key); a settlement, a move or a dispute's event
+// carries none, like Stripe's automatic events, and a settlement is
+// created at the charge's SettlesAt, a move when it was made.
+// request.id is always null.
 //
 // Delivery is Stripe's: a copy of an event is retried, with backoff, until
 // a 2xx answer or WebhookMaxAttempts attempts; each attempt is signed
@@ -68,15 +83,20 @@ import (
 type WebhookEvent struct {
 	ID   string // "evt_..."
 	Type string // "payment_intent.succeeded", "refund.created", ...
-	// PaymentID is the PaymentIntent's id, or the refunded one's for an
-	// event about a refund; PurchaseID the purchase its metadata names.
+	// PaymentID is the PaymentIntent's id, or the refunded (disputed)
+	// one's for an event about a refund (a dispute); PurchaseID the
+	// purchase its metadata names.
 	PaymentID  string
 	PurchaseID string
 	// RefundID is the provider's refund id ("re_…") for an event about a
 	// refund (refund.*, charge.refunded), else "".
 	RefundID string
-	// Status is the status in the payload: the PaymentIntent's, or the
-	// refund's for an event about a refund (charge.refunded included).
+	// DisputeID is the provider's dispute id ("du_…") for an event about
+	// a dispute (charge.dispute.*), else "".
+	DisputeID string
+	// Status is the status in the payload: the PaymentIntent's, the
+	// refund's for an event about a refund (charge.refunded included),
+	// the dispute's for one about a dispute.
 	Status  string
 	Created time.Time
 	// Payload is the exact body POSTed, every copy and attempt alike.
@@ -94,6 +114,7 @@ type Delivery struct {
 	Type      string
 	PaymentID string
 	RefundID  string // for an event about a refund
+	DisputeID string // for an event about a dispute
 	// Copy is 1, or 2 for the second copy of a duplicated event.
 	Copy int
 	// Attempt counts the copy's POSTs, from 1.
@@ -257,6 +278,8 @@ type webhooks struct {
 	reordered  map[string][]*event       // by PaymentIntent, until its next event
 	scripts    map[string][]WebhookFault // by purchase, see ScriptWebhooks
 	refundRNGs map[string]*rand.Rand
+	// disputeRNGs are by dispute, see emitDispute.
+	disputeRNGs map[string]*rand.Rand
 	// refundScripts are by refund, see ScriptRefundWebhooks.
 	refundScripts map[string][]WebhookFault
 	queue         []*outCopy
@@ -294,6 +317,7 @@ func newWebhooks(s *Server) *webhooks {
 		changed:   make(chan struct{}),
 
 		refundRNGs:    make(map[string]*rand.Rand),
+		disputeRNGs:   make(map[string]*rand.Rand),
 		refundScripts: make(map[string][]WebhookFault),
 	}
 }
@@ -335,6 +359,10 @@ func (w *webhooks) changes() []change {
 func (w *webhooks) emit(ch change) {
 	if ch.r != nil {
 		w.emitRefund(ch)
+		return
+	}
+	if ch.dispute != "" {
+		w.emitDispute(ch)
 		return
 	}
 	// An outside charge's events take none of the purchase's scripts.

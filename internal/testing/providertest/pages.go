@@ -33,44 +33,60 @@ func (g *gate) pass(context.Context) error {
 // last page may be followed by an empty one; n is never a multiple here.
 func pages(tg Target, n int) int { return n/tg.PageSize + 1 }
 
-// listings returns the three listings of a payment with 2·PageSize+1
-// refunds (each of 1 unit), created as the only payment and refunds of a
-// fresh provider, each a function of its gate returning how many objects
-// it listed; and that number of objects.
+// listings returns the listings of 2·PageSize+1 payments, the last with
+// 2·PageSize+1 refunds (each of 1 unit), created as the only payments and
+// refunds of a fresh provider, and, when the provider can open disputes, a
+// dispute of each payment (after the refunds, which a dispute would
+// refuse): each a function of its gate returning how many objects it
+// listed; and that number of objects.
 func listings(t *testing.T, h Harness, tg Target) (map[provider.Op]func(provider.PageGate) (int, error), map[provider.Op]int) {
 	t.Helper()
 	n := 2*tg.PageSize + 1
 	var req provider.CreateRequest
 	var charge provider.Result
+	var payments []string
 	for range n {
 		req, charge = paid(t, h, tg)
+		payments = append(payments, charge.PaymentID)
 	}
 	for range n {
 		createRefund(t, tg, newRefundRequest(req, charge, 1))
 	}
 	w := coveringWindow(tg)
 	ctx := t.Context()
-	return map[provider.Op]func(provider.PageGate) (int, error){
-			provider.OpList: func(g provider.PageGate) (int, error) {
-				ps, err := tg.Provider.List(ctx, w, g)
-				return len(ps), err
-			},
-			provider.OpRefundList: func(g provider.PageGate) (int, error) {
-				rs, err := tg.Provider.ListRefundsCreated(ctx, w, g)
-				return len(rs), err
-			},
-			"refund_list_of_payment": func(g provider.PageGate) (int, error) {
-				rs, err := tg.Provider.ListRefunds(ctx, charge.PaymentID, g)
-				return len(rs), err
-			},
-		}, map[provider.Op]int{
-			provider.OpList: n, provider.OpRefundList: n, "refund_list_of_payment": n,
+	run := map[provider.Op]func(provider.PageGate) (int, error){
+		provider.OpList: func(g provider.PageGate) (int, error) {
+			ps, err := tg.Provider.List(ctx, w, g)
+			return len(ps), err
+		},
+		provider.OpRefundList: func(g provider.PageGate) (int, error) {
+			rs, err := tg.Provider.ListRefundsCreated(ctx, w, g)
+			return len(rs), err
+		},
+		"refund_list_of_payment": func(g provider.PageGate) (int, error) {
+			rs, err := tg.Provider.ListRefunds(ctx, charge.PaymentID, g)
+			return len(rs), err
+		},
+	}
+	want := map[provider.Op]int{provider.OpList: n, provider.OpRefundList: n, "refund_list_of_payment": n}
+	if tg.OpenDispute != nil {
+		for _, id := range payments {
+			if err := tg.OpenDispute(ctx, id); err != nil {
+				t.Fatalf("open a dispute of %s: %v", id, err)
+			}
 		}
+		run[provider.OpDisputeList] = func(g provider.PageGate) (int, error) {
+			ds, err := tg.Provider.ListDisputes(ctx, w, g)
+			return len(ds), err
+		}
+		want[provider.OpDisputeList] = n
+	}
+	return run, want
 }
 
 // requestOp is the op whose requests a listing counts under.
 func requestOp(op provider.Op) provider.Op {
-	if op == provider.OpList {
+	if op == provider.OpList || op == provider.OpDisputeList {
 		return op
 	}
 	return provider.OpRefundList

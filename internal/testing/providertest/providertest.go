@@ -29,6 +29,12 @@
 // Events: a succeeded charge and its refund are in the provider's event
 // log, newest first, translated as their webhooks are, and pages of one
 // event list the same events as one page.
+// Disputes, where the provider can be made to open one
+// (Target.OpenDispute): a chargeback is listed in a window of its creation
+// time and not outside it, with its payment, purchase, amount, currency
+// and status; its opening is in the event log as charge.dispute.created
+// carrying it; and a refund of the payment it charged back is refused
+// (Failed) and makes nothing.
 // Listings: each listing passes its PageGate once before every request it
 // sends, one per page, and a gate's error stops it with that error and
 // no items.
@@ -37,6 +43,7 @@
 package providertest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -104,10 +111,16 @@ type Target struct {
 	// charges and refunds.
 	PageSize int
 	// Requests returns how many requests of op (provider.OpList,
-	// provider.OpRefundList) the provider has served, throttled ones
-	// excluded. Nil when it cannot be read: the checks of listings then
-	// count the gate's passes only.
+	// provider.OpRefundList, provider.OpDisputeList) the provider has
+	// served, throttled ones excluded. Nil when it cannot be read: the
+	// checks of listings then count the gate's passes only.
 	Requests func(op provider.Op) int
+	// OpenDispute has the provider open a dispute of all of the succeeded
+	// payment paymentID now, as a card network would: a chargeback
+	// (needs_response), its amount withdrawn. Nil when the provider cannot
+	// be made to (stripe-mock, Stripe test mode outside its test cards):
+	// the dispute checks are skipped.
+	OpenDispute func(ctx context.Context, paymentID string) error
 }
 
 // Run runs the conformance suite against the provider h describes.
@@ -149,6 +162,9 @@ func Run(t *testing.T, h Harness) {
 		{"ListRefundsOfPayment", testListRefundsOfPayment},
 		{"ListRefundsCreatedInItsWindow", testListRefundsCreated},
 		{"EventsListedNewestFirst", testEventsListed},
+		{"ListDisputesInItsWindow", testListDisputes},
+		{"DisputeOpeningIsAnEvent", testDisputeEvents},
+		{"RefundOfDisputedPaymentIsRefused", testRefundOfDisputedPaymentIsRefused},
 		{"ListingsPassTheGatePerPage", testListingsGatedPerPage},
 		{"ListingStopsAtItsGate", testListingStopsAtGate},
 	}
