@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,9 +16,9 @@ import (
 
 // TestListEventsSendsOnePageAndTranslatesAsVerify checks the request of
 // ListEvents (created[gte], types[], limit, starting_after) and that a
-// listed event is the event Verify makes of the same event delivered as a
-// webhook, digest included, while an event Verify refuses is reported in
-// Refused and the page goes on.
+// listed event, a payment's or a dispute's, is the event Verify makes of
+// the same event delivered as a webhook, digest included, while an event
+// Verify refuses is reported in Refused and the page goes on.
 func TestListEventsSendsOnePageAndTranslatesAsVerify(t *testing.T) {
 	succeeded := whEvent(t, "payment_intent.succeeded", "", whPI("pi_3SAbCdEfGhIjKlMn", "succeeded", whPurchase, nil))
 	// Another delivery renders the envelope differently: the digest
@@ -35,7 +36,9 @@ func TestListEventsSendsOnePageAndTranslatesAsVerify(t *testing.T) {
 	foreign = []byte(string(foreign[:len(foreign)-1]) + `,"id":"evt_foreign"}`) // a later duplicate key wins
 	old := whEvent(t, "payment_intent.succeeded", "2019-02-19", whPI("pi_3Old", "succeeded", whPurchase, nil))
 	old = []byte(string(old[:len(old)-1]) + `,"id":"evt_old"}`)
-	page := `{"object":"list","url":"/v1/events","has_more":true,"data":[` + string(listed) + `,` + string(foreign) + `,` + string(old) + `]}`
+	dispute := []byte(strings.TrimSpace(string(readTestdata(t, "disputes/funds_withdrawn.json"))))
+	page := `{"object":"list","url":"/v1/events","has_more":true,"data":[` + string(listed) + `,` + string(foreign) + `,` +
+		string(dispute) + `,` + string(old) + `]}`
 	fs := newFakeStripe(t, respond(http.StatusOK, page))
 	p := newProvider(t, fs.URL, stripe.Config{})
 
@@ -69,8 +72,8 @@ func TestListEventsSendsOnePageAndTranslatesAsVerify(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
-	if len(got.Events) != 2 {
-		t.Fatalf("events %d, want 2: %+v", len(got.Events), got)
+	if len(got.Events) != 3 {
+		t.Fatalf("events %d, want 3: %+v", len(got.Events), got)
 	}
 	// A payment of another integration on the account is listed, with no
 	// purchase, for the inbox to store unmatched and the audit to judge.
@@ -84,6 +87,15 @@ func TestListEventsSendsOnePageAndTranslatesAsVerify(t *testing.T) {
 	ev.Payload = ""
 	if ev != want {
 		t.Errorf("listed event\n%+v\nwant Verify's of its webhook\n%+v", ev, want)
+	}
+	wantDispute, err := whVerifier(t, stripe.WebhookConfig{}).Verify(dispute, whSign(whSecret, whNow, dispute))
+	if err != nil {
+		t.Fatalf("Verify of the dispute's event: %v", err)
+	}
+	if d := got.Events[2]; d.Payload != string(dispute) {
+		t.Errorf("dispute's Payload %q, want the listed event's JSON", d.Payload)
+	} else if d.Payload = ""; wantDispute.Dispute == nil || !sameEvent(d, wantDispute) {
+		t.Errorf("listed dispute event\n%s\nwant Verify's of its webhook, with its dispute\n%s", showEvent(d), showEvent(wantDispute))
 	}
 	if len(got.Refused) != 1 || got.Refused[0].ID != "evt_old" {
 		t.Fatalf("refused %+v, want evt_old (another API version)", got.Refused)

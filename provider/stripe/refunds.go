@@ -65,8 +65,10 @@ func refundOutcome(status stripego.RefundStatus) provider.Outcome {
 // key, no payment id, an amount not positive (Stripe would refund all that
 // remains of the payment when none is sent). Stripe refuses without acting
 // a payment that did not succeed, an amount over what remains of it, a
-// payment already refunded in full (400 charge_not_refundable,
-// amount_too_large, charge_already_refunded): errors wrapping ErrRejected.
+// payment already refunded in full, a payment charged back by a dispute
+// (400 charge_not_refundable, amount_too_large, charge_already_refunded,
+// charge_disputed): errors wrapping provider.ErrRefundRefused (and so
+// ErrRejected), which RefundOutcomeOf reads as Failed.
 func (p *Provider) CreateRefund(ctx context.Context, req provider.RefundRequest) (provider.RefundResult, error) {
 	where := fmt.Sprintf("create refund %s of %s (key %s)", req.RefundID, req.PaymentID, req.IdempotencyKey)
 	switch key := req.IdempotencyKey; {
@@ -172,9 +174,9 @@ func (p *Provider) listRefunds(ctx context.Context, gate provider.PageGate, wher
 			ps.Limit, ps.StartingAfter, ps.Single = stripego.Int64(p.pageSize), after, true
 			return p.client.V1Refunds.List(ctx, ps)
 		},
-		func(r *stripego.Refund) string {
+		func(r *stripego.Refund) (string, error) {
 			refunds = append(refunds, refundOf(r))
-			return r.ID
+			return r.ID, nil
 		})
 	if err != nil {
 		return nil, err
@@ -194,6 +196,9 @@ func (p *Provider) listRefunds(ctx context.Context, gate provider.PageGate, wher
 //
 //	409 idempotency_key_in_use                 Pending, Reason ReasonKeyInUse, nil error
 //	404 resource_missing on OpRefundGet        NotFound, Reason ReasonNotFound, nil error
+//	a refusal for the payment on               error wrapping provider.ErrRefundRefused → Failed
+//	  OpRefundCreate (refundRefusals:
+//	  amount_too_large, charge_disputed, …)
 //	card_error (never sent for a refund)       error → Unknown
 func translateRefund(op provider.Op, where string, r *stripego.Refund, err error) (provider.RefundResult, error) {
 	if err != nil {

@@ -24,6 +24,10 @@
 // refund_id and purchase_id; its status is translated by a table of its
 // own (refundStatusOutcomes), its errors as a charge's. ListRefunds reads
 // a payment's refunds, ListRefundsCreated those created in a window.
+//
+// A dispute is read, never acted on (disputes.go): ListDisputes reads the
+// Disputes opened in a window, and the charge.dispute.* events carry one;
+// both are translated by one function (disputeOf).
 package stripe
 
 import (
@@ -113,9 +117,10 @@ type Config struct {
 	MaxNetworkRetries int64
 
 	// ListPageSize is how many objects each request of a listing (List,
-	// ListRefunds, ListRefundsCreated) asks for: from 1 to 100. Default
-	// 100, Stripe's maximum, so that a listing costs as few requests,
-	// and so as few of the caller's rate budget's tokens, as it can.
+	// ListRefunds, ListRefundsCreated, ListDisputes) asks for: from 1 to
+	// 100. Default 100, Stripe's maximum, so that a listing costs as few
+	// requests, and so as few of the caller's rate budget's tokens, as it
+	// can.
 	ListPageSize int64
 
 	// Logger receives stripe-go's own log lines, with attribute
@@ -469,9 +474,9 @@ func (p *Provider) List(ctx context.Context, w provider.Window, gate provider.Pa
 			params.Limit, params.StartingAfter, params.Single = stripego.Int64(p.pageSize), after, true
 			return p.client.V1PaymentIntents.List(ctx, params)
 		},
-		func(pi *stripego.PaymentIntent) string {
+		func(pi *stripego.PaymentIntent) (string, error) {
 			payments = append(payments, paymentOf(pi))
-			return pi.ID
+			return pi.ID, nil
 		})
 	if err != nil {
 		return nil, err
@@ -484,15 +489,17 @@ func (p *Provider) List(ctx context.Context, w provider.Window, gate provider.Pa
 // listPages reads a listing one request at a time: it passes gate, then
 // reads one page of at most size objects with stripe-go's iterator, made
 // single-page (ListParams.Single) so that it sends exactly one request,
-// handing each object to add, which returns its id. A full page may have
-// more after it, and the next request starts after its last object's id;
+// handing each object to add, which returns its id, or an error that
+// stops the listing (an object the caller cannot read, whose id may not
+// even serve as the next page's cursor). A full page may have more after
+// it, and the next request starts after its last object's id;
 // a page less than full was the last. (Stripe's has_more is not visible
 // through the iterator, so a listing whose last page is exactly full costs
 // one request more, for an empty page.) page returns the iterator of the
-// page starting after *after (nil: the first). An error of gate or of a
-// page stops the listing; the caller returns no objects.
+// page starting after *after (nil: the first). An error of gate, of a
+// page or of add stops the listing; the caller returns no objects.
 func listPages[T any](ctx context.Context, gate provider.PageGate, where string, op provider.Op, size int64,
-	page func(ctx context.Context, after *string) stripego.Seq2[T, error], add func(T) string) error {
+	page func(ctx context.Context, after *string) stripego.Seq2[T, error], add func(T) (string, error)) error {
 	var after *string
 	for n := 1; ; n++ {
 		if err := gate.Pass(ctx); err != nil {
@@ -507,7 +514,11 @@ func listPages[T any](ctx context.Context, gate provider.PageGate, where string,
 			if err != nil {
 				return listErrorOf(op, where, err)
 			}
-			last = add(obj)
+			id, err := add(obj)
+			if err != nil {
+				return err
+			}
+			last = id
 			read++
 		}
 		if read < size {

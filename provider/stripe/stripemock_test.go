@@ -4,12 +4,16 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,8 +36,9 @@ const (
 	stripeMockStartTimeout = 30 * time.Second
 )
 
-// TestStripeMock runs Create, Status, Search and List, and the refund
-// calls (checkStripeMockRefunds), against stripe-mock,
+// TestStripeMock runs Create, Status, Search and List, the refund calls
+// (checkStripeMockRefunds), ListEvents (checkStripeMockEvents) and
+// ListDisputes (checkStripeMockDisputes) against stripe-mock,
 // which validates every request against Stripe's OpenAPI spec and answers
 // with fixtures. It proves the requests are well-formed Stripe requests; it
 // cannot check behaviour, since stripe-mock keeps no state (its create
@@ -144,6 +149,141 @@ func TestStripeMock(t *testing.T) {
 
 	t.Run("Refunds", func(t *testing.T) { checkStripeMockRefunds(t, base, p) })
 	t.Run("Events", func(t *testing.T) { checkStripeMockEvents(t, p) })
+	t.Run("Disputes", func(t *testing.T) { checkStripeMockDisputes(t, base) })
+}
+
+// proxied is one request a recording proxy passed to stripe-mock, and
+// stripe-mock's answer's status.
+type proxied struct {
+	method, path string
+	query        url.Values
+	status       int
+}
+
+// recordingProxy returns the base URL of a proxy to stripe-mock at base
+// that records each request it passes and the status of its answer, and
+// a function returning those recorded so far.
+func recordingProxy(t *testing.T, base string) (string, func() []proxied) {
+	t.Helper()
+	target, err := url.Parse(base)
+	if err != nil {
+		t.Fatalf("stripe-mock base %q: %v", base, err)
+	}
+	var (
+		mu   sync.Mutex
+		seen []proxied
+	)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	proxy.ModifyResponse = func(resp *http.Response) error {
+		mu.Lock()
+		defer mu.Unlock()
+		r := resp.Request
+		seen = append(seen, proxied{method: r.Method, path: r.URL.Path, query: r.URL.Query(), status: resp.StatusCode})
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []proxied {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(seen)
+	}
+}
+
+// checkStripeMockDisputes runs ListDisputes against stripe-mock at base,
+// through a proxy recording what it sends: the request must carry the
+// window's created[gte] and created[lt], the page size and
+// expand[]=data.payment_intent, and pass stripe-mock's validation against
+// Stripe's spec (a 200); its fixture dispute must come back translated,
+// its PaymentIntent expanded (stripe-mock expands it only when asked: the
+// fixture's is null). The fixture, retrieved as an event carries it (not
+// expanded) and delivered as a charge.dispute.created webhook, must verify
+// to the same dispute but for the payment.
+func checkStripeMockDisputes(t *testing.T, base string) {
+	ctx := t.Context()
+	proxyBase, requests := recordingProxy(t, base)
+	p := newProvider(t, proxyBase, stripe.Config{})
+	now := time.Now().Truncate(time.Second).Add(time.Second / 2) // within a second: Until is widened
+	w := provider.Window{From: now.Add(-24 * time.Hour), Until: now}
+	passes := 0
+	disputes, err := p.ListDisputes(ctx, w, func(context.Context) error { passes++; return nil })
+	if err != nil {
+		t.Fatalf("ListDisputes: %v", err)
+	}
+	if len(disputes) == 0 {
+		t.Fatal("ListDisputes: no disputes, want stripe-mock's fixture")
+	}
+	for i, d := range disputes {
+		what := fmt.Sprintf("ListDisputes: dispute %d", i)
+		if d.ID == "" || d.Amount <= 0 || d.Currency == "" || d.Created.IsZero() || !slices.Contains(provider.DisputeStatuses, d.Status) {
+			t.Errorf("%s: %+v, want an id, an amount, a currency, a creation time and a known status", what, d)
+		}
+		if !strings.HasPrefix(d.PaymentID, "pi_") {
+			t.Errorf("%s: payment %q, want the expanded fixture's pi_…: was expand[]=data.payment_intent sent?", what, d.PaymentID)
+		}
+		if i > 0 && d.Created.Before(disputes[i-1].Created) {
+			t.Errorf("%s created %v, before dispute %d (%v): want oldest first", what, d.Created, i-1, disputes[i-1].Created)
+		}
+	}
+	sent := requests()
+	if len(sent) != 1 || passes != 1 {
+		t.Fatalf("%d requests after %d passes of the gate, want one page: %+v", len(sent), passes, sent)
+	}
+	r := sent[0]
+	if r.method != http.MethodGet || r.path != "/v1/disputes" || r.status != http.StatusOK {
+		t.Errorf("request %s %s answered %d, want GET /v1/disputes answered 200", r.method, r.path, r.status)
+	}
+	for k, v := range map[string]string{
+		"created[gte]": fmt.Sprint(w.From.Unix()),
+		"created[lt]":  fmt.Sprint(w.Until.Unix() + 1),
+		"limit":        "100",
+		"expand[0]":    "data.payment_intent",
+	} {
+		if got := r.query.Get(k); got != v {
+			t.Errorf("request: %s = %q, want %q", k, got, v)
+		}
+	}
+	// stripe-mock must refuse a listing of disputes the spec does not
+	// allow, or its 200 proves nothing.
+	for what, query := range map[string]string{
+		"GET /v1/disputes with a malformed created filter": "created[gte]=yesterday",
+		"GET /v1/disputes with an unknown parameter":       "no_such_parameter=1",
+	} {
+		bad, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/disputes?"+query, nil)
+		if err != nil {
+			t.Fatalf("request: %v", err)
+		}
+		checkRefused(t, what, bad)
+	}
+
+	listed := disputes[0]
+	get, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/disputes/"+listed.ID, nil)
+	if err != nil {
+		t.Fatalf("request: %v", err)
+	}
+	get.SetBasicAuth(testKey, "")
+	resp, err := http.DefaultClient.Do(get)
+	if err != nil {
+		t.Fatalf("retrieve dispute %s: %v", listed.ID, err)
+	}
+	defer resp.Body.Close()
+	var object map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&object); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("retrieve dispute %s: HTTP %d, %v", listed.ID, resp.StatusCode, err)
+	}
+	payload := whEvent(t, provider.EventDisputeCreated, "", object)
+	ev, err := whVerifier(t, stripe.WebhookConfig{}).Verify(payload, whSign(whSecret, whNow, payload))
+	if err != nil {
+		t.Fatalf("Verify of a charge.dispute.created carrying stripe-mock's fixture: %v", err)
+	}
+	want := listed
+	want.PaymentID, want.PurchaseID = "", "" // the fixture's payment_intent is null unless expanded
+	if ev.Dispute == nil || *ev.Dispute != want {
+		t.Errorf("webhook's dispute: %s\nwant the listed one but for the payment: %+v", showEvent(ev), want)
+	}
+	if ev.Outcome != provider.Pending || ev.Amount != listed.Amount || ev.Currency != listed.Currency || ev.PaymentID != "" {
+		t.Errorf("webhook event %s: want pending, the dispute's amount and no payment", showEvent(ev))
+	}
 }
 
 // checkStripeMockEvents runs ListEvents against stripe-mock: its request

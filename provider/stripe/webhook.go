@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,8 +59,10 @@ var (
 	// can translate: not JSON, not an event, a required field missing, a
 	// payment_intent event whose object is no PaymentIntent or whose status
 	// the status table does not know, a refund event whose object is no
-	// Refund, a charge.refunded event whose object is no Charge, or a
-	// refund whose status the refund status table does not know.
+	// Refund, a charge.refunded event whose object is no Charge, a
+	// refund whose status the refund status table does not know, or a
+	// dispute event whose object is no Dispute, or one without id, with an
+	// amount not positive or without currency.
 	ErrMalformedEvent = errors.New("stripe webhook: malformed event")
 	// ErrAPIVersion: the event was rendered in an API version incompatible
 	// with WebhookConfig.APIVersion (see there).
@@ -218,6 +221,17 @@ func (v *WebhookVerifier) SignatureHeader() string { return WebhookSignatureHead
 // verifies with Outcome "" and nothing else but PaymentID: payrecon learns
 // of the refund from its own refund events.
 //
+// A dispute event (provider.DisputeEventTypes: charge.dispute.created,
+// .updated, .closed, .funds_withdrawn, .funds_reinstated), whose object
+// must be a Dispute, gets Dispute the dispute as the object shows it
+// (translated as ListDisputes translates it, disputeOf), Outcome Pending
+// (a dispute settles no payment), PaymentID its payment_intent ("" when
+// it has none: not a payrecon payment), PurchaseID its metadata
+// purchase_id when the payment_intent is expanded (Stripe's events carry
+// its id only, so ""), Amount and Currency the dispute's. A dispute
+// without id, with an amount not positive or without currency is
+// ErrMalformedEvent.
+//
 // Any other event type (charge.*, customer.*, …) verifies with Outcome ""
 // (payrecon ignores it), PurchaseID "", Amount 0, Currency "" and
 // PaymentID the event object's id if it is a PaymentIntent's (pi_…), else
@@ -266,6 +280,8 @@ func translateEvent(payload []byte, apiVersion string) (provider.Event, error) {
 		return refundEvent(ev, e, where)
 	case ev.Type == chargeRefundedEvent:
 		return chargeRefunded(ev, e, where)
+	case slices.Contains(provider.DisputeEventTypes, ev.Type):
+		return disputeEvent(ev, e, where)
 	case !strings.HasPrefix(ev.Type, paymentIntentEventPrefix):
 		if id, ok := e.Data.Object["id"].(string); ok && strings.HasPrefix(id, paymentIntentIDPrefix) {
 			ev.PaymentID = id

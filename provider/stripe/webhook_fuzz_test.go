@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,8 +73,9 @@ func flipLast(header string) string {
 // outcome is a neutral outcome (succeeded, declined or pending for a
 // payment_intent.* event, which also names its payment and purchase;
 // succeeded, failed or pending for a refund event, or a charge.refunded
-// carrying refunds, which reports the refund it is about; none for any
-// other event); a refused one is refused for what it says,
+// carrying refunds, which reports the refund it is about; pending for a
+// dispute event, which reports its dispute; none for any other event); a
+// refused one is refused for what it says,
 // never for its signature, with exactly one of Verify's errors and the
 // zero event; and the same payload with a tampered signature, or a
 // tampered payload with its signature, is always refused as a bad
@@ -101,6 +103,12 @@ func FuzzWebhookEvent(f *testing.F) {
 		fuzzEvent("refund.updated", whRefund("re_1", "canceled", whRefundMeta, map[string]any{"payment_intent": nil, "charge": nil})),
 		fuzzEvent("charge.refunded", whCharge([]map[string]any{whRefund("re_1", "succeeded", whRefundMeta, nil)})),
 		fuzzEvent("charge.refunded", whCharge(nil)),
+		fuzzEvent(provider.EventDisputeCreated, whDispute("du_1", "warning_needs_response", nil)),
+		fuzzEvent(provider.EventDisputeFundsWithdrawn, whDispute("du_1", "needs_response", map[string]any{
+			"balance_transactions": []any{balanceTransaction("txn_1", -300, 1500)}})),
+		fuzzEvent(provider.EventDisputeClosed, whDispute("du_1", "won", map[string]any{"payment_intent": nil, "evidence_details": nil})),
+		fuzzEvent(provider.EventDisputeUpdated, whDispute("du_1", "under_review", map[string]any{"amount": 0})),
+		fuzzEvent(provider.EventDisputeFundsReinstated, whRefund("re_1", "succeeded", whRefundMeta, nil)),
 		fuzzEvent("customer.created", map[string]any{"id": "cus_1", "object": "customer"}),
 		[]byte(`{"id":"evt_1","object":"event","api_version":"2025-08-27.basil","created":1,"type":"x","data":{"object":{}}}`),
 		[]byte(`{"id":"evt_1","object":"event","api_version":"2024-06-20","created":1,"type":"x","data":{"object":{}}}`),
@@ -175,6 +183,23 @@ func checkEvent(t *testing.T, payload []byte, ev provider.Event) {
 			t.Fatalf("Verify(%q): payment_intent event without payment: %+v", payload, ev)
 		}
 		return
+	}
+	if ev.Dispute != nil {
+		d := *ev.Dispute
+		switch {
+		case ev.Refund != nil || !slices.Contains(provider.DisputeEventTypes, ev.Type):
+			t.Fatalf("Verify(%q): event of type %q reports a dispute: %s", payload, ev.Type, showEvent(ev))
+		case ev.Outcome != provider.Pending:
+			t.Fatalf("Verify(%q): dispute event with outcome %q, want pending", payload, ev.Outcome)
+		case d.PaymentID != ev.PaymentID || d.PurchaseID != ev.PurchaseID || d.Amount != ev.Amount || d.Currency != ev.Currency:
+			t.Fatalf("Verify(%q): event %s disagrees with its dispute", payload, showEvent(ev))
+		case d.ID == "" || d.Amount <= 0 || d.Currency == "":
+			t.Fatalf("Verify(%q): malformed dispute accepted: %s", payload, showEvent(ev))
+		}
+		return
+	}
+	if slices.Contains(provider.DisputeEventTypes, ev.Type) {
+		t.Fatalf("Verify(%q): dispute event without its dispute: %+v", payload, ev)
 	}
 	if ev.Refund != nil {
 		r := *ev.Refund

@@ -805,22 +805,27 @@ func TestWebhookRefundDigest(t *testing.T) {
 }
 
 // sameEvent reports whether a and b say the same, comparing the refunds
-// they point to rather than the pointers.
+// and disputes they point to rather than the pointers.
 func sameEvent(a, b provider.Event) bool {
 	ra, rb := a.Refund, b.Refund
-	a.Refund, b.Refund = nil, nil
-	if a != b || (ra == nil) != (rb == nil) {
+	da, db := a.Dispute, b.Dispute
+	a.Refund, b.Refund, a.Dispute, b.Dispute = nil, nil, nil, nil
+	if a != b || (ra == nil) != (rb == nil) || (da == nil) != (db == nil) {
 		return false
 	}
-	return ra == nil || *ra == *rb
+	return (ra == nil || *ra == *rb) && (da == nil || *da == *db)
 }
 
-// showEvent formats ev with the refund it points to.
+// showEvent formats ev with the refund or dispute it points to.
 func showEvent(ev provider.Event) string {
-	if ev.Refund == nil {
-		return fmt.Sprintf("%+v", ev)
+	r, d := ev.Refund, ev.Dispute
+	ev.Refund, ev.Dispute = nil, nil
+	s := fmt.Sprintf("%+v", ev)
+	if r != nil {
+		s += fmt.Sprintf(" refund %+v", *r)
 	}
-	r := *ev.Refund
-	ev.Refund = nil
-	return fmt.Sprintf("%+v refund %+v", ev, r)
+	if d != nil {
+		s += fmt.Sprintf(" dispute %+v", *d)
+	}
+	return s
 }
