@@ -41,6 +41,10 @@ func exportedFamilies(t *testing.T) map[string]family {
 	m.BudgetThrottled(reconcile.ClassCreate)
 	m.BudgetWait(reconcile.ClassCreate, 40*time.Millisecond)
 	m.EventsSwept(reconcile.EventSweepReport{Outcomes: map[reconcile.EventOutcome]int{reconcile.EventDuplicate: 2}, Watermark: time.Now()})
+	m.Disputes([]reconcile.Dispute{{
+		ProviderDisputeID: "du_1", Amount: 1000, Currency: "usd", State: statemachine.Open,
+		ProviderStatus: provider.DisputeNeedsResponse, EvidenceDueBy: time.Now().Add(72 * time.Hour),
+	}}, time.Now())
 
 	gathered, err := m.Registry().Gather()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/payrecon/payrecon/internal/crashpoint"
 	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -38,7 +39,13 @@ func (s *Service) applyDisputeEventTx(ctx context.Context, tx Tx, ev Event, now 
 	if err != nil {
 		return "", nil, err
 	}
-	return res.outcome, nil, tx.UpdateInboxEvent(ctx, ev.Provider, ev.ID, res.purchaseID, res.outcome, now)
+	if err := tx.UpdateInboxEvent(ctx, ev.Provider, ev.ID, res.purchaseID, res.outcome, now); err != nil {
+		return "", nil, err
+	}
+	if res.outcome == EventApplied {
+		crashpoint.Hit(crashpoint.DisputeApplyWritten)
+	}
+	return res.outcome, nil, nil
 }
 
 // disputeApplied is what applyDisputeTx did with an answer.

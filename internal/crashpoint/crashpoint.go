@@ -63,6 +63,10 @@ const (
 	// RefundInserted: the purchase API's refund, key and saved response
 	// have committed; the client has no response yet.
 	RefundInserted Point = "refund-inserted"
+	// DisputeApplyWritten: a dispute answer's effects (the dispute, its
+	// move, its outbox events, the inbox row's outcome) are written in
+	// their transaction, which has not committed.
+	DisputeApplyWritten Point = "dispute-apply-written"
 	// OutboxPending: a change and its outbox event are written in one
 	// transaction, which has not committed. A crash here must leave
 	// neither.
@@ -75,7 +79,7 @@ var Points = []Point{
 	WebhookVerified, WebhookReceived, WebhookAnswered, InboxApplyWritten, PurchaseInserted,
 	SweepMidBatch, AuditMidWindow,
 	RefundIntentCommitted, RefundAnswerRead, RefundApplyCommitted, RefundInserted,
-	OutboxPending,
+	OutboxPending, DisputeApplyWritten,
 }
 
 // Env is the environment variable that arms a point: name[:n].

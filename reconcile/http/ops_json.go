@@ -198,7 +198,7 @@ func (o *Ops) escalations(w http.ResponseWriter, r *http.Request, who opsWho) {
 		"count": len(out), "cases": out,
 		"refunds_count": len(refunds), "refunds": refunds,
 		"findings_count": len(findings), "findings": opsFindingsToJSON(findings),
-		"money_at_risk": opsMoneyAtRisk(findings, disputes),
+		"money_at_risk":  opsMoneyAtRisk(findings, disputes),
 		"disputes_count": len(disputes), "disputes": opsOpenDisputesJSON(disputes, now),
 	})
 }

@@ -483,7 +483,7 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	m.inboxPending.Set(float64(inbox.Pending))
 	m.inboxOldest.Set(ageSince(inbox.Oldest, now))
 	m.inboxFailed.Set(float64(inbox.Failed))
-	m.setDisputes(disputes, now)
+	m.Disputes(disputes, now)
 	return nil
 }
 
@@ -494,8 +494,9 @@ var openDisputeStatuses = []string{
 	provider.DisputeNeedsResponse, provider.DisputeUnderReview,
 }
 
-// setDisputes sets the dispute gauges from the open disputes ds at now.
-func (m *Metrics) setDisputes(ds []reconcile.Dispute, now time.Time) {
+// Disputes sets the dispute gauges from the open disputes ds at now, as
+// Refresh does after reading them.
+func (m *Metrics) Disputes(ds []reconcile.Dispute, now time.Time) {
 	byStatus := map[string]int{}
 	amounts := map[string]int64{}
 	var soonest time.Duration

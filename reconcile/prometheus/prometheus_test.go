@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
@@ -417,4 +418,96 @@ func TestRefundGauges(t *testing.T) {
 		`payrecon_refunds{state="succeeded"}`:          "1",
 		"payrecon_oldest_uncertain_refund_age_seconds": "0",
 	})
+}
+
+// TestDisputeGauges: the open disputes by status, their money per
+// currency in major units, and the time left to the soonest chargeback's
+// evidence, read from the database; the due series is absent while no
+// chargeback waits for evidence, and every gauge empties once the
+// disputes are decided.
+func TestDisputeGauges(t *testing.T) {
+	m := prometheus.New()
+	if got := scrape(t, m, `payrecon_disputes_open{status="needs_response"}`); got != "0" {
+		t.Errorf("open chargebacks before any refresh: %s, want 0", got)
+	}
+	clk := testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
+	st := newStore(t, clk.Now)
+	fake := fakeprovider.New(fakeprovider.Config{Now: clk.Now})
+	svc, err := reconcile.New(st, fake, reconcile.Config{Now: clk.Now, Observer: m, Logger: quiet()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	start := clk.Now()
+	var pays []string
+	for _, c := range []struct {
+		amount   int64
+		currency string
+	}{{1050, "usd"}, {2000, "usd"}, {500, "jpy"}} {
+		p, err := svc.CreatePurchase(ctx, reconcile.NewPurchase{Customer: "c", Amount: c.amount, Currency: c.currency})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.RunOnce(ctx); err != nil {
+			t.Fatal(err)
+		}
+		d, err := svc.Purchase(ctx, p.ID)
+		if err != nil || d.Purchase.ProviderPaymentID == "" {
+			t.Fatalf("purchase %s: %+v, %v", p.ID, d.Purchase, err)
+		}
+		pays = append(pays, d.Purchase.ProviderPaymentID)
+	}
+	if _, err := fake.OpenDispute(pays[0], fakeprovider.DisputeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	if _, err := fake.OpenDispute(pays[1], fakeprovider.DisputeOptions{Inquiry: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fake.OpenDispute(pays[2], fakeprovider.DisputeOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	apply := func() {
+		t.Helper()
+		clk.Advance(time.Minute)
+		if _, err := svc.Audit(ctx, provider.Window{From: start, Until: clk.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.Refresh(ctx, st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply()
+	want := map[string]string{
+		`payrecon_disputes_open{status="needs_response"}`:         "2",
+		`payrecon_disputes_open{status="warning_needs_response"}`: "1",
+		`payrecon_disputes_open{status="under_review"}`:           "0",
+		`payrecon_disputes_open_amount{currency="usd"}`:           "30.5",
+		`payrecon_disputes_open_amount{currency="jpy"}`:           "500",
+		// The first chargeback opened an hour and a minute ago, due 7 days
+		// after it opened.
+		"payrecon_dispute_evidence_due_seconds": fmt.Sprint((7*24*time.Hour - time.Hour - time.Minute).Seconds()),
+	}
+	for sample, w := range want {
+		if got := scrape(t, m, sample); got != w {
+			t.Errorf("%s = %s, want %s", sample, got, w)
+		}
+	}
+	for _, d := range fake.Disputes() {
+		if _, err := fake.MoveDispute(d.ID, map[bool]string{true: provider.DisputeWarningClosed, false: provider.DisputeLost}[provider.DisputeInquiry(d.Status)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The audit lists disputes by their opening, and the window covers
+	// them all again.
+	apply()
+	if got := scrape(t, m, `payrecon_disputes_open{status="needs_response"}`); got != "0" {
+		t.Errorf("open chargebacks once decided: %s, want 0", got)
+	}
+	body := string(scrapeAll(t, m))
+	for _, gone := range []string{"payrecon_dispute_evidence_due_seconds ", "payrecon_disputes_open_amount{"} {
+		if strings.Contains(body, gone) {
+			t.Errorf("%s still exported once every dispute is decided", gone)
+		}
+	}
 }
