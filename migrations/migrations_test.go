@@ -184,8 +184,8 @@ func queryStrings(t *testing.T, db *sql.DB, query string) []string {
 }
 
 // transitionTable returns the rows of a transition table
-// (allowed_transitions, refund_allowed_transitions) as "from -> to"
-// lines, sorted.
+// (allowed_transitions, refund_allowed_transitions,
+// dispute_allowed_transitions) as "from -> to" lines, sorted.
 func transitionTable(t *testing.T, db *sql.DB, table string) []string {
 	t.Helper()
 	got := queryStrings(t, db, `SELECT from_state || ' -> ' || to_state FROM `+table)
@@ -195,8 +195,9 @@ func transitionTable(t *testing.T, db *sql.DB, table string) []string {
 
 // TestTransitionTableIsReadOnly: allowed_transitions is exactly
 // statemachine.Transitions(), refund_allowed_transitions exactly
-// statemachine.Refund.Transitions(), and the database refuses any change
-// to either.
+// statemachine.Refund.Transitions(), dispute_allowed_transitions exactly
+// statemachine.Dispute.Transitions(), and the database refuses any
+// change to any of them.
 func TestTransitionTableIsReadOnly(t *testing.T) {
 	for _, d := range dialects {
 		t.Run(string(d.name), func(t *testing.T) {
@@ -210,6 +211,7 @@ func TestTransitionTableIsReadOnly(t *testing.T) {
 			}{
 				{"allowed_transitions", statemachine.Purchase},
 				{"refund_allowed_transitions", statemachine.Refund},
+				{"dispute_allowed_transitions", statemachine.Dispute},
 			} {
 				var want []string
 				for _, p := range tc.m.Transitions() {
@@ -220,10 +222,16 @@ func TestTransitionTableIsReadOnly(t *testing.T) {
 					t.Fatalf("%s = %v, statemachine.%s.Transitions() = %v", tc.table, got, tc.m.Name(), want)
 				}
 
+				// Each statement names rows the table holds (SQLite's
+				// row triggers refuse only a statement that touches
+				// one), or a move it does not.
+				moves := tc.m.Transitions()
+				first, last := moves[0], moves[len(moves)-1]
+				start := string(tc.m.Start())
 				stmts := []string{
-					`INSERT INTO ` + tc.table + ` (from_state, to_state) VALUES ('created', 'succeeded')`,
-					`UPDATE ` + tc.table + ` SET to_state = 'succeeded' WHERE from_state = 'created'`,
-					`DELETE FROM ` + tc.table + ` WHERE from_state = 'reconciling' AND to_state = 'uncertain'`,
+					`INSERT INTO ` + tc.table + ` (from_state, to_state) VALUES ('` + start + `', '` + start + `')`,
+					`UPDATE ` + tc.table + ` SET to_state = '` + string(last.To) + `' WHERE from_state = '` + string(first.From) + `'`,
+					`DELETE FROM ` + tc.table + ` WHERE from_state = '` + string(last.From) + `' AND to_state = '` + string(last.To) + `'`,
 					`DELETE FROM ` + tc.table,
 				}
 				switch d.name {
@@ -233,7 +241,7 @@ func TestTransitionTableIsReadOnly(t *testing.T) {
 						`DELETE FROM `+tc.table+` WHERE false`, // a statement trigger: refused even when it would touch nothing
 					)
 				case migrations.SQLite:
-					stmts = append(stmts, `INSERT OR REPLACE INTO `+tc.table+` (from_state, to_state) VALUES ('created', 'submitted')`)
+					stmts = append(stmts, `INSERT OR REPLACE INTO `+tc.table+` (from_state, to_state) VALUES ('`+string(first.From)+`', '`+string(first.To)+`')`)
 				}
 				for _, stmt := range stmts {
 					_, err := db.ExecContext(t.Context(), stmt)
@@ -576,6 +584,169 @@ VALUES ('pur_1', 'created', 'succeeded', 'operator', `+d.now+`)`); err == nil {
 			}
 			if _, err := db.ExecContext(ctx, `INSERT INTO jobs (purchase_id, run_at) VALUES ('pur_1', `+d.now+`)`); err == nil {
 				t.Fatal("after the Down, a second job of pur_1 was inserted")
+			}
+			if _, err := p.Up(ctx); err != nil {
+				t.Fatalf("up again: %v", err)
+			}
+		})
+	}
+}
+
+// disputesVersion is the migration that adds disputes, per dialect.
+var disputesVersion = map[migrations.Dialect]int64{migrations.Postgres: 17, migrations.SQLite: 15}
+
+// TestMigrationDisputes applies the disputes' migration (00017 on
+// Postgres, 00015 on SQLite) to a database with a purchase, a refund, the
+// audit of both, a finding and an inbox event: they keep their rows and
+// ids, and disputes, their rows of the audit, their findings and the
+// inbox's disputes can be written, held by the guards. Its Down drops the
+// disputes and their rows and gives back the schema before it: the audit
+// held to the purchase's and the refund's moves, the refunds' limits
+// blind to disputes.
+func TestMigrationDisputes(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d.name), func(t *testing.T) {
+			ctx := t.Context()
+			db := d.open(t)
+			p := newProvider(t, db, d.name, d.goose)
+			v := disputesVersion[d.name]
+			if _, err := p.UpTo(ctx, v-1); err != nil {
+				t.Fatalf("up to %d: %v", v-1, err)
+			}
+			for _, purchase := range []string{"pur_1", "pur_2"} {
+				payment := "pi_" + strings.TrimPrefix(purchase, "pur_")
+				mustExec(t, db, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at)
+VALUES ('`+purchase+`', 'cus_1', 1000, 'eur', 'created', 1, `+d.now+`, `+d.now+`)`)
+				mustExec(t, db, `UPDATE purchases SET state = 'submitted', provider_payment_id = '`+payment+`' WHERE id = '`+purchase+`'`)
+				mustExec(t, db, `UPDATE purchases SET state = 'succeeded' WHERE id = '`+purchase+`'`)
+			}
+			refund := func(id string, amount int) error {
+				_, err := db.ExecContext(ctx, fmt.Sprintf(`INSERT INTO refunds (id, purchase_id, payment_id, amount, currency, state, version,
+    provider_key, provider_request, params_hash, created_at, updated_at)
+VALUES ('%s', 'pur_1', 'pi_1', %d, 'eur', 'created', 1, 'payrecon-%s', '{}', 'h', %s, %s)`, id, amount, id, d.now, d.now))
+				return err
+			}
+			if err := refund("ref_1", 100); err != nil {
+				t.Fatal(err)
+			}
+			for i, move := range [][2]string{{"created", "submitted"}, {"submitted", "succeeded"}} {
+				mustExec(t, db, fmt.Sprintf(`INSERT INTO transitions (id, purchase_id, from_state, to_state, cause, actor, at)
+VALUES (%d, 'pur_1', '%s', '%s', 'submit', 'w1', %s)`, 10*(i+1), move[0], move[1], d.now))
+			}
+			mustExec(t, db, `INSERT INTO transitions (id, purchase_id, refund_id, from_state, to_state, cause, at)
+VALUES (30, 'pur_1', 'ref_1', 'created', 'submitted', 'submit', `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO audit_findings (id, provider, payment_id, kind, purchase_id, amount, found_at)
+VALUES (9, 'stripe', 'pi_dup', 'duplicate_charge', 'pur_1', 100, `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO webhook_inbox (provider, event_id, outcome, received_at) VALUES ('stripe', 'evt_1', 'applied', `+d.now+`)`)
+			audit := func() []string {
+				t.Helper()
+				rows := queryStrings(t, db, `SELECT 't' || id || ':' || coalesce(refund_id, '-') || ':' || from_state || '>' || to_state FROM transitions ORDER BY id`)
+				rows = append(rows, queryStrings(t, db, `SELECT 'f' || id || ':' || kind FROM audit_findings ORDER BY id`)...)
+				return append(rows, queryStrings(t, db, `SELECT 'e:' || event_id FROM webhook_inbox ORDER BY event_id`)...)
+			}
+			before := audit()
+
+			if _, err := p.UpTo(ctx, v); err != nil {
+				t.Fatalf("up to %d: %v", v, err)
+			}
+			if got := audit(); !slices.Equal(got, before) {
+				t.Fatalf("the audit after the migration: %v, want %v", got, before)
+			}
+			if got := queryStrings(t, db, `SELECT event_id FROM webhook_inbox WHERE dispute IS NULL`); !slices.Equal(got, []string{"evt_1"}) {
+				t.Fatalf("events without a dispute after the migration: %v, want evt_1", got)
+			}
+
+			// A dispute, its audit rows, its finding and its event.
+			insertDispute := func(id, purchase, payment, state string) error {
+				_, err := db.ExecContext(ctx, `INSERT INTO disputes (id, provider_dispute_id, purchase_id, payment_id, amount, currency,
+    state, version, created_at, updated_at)
+VALUES ('`+id+`', 'du_`+id+`', '`+purchase+`', '`+payment+`', 600, 'eur', '`+state+`', 1, `+d.now+`, `+d.now+`)`)
+				return err
+			}
+			if err := insertDispute("dsp_1", "pur_1", "pi_1", "open"); err != nil {
+				t.Fatal(err)
+			}
+			if err := insertDispute("dsp_2", "pur_2", "pi_2", "open"); err != nil {
+				t.Fatal(err)
+			}
+			mustExec(t, db, `UPDATE disputes SET state = 'evidence_submitted', withdrawn = 600 WHERE id = 'dsp_1'`)
+			mustExec(t, db, `INSERT INTO transitions (purchase_id, dispute_id, from_state, to_state, cause, at)
+VALUES ('pur_1', 'dsp_1', 'open', 'evidence_submitted', 'webhook', `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO audit_findings (provider, payment_id, kind, purchase_id, amount, found_at)
+VALUES ('stripe', 'du_x', 'foreign_dispute', NULL, 100, `+d.now+`)`)
+			mustExec(t, db, `INSERT INTO webhook_inbox (provider, event_id, outcome, received_at, dispute)
+VALUES ('stripe', 'evt_2', 'unmatched', `+d.now+`, '{"id":"du_dsp_1","payment_id":"pi_1","amount":600,"currency":"eur","status":"under_review"}')`)
+			for _, stmt := range []string{
+				// A dispute starts open, and moves only along its table.
+				`INSERT INTO disputes (id, provider_dispute_id, purchase_id, payment_id, amount, currency, state, version, created_at, updated_at)
+VALUES ('dsp_x', 'du_x', 'pur_1', 'pi_1', 1, 'eur', 'won', 1, ` + d.now + `, ` + d.now + `)`,
+				`UPDATE disputes SET state = 'submitted' WHERE id = 'dsp_1'`,
+				// What was disputed is fixed.
+				`UPDATE disputes SET amount = 1 WHERE id = 'dsp_1'`,
+				`UPDATE disputes SET payment_id = 'pi_2' WHERE id = 'dsp_1'`,
+				// One provider id, one dispute.
+				`INSERT INTO disputes (id, provider_dispute_id, purchase_id, payment_id, amount, currency, state, version, created_at, updated_at)
+VALUES ('dsp_x', 'du_dsp_1', 'pur_1', 'pi_1', 1, 'eur', 'open', 1, ` + d.now + `, ` + d.now + `)`,
+				// A dispute's row holds a dispute's move, of its own purchase,
+				// and is not a refund's too.
+				`INSERT INTO transitions (purchase_id, dispute_id, from_state, to_state, cause, at) VALUES ('pur_1', 'dsp_1', 'submitted', 'failed', 'operator', ` + d.now + `)`,
+				`INSERT INTO transitions (purchase_id, dispute_id, from_state, to_state, cause, at) VALUES ('pur_1', 'dsp_2', 'open', 'won', 'operator', ` + d.now + `)`,
+				`INSERT INTO transitions (purchase_id, refund_id, dispute_id, from_state, to_state, cause, at) VALUES ('pur_1', 'ref_1', 'dsp_1', 'open', 'won', 'operator', ` + d.now + `)`,
+				`INSERT INTO transitions (purchase_id, from_state, to_state, cause, at) VALUES ('pur_1', 'open', 'won', 'operator', ` + d.now + `)`,
+				`UPDATE transitions SET actor = 'mallory'`,
+				// The inbox keeps JSON.
+				`INSERT INTO webhook_inbox (provider, event_id, outcome, received_at, dispute) VALUES ('stripe', 'evt_bad', 'unmatched', ` + d.now + `, '{not json')`,
+			} {
+				if _, err := db.ExecContext(ctx, stmt); err == nil {
+					t.Fatalf("%s: accepted", stmt)
+				}
+			}
+			// A chargeback under review forbids a refund of its payment;
+			// won, it does not.
+			if err := refund("ref_2", 100); err == nil || !strings.Contains(err.Error(), "payment disputed") {
+				t.Fatalf("a refund of a disputed payment: %v, want it refused as disputed", err)
+			}
+			mustExec(t, db, `UPDATE disputes SET state = 'won' WHERE id = 'dsp_1'`)
+			if err := refund("ref_2", 100); err != nil {
+				t.Fatalf("a refund once the dispute is won: %v", err)
+			}
+			after := audit()
+
+			if _, err := p.DownTo(ctx, v-1); err != nil {
+				t.Fatalf("down to %d: %v", v-1, err)
+			}
+			// The disputes' rows of the audit and their findings go; the
+			// dispute event stays, without its dispute.
+			var want []string
+			for _, row := range after {
+				if !strings.Contains(row, "dispute") && !strings.Contains(row, ":open>") {
+					want = append(want, row)
+				}
+			}
+			if got := audit(); !slices.Equal(got, want) {
+				t.Fatalf("the audit after the Down: %v, want %v", got, want)
+			}
+			for _, table := range []string{"disputes", "dispute_allowed_transitions", "dispute_states"} {
+				if _, err := db.ExecContext(ctx, `SELECT 1 FROM `+table); err == nil {
+					t.Fatalf("after the Down, %s is still there", table)
+				}
+			}
+			if _, err := db.ExecContext(ctx, `SELECT dispute FROM webhook_inbox`); err == nil {
+				t.Fatal("after the Down, webhook_inbox.dispute is still there")
+			}
+			for _, stmt := range []string{
+				`INSERT INTO transitions (purchase_id, from_state, to_state, cause, at) VALUES ('pur_1', 'created', 'succeeded', 'operator', ` + d.now + `)`,
+				`INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at) VALUES ('pur_1', 'ref_1', 'submitted', 'declined', 'operator', ` + d.now + `)`,
+				`INSERT INTO audit_findings (provider, payment_id, kind, amount, found_at) VALUES ('stripe', 'du_y', 'dispute_mismatch', 1, ` + d.now + `)`,
+			} {
+				if _, err := db.ExecContext(ctx, stmt); err == nil {
+					t.Fatalf("after the Down, %s: accepted", stmt)
+				}
+			}
+			mustExec(t, db, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
+VALUES ('pur_1', 'ref_1', 'submitted', 'failed', 'webhook', `+d.now+`)`)
+			if err := refund("ref_3", 800); err != nil {
+				t.Fatalf("after the Down, a refund within the payment: %v", err)
 			}
 			if _, err := p.Up(ctx); err != nil {
 				t.Fatalf("up again: %v", err)

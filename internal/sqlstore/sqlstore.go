@@ -408,8 +408,9 @@ func NonEmpty(ss []string) []string {
 // purchase twice, is fenced by the lease of that purchase's own job (not
 // a refund's) or by none (Move.Leaseless) and then leaves the job alone,
 // records a transition exactly when the state changes and recording that
-// change, records neither a transition nor an attempt of a refund, and
-// has a time for a job it completes or reschedules.
+// change, records neither a transition nor an attempt of a refund nor a
+// transition of a dispute, and has a time for a job it completes or
+// reschedules.
 func CheckMoves(moves []reconcile.Move) error {
 	seen := make(map[string]bool, len(moves))
 	for _, mv := range moves {
@@ -434,6 +435,8 @@ func CheckMoves(moves []reconcile.Move) error {
 			return fmt.Errorf("purchase %s: the transition recorded (%s -> %s) is not the move (%s -> %s)", id, mv.Transition.From, mv.Transition.To, mv.From.State, mv.To.State)
 		case mv.Transition != nil && mv.Transition.RefundID != "":
 			return fmt.Errorf("purchase %s: the transition recorded is of refund %s", id, mv.Transition.RefundID)
+		case mv.Transition != nil && mv.Transition.DisputeID != "":
+			return fmt.Errorf("purchase %s: the transition recorded is of dispute %s", id, mv.Transition.DisputeID)
 		case mv.Attempt != nil && mv.Attempt.PurchaseID != id:
 			return fmt.Errorf("purchase %s: the attempt recorded is of purchase %q", id, mv.Attempt.PurchaseID)
 		case mv.Attempt != nil && mv.Attempt.RefundID != "":

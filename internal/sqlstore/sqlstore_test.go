@@ -140,6 +140,11 @@ func TestCheckMoves(t *testing.T) {
 			a.RefundID = "ref_1"
 			mv.Attempt = &a
 		},
+		"recording a dispute's transition": func(mv *reconcile.Move) {
+			tr := *mv.Transition
+			tr.DisputeID = "dsp_1"
+			mv.Transition = &tr
+		},
 	} {
 		mv := ok
 		mutate(&mv)
@@ -222,5 +227,42 @@ func TestValues(t *testing.T) {
 	}
 	if counts := sqlstore.FindingCounts(); len(counts) != len(reconcile.FindingKinds) {
 		t.Errorf("FindingCounts: %v", counts)
+	}
+}
+
+// TestDisputeValues: an inbox event's dispute round-trips through its
+// JSON, its times in UTC to the microsecond; none is NULL.
+func TestDisputeValues(t *testing.T) {
+	if b, err := sqlstore.EncodeDispute(nil); b != nil || err != nil {
+		t.Errorf("EncodeDispute(nil) = %q, %v; want NULL", b, err)
+	}
+	if got, err := sqlstore.DecodeDispute(nil); got != nil || err != nil {
+		t.Errorf("DecodeDispute(NULL) = %v, %v", got, err)
+	}
+	if _, err := sqlstore.DecodeDispute([]byte("{")); err == nil {
+		t.Error("DecodeDispute of bad JSON: no error")
+	}
+	in := &provider.Dispute{ID: "du_1", PaymentID: "pi_1", ChargeID: "ch_1", PurchaseID: "pur_1", Amount: 100, Currency: "eur",
+		Reason: "fraudulent", Status: provider.DisputeNeedsResponse, EvidenceDueBy: at.Add(999 * time.Nanosecond),
+		ChargeRefundable: true, Withdrawn: 100, Reinstated: 40, Created: at}
+	b, err := sqlstore.EncodeDispute(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := sqlstore.DecodeDispute(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := *in
+	want.EvidenceDueBy, want.Created = at.UTC(), at.UTC()
+	if *got != want || got.EvidenceDueBy.Location() != time.UTC {
+		t.Errorf("round trip: %+v, want %+v", got, want)
+	}
+	if !in.EvidenceDueBy.Equal(at.Add(999 * time.Nanosecond)) {
+		t.Error("EncodeDispute changed its argument")
+	}
+	empty, err := sqlstore.DecodeDispute([]byte(`{"id":"du_2"}`))
+	if err != nil || !empty.EvidenceDueBy.IsZero() || !empty.Created.IsZero() {
+		t.Errorf("a dispute without times: %+v, %v", empty, err)
 	}
 }

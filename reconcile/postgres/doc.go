@@ -3,15 +3,17 @@
 // The schema lives in package migrations (dialect Postgres); Migrate
 // applies it. The database itself refuses forbidden state moves (a
 // trigger checks every write of purchases.state against the
-// allowed_transitions table, another every write of refunds.state
-// against refund_allowed_transitions, and a check every transition the
-// audit records against its machine's table), any change to those
-// tables, any UPDATE or DELETE of the audit tables, any change to an
-// audit finding but its closing, and a refund its purchase or finding
-// does not allow or that would take a payment's refunds past its amount
-// (a trigger that serializes the inserts of one payment's refunds on an
-// advisory lock, migration 00009), so the guarantees hold for every SQL
-// path, not only this package. For
+// allowed_transitions table, others every write of refunds.state and
+// disputes.state against refund_allowed_transitions and
+// dispute_allowed_transitions, and a check every transition the audit
+// records against its machine's table), any change to those tables, any
+// UPDATE or DELETE of the audit tables, any change to an audit finding
+// but its closing, and a refund its purchase or finding does not allow,
+// that a dispute of its payment forbids, or that would take a payment's
+// refunds (and lost disputes) past its amount (a trigger that serializes
+// the inserts of one payment's refunds on an advisory lock, migrations
+// 00009 and 00017), so the guarantees hold for every SQL path, not only
+// this package. For
 // the same reason the number of purchases in each state is kept by the
 // database: statement-level triggers on purchases add each statement's
 // per-state deltas to purchase_state_counts, sharded so that concurrent
@@ -57,8 +59,8 @@
 //     ListOverdueUncertain, ListSubmittedBetween, ListSucceededWithoutPayment,
 //     scanPurchase.
 //   - audit_trail.go: InsertTransition, ListTransitions,
-//     ListRefundTransitions, InsertAttempt, ListAttempts,
-//     ListRefundAttempts.
+//     ListRefundTransitions, ListDisputeTransitions, InsertAttempt,
+//     ListAttempts, ListRefundAttempts.
 //   - jobs.go: ClaimJobs, ClaimExpiredJobs, ClaimJob, claim,
 //     ReleaseLeases, InsertJob, GetJob, CheckLease, RescheduleJob,
 //     CompleteJob, ReopenJob, scanJob. A job is a purchase's or a
@@ -68,6 +70,8 @@
 //   - refunds.go: InsertRefund, GetRefund, ListRefunds, FindRefunds,
 //     UpdateRefund, ListEscalatedRefunds, ListOverdueUncertainRefunds,
 //     CountRefundsByState, OldestUncertainRefundSince, scanRefund.
+//   - disputes.go: InsertDispute, GetDispute, FindDispute, ListDisputes,
+//     UpdateDispute, ListOpenDisputes, scanDispute.
 //   - inbox.go: InsertInboxEvent, InsertInboxEvents, ReceiveInboxEvents,
 //     GetInboxEvent, UpdateInboxEvent, UpdateInboxEvents, ListInboxEvents,
 //     ListUnmatchedEvents, DeleteInboxEventsBefore, scanInboxEvent.
@@ -81,7 +85,7 @@
 //     scanFinding, scanAuditRun.
 //   - errors.go: the dialect's name, and its driver's errors as
 //     reconcile's kinds (kindOf, wrap, wrapRef).
-//   - values.go: times as the database keeps them.
+//   - values.go: times, and JSON documents, as the database keeps them.
 //
 // What the two stores say alike (the shape of their errors, the checks
 // of inputs, the explanations of a conflict or a lost lease, NULL

@@ -15,10 +15,11 @@ const dialect sqlstore.Dialect = "postgres"
 
 // The SQLSTATEs the schema's triggers raise (migrations/postgres; PR002,
 // for writes to the append-only audit, the read-only transition tables
-// and a refund's fixed columns, is never expected from this package and
-// is left untranslated).
+// and a refund's or a dispute's fixed columns, is never expected from
+// this package and is left untranslated).
 const (
-	// codeForbiddenTransition: the state guard of purchases and refunds.
+	// codeForbiddenTransition: the state guard of purchases, refunds and
+	// disputes.
 	codeForbiddenTransition = "PR001"
 	// codeRefundExceeds: the refunds of a payment would exceed its
 	// amount (migration 00009).
@@ -26,6 +27,9 @@ const (
 	// codeNotRefundable: the refund's purchase or finding does not allow
 	// it (migration 00009).
 	codeNotRefundable = "PR004"
+	// codeDisputed: a dispute of the refund's payment forbids the refund
+	// (migration 00017).
+	codeDisputed = "PR005"
 )
 
 // constraintTransitionMove is the check of transitions that holds each
@@ -37,13 +41,15 @@ const constraintTransitionMove = "transitions_move_check"
 
 // refFKeys names what the foreign keys that do not refer to a purchase
 // refer to: a violation of one of them is that row missing (a refund's
-// row, or a refund's job, of a refund that is not the purchase's). The
-// foreign keys not in it refer to a purchase.
+// row, or a refund's job, of a refund that is not the purchase's; a
+// dispute's row of a dispute that is not). The foreign keys not in it
+// refer to a purchase.
 var refFKeys = map[string]string{
 	"transitions_refund_fkey":       "refund",
 	"provider_attempts_refund_fkey": "refund",
 	"operator_actions_refund_fkey":  "refund",
 	"jobs_refund_fkey":              "refund",
+	"transitions_dispute_fkey":      "dispute",
 }
 
 // kindOf returns the reconcile error a database error stands for, or nil.
@@ -67,6 +73,8 @@ func kindOf(err error) error {
 		return reconcile.ErrRefundExceeds
 	case codeNotRefundable:
 		return reconcile.ErrNotRefundable
+	case codeDisputed:
+		return reconcile.ErrDisputed
 	case "23505": // unique_violation
 		return reconcile.ErrDuplicate
 	case "23502", // not_null_violation

@@ -46,6 +46,10 @@ const (
 	ListEscalatedRefundsSQL        = listEscalatedRefundsSQL
 )
 
+// ListOpenDisputesSQL is the query of ListOpenDisputes, for the test of
+// its plan.
+const ListOpenDisputesSQL = listOpenDisputesSQL
+
 // UpdateInboxEventsSQL is the statement of UpdateInboxEvents, for the test
 // of its plan.
 const UpdateInboxEventsSQL = updateInboxEventsSQL

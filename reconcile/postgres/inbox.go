@@ -31,7 +31,7 @@ import (
 
 const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id, result,
     purchase_id, outcome, received_at, processed_at, amount, currency, event_created,
-    refund, refund_id, refunded_payment`
+    refund, refund_id, refunded_payment, dispute`
 
 // inboxReadColumns are inboxColumns and the applier's bookkeeping, which
 // an insert leaves at its defaults.
@@ -66,14 +66,19 @@ func (s *Store) ListenInbox(ctx context.Context, wake func()) error {
 
 // InsertInboxEvent implements reconcile.Tx.
 func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
+	what := fmt.Sprintf("insert inbox event %s/%s", e.Provider, e.EventID)
+	dispute, err := sqlstore.EncodeDispute(e.Dispute)
+	if err != nil {
+		return false, wrap(err, "%s", what)
+	}
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
 ON CONFLICT (provider, event_id) DO NOTHING`,
 		e.Provider, e.EventID, e.Type, e.PayloadHash, sqlstore.NotNullBytes(e.Payload), e.ObjectID, string(e.Result),
 		sqlstore.NullString(e.PurchaseID), string(e.Outcome), nullTime(e.ReceivedAt), nullTime(e.ProcessedAt),
-		e.Amount, e.Currency, nullTime(e.Created), e.Refund, e.RefundID, e.Refunded)
+		e.Amount, e.Currency, nullTime(e.Created), e.Refund, e.RefundID, e.Refunded, nullJSON(dispute))
 	if err != nil {
-		return false, wrap(err, "insert inbox event %s/%s", e.Provider, e.EventID)
+		return false, wrap(err, "%s", what)
 	}
 	return n == 1, nil
 }
@@ -90,22 +95,22 @@ ON CONFLICT (provider, event_id) DO NOTHING
 RETURNING provider, event_id`
 
 // inboxArraysSQL unnests a batch of inbox events given as parallel
-// arrays, $1 to $17, in the order of inboxColumns.
+// arrays, $1 to $18, in the order of inboxColumns.
 const inboxArraysSQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
     $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::text[], $14::timestamptz[],
-    $15::boolean[], $16::text[], $17::text[]) AS e (` + inboxColumns + `)`
+    $15::boolean[], $16::text[], $17::text[], $18::jsonb[]) AS e (` + inboxColumns + `)`
 
 // receiveInboxEventsSQL is insertInboxEventsSQL with the store's clock
 // for every row's received_at (the arrays' own are ignored), which it
 // returns in a row of its own, provider and event_id NULL, after the keys
-// it stored. The clock is $18, not $1 as nowSQL has it, so that both
+// it stored. The clock is $19, not $1 as nowSQL has it, so that both
 // statements take the same arrays.
-const receiveInboxEventsSQL = `WITH clock AS (SELECT COALESCE($18::timestamptz, statement_timestamp()) AS now),
+const receiveInboxEventsSQL = `WITH clock AS (SELECT COALESCE($19::timestamptz, statement_timestamp()) AS now),
 ins AS (
     INSERT INTO webhook_inbox (` + inboxColumns + `)
     SELECT e.provider, e.event_id, e.type, e.payload_hash, e.payload, e.object_id, e.result,
         e.purchase_id, e.outcome, clock.now, e.processed_at, e.amount, e.currency, e.event_created,
-        e.refund, e.refund_id, e.refunded_payment
+        e.refund, e.refund_id, e.refunded_payment, e.dispute
     FROM ` + inboxArraysSQL + ` CROSS JOIN clock
     ORDER BY 1, 2
     ON CONFLICT (provider, event_id) DO NOTHING
@@ -142,7 +147,7 @@ func (t *txn) insertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 	var (
 		providers, ids, types, hashes, objects, results, outcomes, currencies, refundIDs, refunded []string
 		payloads                                                                                   [][]byte
-		purchases                                                                                  []*string
+		purchases, disputes                                                                        []*string
 		received, processed, created                                                               []*time.Time
 		amounts                                                                                    []int64
 		refunds                                                                                    []bool
@@ -159,18 +164,23 @@ func (t *txn) insertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 	order := slices.SortedFunc(maps.Values(first), func(a, b int) int {
 		return cmp.Or(strings.Compare(events[a].Provider, events[b].Provider), strings.Compare(events[a].EventID, events[b].EventID))
 	})
+	what := fmt.Sprintf("insert %d inbox events", len(events))
 	for _, i := range order {
 		e := events[i]
+		dispute, err := sqlstore.EncodeDispute(e.Dispute)
+		if err != nil {
+			return nil, time.Time{}, wrap(err, "%s", what)
+		}
 		providers, ids, types, hashes = append(providers, e.Provider), append(ids, e.EventID), append(types, e.Type), append(hashes, e.PayloadHash)
 		payloads, objects, results = append(payloads, sqlstore.NotNullBytes(e.Payload)), append(objects, e.ObjectID), append(results, string(e.Result))
 		purchases, outcomes = append(purchases, strPtr(e.PurchaseID)), append(outcomes, string(e.Outcome))
 		received, processed = append(received, timePtr(e.ReceivedAt)), append(processed, timePtr(e.ProcessedAt))
 		amounts, currencies, created = append(amounts, e.Amount), append(currencies, e.Currency), append(created, timePtr(e.Created))
 		refunds, refundIDs, refunded = append(refunds, e.Refund), append(refundIDs, e.RefundID), append(refunded, e.Refunded)
+		disputes = append(disputes, strPtr(string(dispute)))
 	}
-	what := fmt.Sprintf("insert %d inbox events", len(events))
 	args := []any{providers, ids, types, hashes, payloads, objects, results,
-		purchases, outcomes, received, processed, amounts, currencies, created, refunds, refundIDs, refunded}
+		purchases, outcomes, received, processed, amounts, currencies, created, refunds, refundIDs, refunded, disputes}
 	query := insertInboxEventsSQL
 	if stamp {
 		query, args = receiveInboxEventsSQL, append(args, clockArg(t.now))
@@ -395,11 +405,15 @@ func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	var purchaseID *string
 	var result, outcome string
 	var processed, created, retryAt *time.Time
+	var dispute []byte
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
 		&purchaseID, &outcome, &e.ReceivedAt, &processed, &e.Amount, &e.Currency, &created,
-		&e.Refund, &e.RefundID, &e.Refunded, &e.Attempts, &retryAt, &e.LastError)
+		&e.Refund, &e.RefundID, &e.Refunded, &dispute, &e.Attempts, &retryAt, &e.LastError)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
+	}
+	if e.Dispute, err = sqlstore.DecodeDispute(dispute); err != nil {
+		return reconcile.InboxEvent{}, fmt.Errorf("inbox event %s/%s: %w", e.Provider, e.EventID, err)
 	}
 	e.Payload = sqlstore.NilIfEmpty(e.Payload)
 	e.PurchaseID = sqlstore.DerefString(purchaseID)

@@ -60,6 +60,9 @@ ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`, args: []string{"now(
 		{name: "ListOverdueUncertainRefunds", sql: postgres.ListOverdueUncertainRefundsSQL, args: []string{"now()", "500"},
 			index: "refunds_overdue_idx", noSort: true},
 		{name: "ListEscalatedRefunds", sql: postgres.ListEscalatedRefundsSQL, index: "refunds_escalated_at_idx"},
+		// The disputes' (migration 00017): the open ones, from their
+		// partial index.
+		{name: "ListOpenDisputes", sql: postgres.ListOpenDisputesSQL, index: "disputes_open_idx"},
 	}
 }
 

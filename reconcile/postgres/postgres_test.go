@@ -109,8 +109,8 @@ VALUES ($1, 'cus_1', 100, 'eur', 'created', 1, $2, $2)`, id, base)
 }
 
 // TestSchemaTransitionTableMatchesStatemachine: each machine's tables
-// in the database (the purchase's, the refund's) are its states and its
-// moves in package statemachine.
+// in the database (the purchase's, the refund's, the dispute's) are its
+// states and its moves in package statemachine.
 func TestSchemaTransitionTableMatchesStatemachine(t *testing.T) {
 	_, url := newStore(t)
 	conn := rawConn(t, url)
@@ -120,6 +120,7 @@ func TestSchemaTransitionTableMatchesStatemachine(t *testing.T) {
 	}{
 		{"allowed_transitions", "purchase_states", statemachine.Purchase},
 		{"refund_allowed_transitions", "refund_states", statemachine.Refund},
+		{"dispute_allowed_transitions", "dispute_states", statemachine.Dispute},
 	} {
 		rows, _ := conn.Query(t.Context(), `SELECT from_state, to_state FROM `+tc.moves)
 		got, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (statemachine.Pair, error) {
@@ -530,6 +531,30 @@ func TestErrorsNameTheFailure(t *testing.T) {
 	if !errors.Is(err, reconcile.ErrNotFound) || !strings.Contains(err.Error(), "refund not found") {
 		t.Fatalf("InsertTransition of an unknown refund: %v, want ErrNotFound saying the refund is not found", err)
 	}
+
+	// So do the disputes'.
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_paid", DisputeID: "dsp_missing", From: "open", To: "won", Cause: reconcile.CauseWebhook, At: base})
+	})
+	if !errors.Is(err, reconcile.ErrNotFound) || !strings.Contains(err.Error(), "dispute not found") {
+		t.Fatalf("InsertTransition of an unknown dispute: %v, want ErrNotFound saying the dispute is not found", err)
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		d := reconcile.Dispute{ID: "dsp_1", ProviderDisputeID: "du_1", PurchaseID: "pur_paid", PaymentID: "pi_paid", Amount: 50, Currency: "eur",
+			State: statemachine.Open, Version: 1, CreatedAt: base, UpdatedAt: base}
+		if err := tx.InsertDispute(ctx, d); err != nil {
+			return err
+		}
+		return tx.InsertRefund(ctx, refund("ref_disputed", "pur_paid", 1))
+	})
+	if !errors.Is(err, reconcile.ErrDisputed) {
+		t.Fatalf("InsertRefund of a disputed payment: %v, want ErrDisputed", err)
+	}
+	for _, want := range []string{"postgres: insert refund ref_disputed of pur_paid", "the payment is disputed", "payment disputed: payment pi_paid has dispute dsp_1 in state open"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not mention %q", err, want)
+		}
+	}
 }
 
 // TestCheckLeaseHoldsOffClaims shows the fence: while a transaction that
@@ -791,6 +816,50 @@ VALUES ('pur_ok', 'ref_1', 'submitted', 'declined', 'operator', now())`)
 	wantSQLState(t, "a refund's transition submitted -> declined", err, "23514", "transitions_move_check")
 	exec(t, conn, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
 VALUES ('pur_ok', 'ref_1', 'submitted', 'failed', 'webhook', now())`)
+}
+
+// TestRawSQLCannotBreakTheDisputeGuards checks that the disputes' guard
+// and their hold on refunds are the database's: statements the store
+// never wrote are refused too, with the SQLSTATEs the store translates.
+func TestRawSQLCannotBreakTheDisputeGuards(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	ctx := t.Context()
+	insertRaw(t, conn, "pur_ok", statemachine.Submitted)
+	exec(t, conn, `UPDATE purchases SET state = 'succeeded', provider_payment_id = 'pi_1' WHERE id = 'pur_ok'`)
+	insert := func(id string, amount int, state string) error {
+		_, err := conn.Exec(ctx, `INSERT INTO disputes (id, provider_dispute_id, purchase_id, payment_id, amount, currency,
+    state, version, created_at, updated_at)
+VALUES ($1, 'du_' || $1, 'pur_ok', 'pi_1', $2, 'eur', $3, 1, now(), now())`, id, amount, state)
+		return err
+	}
+	refund := func(id string, amount int) error {
+		_, err := conn.Exec(ctx, `INSERT INTO refunds (id, purchase_id, payment_id, amount, currency, state, version,
+    provider_key, provider_request, params_hash, created_at, updated_at)
+VALUES ($1, 'pur_ok', 'pi_1', $2, 'eur', 'created', 1, 'payrecon-' || $1, '{}', 'h', now(), now())`, id, amount)
+		return err
+	}
+	wantSQLState(t, "a dispute inserted in lost", insert("dsp_x", 1, "lost"), "PR001", "dispute dsp_x inserted in state lost")
+	if err := insert("dsp_1", 60, "open"); err != nil {
+		t.Fatal(err)
+	}
+	wantSQLState(t, "a refund of a disputed payment", refund("ref_x", 1), "PR005", "pi_1", "dsp_1", "open")
+	_, err := conn.Exec(ctx, `UPDATE disputes SET state = 'submitted' WHERE id = 'dsp_1'`)
+	wantSQLState(t, "open -> submitted", err, "PR001", "forbidden transition open -> submitted", "dsp_1")
+	for _, column := range []string{"amount = 1", "payment_id = 'pi_2'", "currency = 'usd'", "provider_dispute_id = 'du_x'"} {
+		_, err = conn.Exec(ctx, `UPDATE disputes SET `+column+` WHERE id = 'dsp_1'`)
+		wantSQLState(t, "a change of a dispute's "+column, err, "PR002", "fixed at insert")
+	}
+	exec(t, conn, `UPDATE disputes SET state = 'lost', amount = amount WHERE id = 'dsp_1'`)
+	wantSQLState(t, "a refund past what the lost dispute left", refund("ref_x", 41), "PR003", "101 of its 100", "60 of it lost")
+	wantSQLState(t, "a refund of a payment whose dispute was lost", refund("ref_x", 40), "PR005", "dsp_1", "lost")
+	_, err = conn.Exec(ctx, `UPDATE disputes SET state = 'open' WHERE id = 'dsp_1'`)
+	wantSQLState(t, "lost -> open", err, "PR001", "forbidden transition lost -> open", "dsp_1")
+	_, err = conn.Exec(ctx, `INSERT INTO transitions (purchase_id, dispute_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'dsp_1', 'submitted', 'declined', 'operator', now())`)
+	wantSQLState(t, "a dispute's transition submitted -> declined", err, "23514", "transitions_move_check")
+	exec(t, conn, `INSERT INTO transitions (purchase_id, dispute_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'dsp_1', 'open', 'lost', 'webhook', now())`)
 }
 
 // A transaction whose statement failed, with fn's nil error nonetheless,

@@ -1,6 +1,9 @@
 package postgres
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Times as PostgreSQL keeps them: timestamptz, to the microsecond. The
 // NULL handling of strings and byte strings, and the provider request's
@@ -20,4 +23,13 @@ func derefTime(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return t.UTC()
+}
+
+// nullJSON maps a nil JSON document to NULL, and passes any other as
+// json.RawMessage, the text of a jsonb value.
+func nullJSON(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return json.RawMessage(b)
 }

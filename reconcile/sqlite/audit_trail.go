@@ -11,32 +11,40 @@ import (
 	"github.com/payrecon/payrecon/statemachine"
 )
 
-// The audit trail of a purchase and of its refunds: their transitions
-// and their provider calls, append-only (triggers refuse UPDATE and
-// DELETE of both tables). A refund's rows carry its refund_id beside its
-// purchase's id; a purchase's own rows have none.
+// The audit trail of a purchase, of its refunds and of its disputes:
+// their transitions and their provider calls, append-only (triggers
+// refuse UPDATE and DELETE of both tables). A refund's rows carry its
+// refund_id beside its purchase's id, a dispute's transitions its
+// dispute_id; a purchase's own rows have neither.
 
 // InsertTransition implements reconcile.Tx. The trigger
-// transitions_guard_insert (migration 00008) refuses a move that is not
-// in its machine's table.
+// transitions_guard_insert (migration 00015) refuses a move that is not
+// in its machine's table, the check transitions_subject_check a row of
+// both a refund and a dispute (reconcile.ErrInvalid).
 func (t *txn) InsertTransition(ctx context.Context, r reconcile.TransitionRecord) error {
 	_, err := t.exec(ctx, `INSERT INTO transitions
-    (purchase_id, refund_id, from_state, to_state, cause, evidence, actor, lease_token, at)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`,
-		r.PurchaseID, sqlstore.NullString(r.RefundID), string(r.From), string(r.To), string(r.Cause), r.Evidence, r.Actor, r.LeaseToken, micros(r.At))
+    (purchase_id, refund_id, dispute_id, from_state, to_state, cause, evidence, actor, lease_token, at)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)`,
+		r.PurchaseID, sqlstore.NullString(r.RefundID), sqlstore.NullString(r.DisputeID), string(r.From), string(r.To),
+		string(r.Cause), r.Evidence, r.Actor, r.LeaseToken, micros(r.At))
 	if err != nil {
-		return t.wrapAuditRef(ctx, err, r.PurchaseID, r.RefundID, "insert transition %s -> %s of %s", r.From, r.To, auditSubject(r.PurchaseID, r.RefundID))
+		ref, refID := "refund", r.RefundID
+		if r.DisputeID != "" {
+			ref, refID = "dispute", r.DisputeID
+		}
+		return t.wrapAuditRef(ctx, err, r.PurchaseID, ref, refID, "insert transition %s -> %s of %s", r.From, r.To, auditSubject(r.PurchaseID, refID))
 	}
 	return nil
 }
 
-const transitionColumns = `id, purchase_id, refund_id, from_state, to_state, cause, evidence, actor, lease_token, at`
+const transitionColumns = `id, purchase_id, refund_id, dispute_id, from_state, to_state, cause, evidence, actor, lease_token, at`
 
 // ListTransitions implements reconcile.Tx, from
 // transitions_purchase_idx.
 func (t *txn) ListTransitions(ctx context.Context, purchaseID string) ([]reconcile.TransitionRecord, error) {
 	return queryAll(ctx, t, scanTransition, "list transitions of "+purchaseID,
-		`SELECT `+transitionColumns+` FROM transitions WHERE purchase_id = ?1 AND refund_id IS NULL ORDER BY id`, purchaseID)
+		`SELECT `+transitionColumns+` FROM transitions
+WHERE purchase_id = ?1 AND refund_id IS NULL AND dispute_id IS NULL ORDER BY id`, purchaseID)
 }
 
 // ListRefundTransitions implements reconcile.Tx, from
@@ -46,14 +54,21 @@ func (t *txn) ListRefundTransitions(ctx context.Context, refundID string) ([]rec
 		`SELECT `+transitionColumns+` FROM transitions WHERE refund_id = ?1 ORDER BY id`, refundID)
 }
 
+// ListDisputeTransitions implements reconcile.Tx, from
+// transitions_dispute_idx.
+func (t *txn) ListDisputeTransitions(ctx context.Context, disputeID string) ([]reconcile.TransitionRecord, error) {
+	return queryAll(ctx, t, scanTransition, "list transitions of "+disputeID,
+		`SELECT `+transitionColumns+` FROM transitions WHERE dispute_id = ?1 ORDER BY id`, disputeID)
+}
+
 // scanTransition reads one row of transitionColumns.
 func scanTransition(row sqlstore.Row) (reconcile.TransitionRecord, error) {
 	var r reconcile.TransitionRecord
 	var from, to, cause string
-	var refundID *string
+	var refundID, disputeID *string
 	var at int64
-	err := row.Scan(&r.ID, &r.PurchaseID, &refundID, &from, &to, &cause, &r.Evidence, &r.Actor, &r.LeaseToken, &at)
-	r.RefundID = sqlstore.DerefString(refundID)
+	err := row.Scan(&r.ID, &r.PurchaseID, &refundID, &disputeID, &from, &to, &cause, &r.Evidence, &r.Actor, &r.LeaseToken, &at)
+	r.RefundID, r.DisputeID = sqlstore.DerefString(refundID), sqlstore.DerefString(disputeID)
 	r.From, r.To, r.Cause, r.At = statemachine.State(from), statemachine.State(to), reconcile.Cause(cause), fromMicros(at)
 	return r, err
 }
@@ -66,7 +81,7 @@ VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)`,
 		a.PurchaseID, sqlstore.NullString(a.RefundID), string(a.Op), a.Key, string(a.Outcome), a.PaymentID, a.Status, int64(a.Latency), a.Error,
 		a.Actor, a.LeaseToken, a.Applied, a.Note, micros(a.At))
 	if err != nil {
-		return t.wrapAuditRef(ctx, err, a.PurchaseID, a.RefundID, "insert %s attempt of %s", a.Op, auditSubject(a.PurchaseID, a.RefundID))
+		return t.wrapAuditRef(ctx, err, a.PurchaseID, "refund", a.RefundID, "insert %s attempt of %s", a.Op, auditSubject(a.PurchaseID, a.RefundID))
 	}
 	return nil
 }
@@ -102,10 +117,10 @@ func scanAttempt(row sqlstore.Row) (reconcile.Attempt, error) {
 }
 
 // auditSubject names what a row of the audit is about in errors: the
-// purchase, or its refund.
-func auditSubject(purchaseID, refundID string) string {
-	if refundID == "" {
+// purchase, or its refund or dispute (sub).
+func auditSubject(purchaseID, sub string) string {
+	if sub == "" {
 		return purchaseID
 	}
-	return fmt.Sprintf("%s (of %s)", refundID, purchaseID)
+	return fmt.Sprintf("%s (of %s)", sub, purchaseID)
 }

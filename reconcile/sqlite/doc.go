@@ -65,14 +65,16 @@
 // The schema lives in package migrations (dialect SQLite); Migrate
 // applies it. Triggers refuse every write of purchases.state that is not
 // in the allowed_transitions table (loaded with statemachine's moves),
-// every write of refunds.state that is not in refund_allowed_transitions,
-// every transition the audit records that is not in its machine's table,
-// any change to those tables, any UPDATE or DELETE of the audit tables
+// every write of refunds.state or disputes.state that is not in
+// refund_allowed_transitions or dispute_allowed_transitions, every
+// transition the audit records that is not in its machine's table, any
+// change to those tables, any UPDATE or DELETE of the audit tables
 // (transitions, provider_attempts, operator_actions), any change to an
 // audit finding but its closing, and a refund its purchase or finding
-// does not allow or that would take a payment's refunds past its amount
-// (migration 00008; the single writer makes the check and the insert
-// one), whatever SQL path writes. A
+// does not allow, that a dispute of its payment forbids, or that would
+// take a payment's refunds (and lost disputes) past its amount
+// (migrations 00008 and 00015; the single writer makes the check and the
+// insert one), whatever SQL path writes. A
 // refused write fails alone: RAISE(ABORT) and constraint failures undo
 // the statement, not the transaction, so the caller may go on reading and
 // writing and commit, as on PostgreSQL. Row triggers keep the number of
@@ -83,11 +85,13 @@
 // %w, keeping SQLite's message: a unique constraint gives
 // reconcile.ErrDuplicate, the transition triggers
 // reconcile.ErrForbiddenTransition, the refunds' limits
-// reconcile.ErrNotRefundable and reconcile.ErrRefundExceeds, NOT NULL,
+// reconcile.ErrNotRefundable, reconcile.ErrRefundExceeds and
+// reconcile.ErrDisputed, NOT NULL,
 // CHECK, type and foreign key failures reconcile.ErrInvalid (a foreign
-// key to a missing purchase or refund reconcile.ErrNotFound; a row's
-// foreign keys to its purchase and its refund, which SQLite does not tell
-// apart, are told apart by looking the purchase up), SQLITE_BUSY after
+// key to a missing purchase, refund or dispute reconcile.ErrNotFound; a
+// row's foreign keys to its purchase and its refund or dispute, which
+// SQLite does not tell apart, are told apart by looking the purchase
+// up), SQLITE_BUSY after
 // the busy timeout ErrLockTimeout, which wraps reconcile.ErrUnavailable.
 // These are the kinds reconcile/postgres gives the same failures.
 //
@@ -117,8 +121,8 @@
 //     ListOverdueUncertain, ListSubmittedBetween, ListSucceededWithoutPayment,
 //     scanPurchase.
 //   - audit_trail.go: InsertTransition, ListTransitions,
-//     ListRefundTransitions, InsertAttempt, ListAttempts,
-//     ListRefundAttempts.
+//     ListRefundTransitions, ListDisputeTransitions, InsertAttempt,
+//     ListAttempts, ListRefundAttempts.
 //   - jobs.go: ClaimJobs, ClaimExpiredJobs, ClaimJob, claim,
 //     ReleaseLeases, InsertJob, GetJob, CheckLease, RescheduleJob,
 //     CompleteJob, ReopenJob, scanJob. A job is a purchase's or a
@@ -128,6 +132,8 @@
 //   - refunds.go: InsertRefund, GetRefund, ListRefunds, FindRefunds,
 //     UpdateRefund, ListEscalatedRefunds, ListOverdueUncertainRefunds,
 //     CountRefundsByState, OldestUncertainRefundSince, scanRefund.
+//   - disputes.go: InsertDispute, GetDispute, FindDispute, ListDisputes,
+//     UpdateDispute, ListOpenDisputes, scanDispute.
 //   - inbox.go: InsertInboxEvent, InsertInboxEvents, ReceiveInboxEvents,
 //     GetInboxEvent, UpdateInboxEvent, UpdateInboxEvents, ListInboxEvents,
 //     ListUnmatchedEvents, DeleteInboxEventsBefore, scanInboxEvent.

@@ -38,11 +38,11 @@ func (lockTimeout) Unwrap() error { return reconcile.ErrUnavailable }
 // The messages of the schema's triggers (migrations/sqlite) that this
 // package translates. The append-only and read-only triggers' messages
 // ("<table> is append-only: ...", "... is read-only: ...", "refunds: ...
-// fixed at insert ...") are never expected from this package and are left
-// untranslated.
+// fixed at insert ...", "disputes: ... fixed at insert ...") are never
+// expected from this package and are left untranslated.
 const (
 	// forbiddenMessage starts the message of every RAISE by the state
-	// guards of purchases and refunds and the audit's move check.
+	// guards of purchases, refunds and disputes and the audit's move check.
 	forbiddenMessage = "forbidden transition"
 	// notRefundableMessage: the refund's purchase or finding does not
 	// allow it (migration 00008).
@@ -50,6 +50,9 @@ const (
 	// refundExceedsMessage: the refunds of a payment would exceed its
 	// amount (migration 00008).
 	refundExceedsMessage = "refund exceeds the payment:"
+	// disputedMessage: a dispute of the refund's payment forbids the
+	// refund (migration 00015).
+	disputedMessage = "payment disputed:"
 	// outboxExistsMessage: an insert of an outbox event whose id exists
 	// (migration 00010 refuses it before the conflict, so that REPLACE
 	// cannot change the event's bytes): a duplicate.
@@ -60,7 +63,7 @@ const (
 // or ErrLockTimeout), or nil. The driver reports extended result codes.
 // It maps the same failures to the same kinds as reconcile/postgres's:
 // the transition guard to ErrForbiddenTransition, the refunds' limits to
-// ErrNotRefundable and ErrRefundExceeds, a unique key to
+// ErrNotRefundable, ErrRefundExceeds and ErrDisputed, a unique key to
 // ErrDuplicate, a refused value to ErrInvalid, and the write lock not
 // granted in time to ErrLockTimeout (reconcile.ErrUnavailable).
 func kindOf(err error) error {
@@ -77,6 +80,8 @@ func kindOf(err error) error {
 			return reconcile.ErrNotRefundable
 		case strings.Contains(msg, refundExceedsMessage):
 			return reconcile.ErrRefundExceeds
+		case strings.Contains(msg, disputedMessage):
+			return reconcile.ErrDisputed
 		case strings.Contains(msg, outboxExistsMessage):
 			return reconcile.ErrDuplicate
 		}
@@ -117,20 +122,21 @@ func wrapRef(err error, format string, args ...any) error {
 	return wrap(err, format, args...)
 }
 
-// wrapAuditRef is wrapRef for rows that may refer to a refund of their
-// purchase too (the audit's, a refund's job): SQLite does not say which
-// foreign key failed, so on that failure path only it looks the purchase
-// up: when it exists, the refund (or the refund as the purchase's) is
+// wrapAuditRef is wrapRef for rows that may refer to a refund or a
+// dispute (ref, "refund" or "dispute", with id refID) of their purchase
+// too (the audit's, a refund's job): SQLite does not say which foreign
+// key failed, so on that failure path only it looks the purchase up:
+// when it exists, the refund or dispute (or it as the purchase's) is
 // what is missing.
-func (t *txn) wrapAuditRef(ctx context.Context, err error, purchaseID, refundID, format string, args ...any) error {
-	if refundID != "" && isForeignKey(err) {
+func (t *txn) wrapAuditRef(ctx context.Context, err error, purchaseID, ref, refID, format string, args ...any) error {
+	if refID != "" && isForeignKey(err) {
 		var found bool
 		lerr := t.tx.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM purchases WHERE id = ?1)`, purchaseID).Scan(&found)
 		switch {
 		case lerr != nil:
 			return wrap(errors.Join(err, lerr), format, args...)
 		case found:
-			return dialect.Missing(err, fmt.Sprintf(format, args...), "refund")
+			return dialect.Missing(err, fmt.Sprintf(format, args...), ref)
 		}
 	}
 	return wrapRef(err, format, args...)

@@ -34,3 +34,7 @@ const (
 	ListOverdueUncertainRefundsSQL = listOverdueUncertainRefundsSQL
 	ListEscalatedRefundsSQL        = listEscalatedRefundsSQL
 )
+
+// ListOpenDisputesSQL is the query of ListOpenDisputes, for the test of
+// its plan.
+const ListOpenDisputesSQL = listOpenDisputesSQL

@@ -22,7 +22,7 @@ import (
 
 const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id, result,
     purchase_id, outcome, received_at, processed_at, amount, currency, event_created,
-    refund, refund_id, refunded_payment`
+    refund, refund_id, refunded_payment, dispute`
 
 // inboxReadColumns are inboxColumns and the applier's bookkeeping, which
 // an insert leaves at its defaults.
@@ -30,14 +30,19 @@ const inboxReadColumns = inboxColumns + `, attempts, retry_at, last_error`
 
 // InsertInboxEvent implements reconcile.Tx.
 func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (bool, error) {
+	what := fmt.Sprintf("insert inbox event %s/%s", e.Provider, e.EventID)
+	dispute, err := sqlstore.EncodeDispute(e.Dispute)
+	if err != nil {
+		return false, wrap(err, "%s", what)
+	}
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
 ON CONFLICT (provider, event_id) DO NOTHING`,
 		e.Provider, e.EventID, e.Type, e.PayloadHash, sqlstore.NotNullBytes(e.Payload), e.ObjectID, string(e.Result),
 		sqlstore.NullString(e.PurchaseID), string(e.Outcome), micros(e.ReceivedAt), micros(e.ProcessedAt),
-		e.Amount, e.Currency, micros(e.Created), e.Refund, e.RefundID, e.Refunded)
+		e.Amount, e.Currency, micros(e.Created), e.Refund, e.RefundID, e.Refunded, sqlstore.NullString(string(dispute)))
 	if err != nil {
-		return false, wrap(err, "insert inbox event %s/%s", e.Provider, e.EventID)
+		return false, wrap(err, "%s", what)
 	}
 	return n == 1, nil
 }
@@ -220,11 +225,15 @@ func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	var result, outcome string
 	var received int64
 	var processed, created, retryAt *int64
+	var dispute []byte
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
 		&purchaseID, &outcome, &received, &processed, &e.Amount, &e.Currency, &created,
-		&e.Refund, &e.RefundID, &e.Refunded, &e.Attempts, &retryAt, &e.LastError)
+		&e.Refund, &e.RefundID, &e.Refunded, &dispute, &e.Attempts, &retryAt, &e.LastError)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
+	}
+	if e.Dispute, err = sqlstore.DecodeDispute(dispute); err != nil {
+		return reconcile.InboxEvent{}, fmt.Errorf("inbox event %s/%s: %w", e.Provider, e.EventID, err)
 	}
 	e.Payload = sqlstore.NilIfEmpty(e.Payload)
 	e.PurchaseID = sqlstore.DerefString(purchaseID)

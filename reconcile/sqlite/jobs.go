@@ -247,7 +247,7 @@ func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
 	_, err := t.exec(ctx, `INSERT INTO jobs (kind, purchase_id, refund_id, run_at) VALUES (?1, ?2, ?3, ?4)`,
 		sqlstore.JobKind(job.Kind), job.PurchaseID, sqlstore.NullString(job.RefundID), micros(job.RunAt))
 	if err != nil {
-		return t.wrapAuditRef(ctx, err, job.PurchaseID, job.RefundID, "%s", what)
+		return t.wrapAuditRef(ctx, err, job.PurchaseID, "refund", job.RefundID, "%s", what)
 	}
 	return nil
 }

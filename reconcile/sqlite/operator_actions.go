@@ -17,7 +17,7 @@ func (t *txn) InsertOperatorAction(ctx context.Context, a reconcile.OperatorActi
 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)`,
 		a.PurchaseID, sqlstore.NullString(a.RefundID), a.Operator, a.Action, a.Saw, a.Did, a.Evidence, micros(a.At))
 	if err != nil {
-		return t.wrapAuditRef(ctx, err, a.PurchaseID, a.RefundID, "insert %s action of %s by %q", a.Action, auditSubject(a.PurchaseID, a.RefundID), a.Operator)
+		return t.wrapAuditRef(ctx, err, a.PurchaseID, "refund", a.RefundID, "insert %s action of %s by %q", a.Action, auditSubject(a.PurchaseID, a.RefundID), a.Operator)
 	}
 	return nil
 }

@@ -158,8 +158,8 @@ func TestConformance(t *testing.T) {
 }
 
 // TestSchemaTransitionTableMatchesStatemachine: each machine's tables
-// in the database (the purchase's, the refund's) are its states and its
-// moves in package statemachine.
+// in the database (the purchase's, the refund's, the dispute's) are its
+// states and its moves in package statemachine.
 func TestSchemaTransitionTableMatchesStatemachine(t *testing.T) {
 	t.Parallel()
 	_, path := newStore(t)
@@ -170,6 +170,7 @@ func TestSchemaTransitionTableMatchesStatemachine(t *testing.T) {
 	}{
 		{"allowed_transitions", "purchase_states", statemachine.Purchase},
 		{"refund_allowed_transitions", "refund_states", statemachine.Refund},
+		{"dispute_allowed_transitions", "dispute_states", statemachine.Dispute},
 	} {
 		var got []statemachine.Pair
 		for _, row := range queryStrings(t, db, `SELECT from_state || ' ' || to_state FROM `+tc.moves) {
@@ -611,6 +612,8 @@ ORDER BY lease_expires_at LIMIT ?2`, []any{base.UnixMicro(), 16}, "jobs_leased_i
 		{"OldestUncertainRefundSince", sqlite.OldestUncertainRefundSinceSQL, nil, "refunds_uncertain_since_idx", true},
 		{"ListOverdueUncertainRefunds", sqlite.ListOverdueUncertainRefundsSQL, []any{base.UnixMicro(), 500}, "refunds_overdue_idx", true},
 		{"ListEscalatedRefunds", sqlite.ListEscalatedRefundsSQL, nil, "refunds_escalated_at_idx", true},
+		// The disputes' (migration 00015).
+		{"ListOpenDisputes", sqlite.ListOpenDisputesSQL, nil, "disputes_open_idx", true},
 	} {
 		rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+tc.sql, tc.args...)
 		if err != nil {
@@ -1096,6 +1099,30 @@ func TestErrorsNameTheFailure(t *testing.T) {
 	if !errors.Is(err, reconcile.ErrNotFound) || !strings.Contains(err.Error(), "refund not found") {
 		t.Fatalf("InsertTransition of an unknown refund: %v, want ErrNotFound saying the refund is not found", err)
 	}
+
+	// So do the disputes'.
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		return tx.InsertTransition(ctx, reconcile.TransitionRecord{PurchaseID: "pur_paid", DisputeID: "dsp_missing", From: "open", To: "won", Cause: reconcile.CauseWebhook, At: base})
+	})
+	if !errors.Is(err, reconcile.ErrNotFound) || !strings.Contains(err.Error(), "dispute not found") {
+		t.Fatalf("InsertTransition of an unknown dispute: %v, want ErrNotFound saying the dispute is not found", err)
+	}
+	err = s.InTx(ctx, func(tx reconcile.Tx) error {
+		d := reconcile.Dispute{ID: "dsp_1", ProviderDisputeID: "du_1", PurchaseID: "pur_paid", PaymentID: "pi_paid", Amount: 50, Currency: "eur",
+			State: statemachine.Open, Version: 1, CreatedAt: base, UpdatedAt: base}
+		if err := tx.InsertDispute(ctx, d); err != nil {
+			return err
+		}
+		return tx.InsertRefund(ctx, refund("ref_disputed", "pur_paid", 1))
+	})
+	if !errors.Is(err, reconcile.ErrDisputed) {
+		t.Fatalf("InsertRefund of a disputed payment: %v, want ErrDisputed", err)
+	}
+	for _, want := range []string{"sqlite: insert refund ref_disputed of pur_paid", "the payment is disputed", "payment disputed: payment pi_paid has dispute dsp_1 in state open"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Fatalf("error %q does not mention %q", err, want)
+		}
+	}
 }
 
 // TestTimesTruncateToTheMicrosecond: finer digits are dropped (toward the
@@ -1184,4 +1211,49 @@ VALUES ('pur_ok', 'ref_1', 'submitted', 'declined', 'operator', 0)`)
 	wantRaise(t, "a refund's transition submitted -> declined", err, "forbidden transition submitted -> declined", "refund ref_1")
 	exec(t, db, `INSERT INTO transitions (purchase_id, refund_id, from_state, to_state, cause, at)
 VALUES ('pur_ok', 'ref_1', 'submitted', 'failed', 'webhook', 0)`)
+}
+
+// TestRawSQLCannotBreakTheDisputeGuards checks that the disputes' guard
+// and their hold on refunds are the database's: statements the store
+// never wrote are refused too, with the messages the store translates.
+func TestRawSQLCannotBreakTheDisputeGuards(t *testing.T) {
+	t.Parallel()
+	_, path := newStore(t)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	insertRaw(t, db, "pur_ok", statemachine.Submitted)
+	exec(t, db, `UPDATE purchases SET state = 'succeeded', provider_payment_id = 'pi_1' WHERE id = 'pur_ok'`)
+	insert := func(id string, amount int, state string) error {
+		_, err := db.ExecContext(ctx, `INSERT INTO disputes (id, provider_dispute_id, purchase_id, payment_id, amount, currency,
+    state, version, created_at, updated_at)
+VALUES (?1, 'du_' || ?1, 'pur_ok', 'pi_1', ?2, 'eur', ?3, 1, 0, 0)`, id, amount, state)
+		return err
+	}
+	refund := func(id string, amount int) error {
+		_, err := db.ExecContext(ctx, `INSERT INTO refunds (id, purchase_id, payment_id, amount, currency, state, version,
+    provider_key, provider_request, params_hash, created_at, updated_at)
+VALUES (?1, 'pur_ok', 'pi_1', ?2, 'eur', 'created', 1, 'payrecon-' || ?1, '{}', 'h', 0, 0)`, id, amount)
+		return err
+	}
+	wantRaise(t, "a dispute inserted in lost", insert("dsp_x", 1, "lost"), "forbidden transition", "dispute dsp_x inserted in state lost")
+	if err := insert("dsp_1", 60, "open"); err != nil {
+		t.Fatal(err)
+	}
+	wantRaise(t, "a refund of a disputed payment", refund("ref_x", 1), "payment disputed", "pi_1", "dsp_1", "open")
+	_, err := db.ExecContext(ctx, `UPDATE disputes SET state = 'submitted' WHERE id = 'dsp_1'`)
+	wantRaise(t, "open -> submitted", err, "forbidden transition open -> submitted", "dsp_1")
+	for _, column := range []string{"amount = 1", "payment_id = 'pi_2'", "currency = 'usd'", "provider_dispute_id = 'du_x'"} {
+		_, err = db.ExecContext(ctx, `UPDATE disputes SET `+column+` WHERE id = 'dsp_1'`)
+		wantRaise(t, "a change of a dispute's "+column, err, "fixed at insert")
+	}
+	exec(t, db, `UPDATE disputes SET state = 'lost', amount = amount WHERE id = 'dsp_1'`)
+	wantRaise(t, "a refund past what the lost dispute left", refund("ref_x", 41), "refund exceeds the payment", "101 of its 100", "60 of it lost")
+	wantRaise(t, "a refund of a payment whose dispute was lost", refund("ref_x", 40), "payment disputed", "dsp_1", "lost")
+	_, err = db.ExecContext(ctx, `UPDATE disputes SET state = 'open' WHERE id = 'dsp_1'`)
+	wantRaise(t, "lost -> open", err, "forbidden transition lost -> open", "dsp_1")
+	_, err = db.ExecContext(ctx, `INSERT INTO transitions (purchase_id, dispute_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'dsp_1', 'submitted', 'declined', 'operator', 0)`)
+	wantRaise(t, "a dispute's transition submitted -> declined", err, "forbidden transition submitted -> declined", "dispute dsp_1")
+	exec(t, db, `INSERT INTO transitions (purchase_id, dispute_id, from_state, to_state, cause, at)
+VALUES ('pur_ok', 'dsp_1', 'open', 'lost', 'webhook', 0)`)
 }

@@ -40,9 +40,11 @@
 // test uses), clock.go, store.go (Ready, InTx, Savepoint), purchases.go,
 // audit_trail.go (transitions and provider attempts), jobs.go (claims and
 // leases), inbox.go, idempotency_keys.go, operator_actions.go,
-// sweep_locks.go, findings.go (audit findings, links and runs) and
+// sweep_locks.go, findings.go (audit findings, links and runs),
 // refunds.go (refunds: their writes, guard and limits, their jobs beside
-// the purchases', their rows of the audit, their periodic reads). Run
+// the purchases', their rows of the audit, their periodic reads) and
+// disputes.go (disputes: their writes and guard, the open ones, their
+// rows of the audit, the refunds they forbid, the inbox's disputes). Run
 // lists the tests in that order.
 package storetest
 
@@ -128,6 +130,14 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"RefundJobs", testRefundJobs},
 		{"RefundAuditTrail", withStore(testRefundAuditTrail)},
 		{"RefundReads", testRefundReads},
+		// disputes.go, dispute_limits.go, dispute_inbox.go
+		{"Dispute", testDispute},
+		{"UpdateDispute", testUpdateDispute},
+		{"DisputeTransitionGuard", withStore(testDisputeTransitionGuard)},
+		{"ListOpenDisputes", withStore(testListOpenDisputes)},
+		{"DisputeAuditTrail", withStore(testDisputeAuditTrail)},
+		{"DisputedRefunds", testDisputedRefunds},
+		{"InboxDisputes", withStore(testInboxDisputes)},
 		// recovery.go
 		{"Recoveries", withStore(testRecoveries)},
 		{"SendHorizon", withStore(testSendHorizon)},

@@ -1,0 +1,128 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/payrecon/payrecon/internal/sqlstore"
+	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
+)
+
+// Disputes (migration 00017): their own process, opened by the card
+// network and moved by the provider's answers, with their own guard. A
+// dispute that forbids a refund of its payment is the refunds' limits'
+// to judge (refunds_check_limits).
+
+const disputeColumns = sqlstore.DisputeColumns
+
+// InsertDispute implements reconcile.Tx; the database's constraints and
+// triggers make the refusals.
+func (t *txn) InsertDispute(ctx context.Context, d reconcile.Dispute) error {
+	_, err := t.exec(ctx, `INSERT INTO disputes (`+disputeColumns+`)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`,
+		d.ID, d.ProviderDisputeID, d.PurchaseID, d.PaymentID, d.Amount, d.Currency, d.Reason,
+		string(d.State), d.Version, d.ProviderStatus, d.Inquiry, nullTime(d.EvidenceDueBy), d.ChargeRefundable,
+		d.Withdrawn, d.Reinstated, nullTime(d.ProviderUpdatedAt), nullTime(d.CreatedAt), nullTime(d.UpdatedAt),
+		nullTime(d.ClosedAt))
+	if err != nil {
+		// The purchase is the disputes' only foreign key a valid state
+		// can fail (the guard refuses any state but open first).
+		return wrapRef(err, "insert dispute %s of %s", d.ID, d.PurchaseID)
+	}
+	return nil
+}
+
+// GetDispute implements reconcile.Tx.
+func (t *txn) GetDispute(ctx context.Context, id string) (reconcile.Dispute, error) {
+	return queryOne(ctx, t, scanDispute, "get dispute "+id,
+		`SELECT `+disputeColumns+` FROM disputes WHERE id = $1`, id)
+}
+
+// FindDispute implements reconcile.Tx, from the provider id's unique
+// index.
+func (t *txn) FindDispute(ctx context.Context, providerDisputeID string) (reconcile.Dispute, error) {
+	return queryOne(ctx, t, scanDispute, "find dispute "+providerDisputeID,
+		`SELECT `+disputeColumns+` FROM disputes WHERE provider_dispute_id = $1`, providerDisputeID)
+}
+
+// ListDisputes implements reconcile.Tx, from disputes_purchase_idx.
+func (t *txn) ListDisputes(ctx context.Context, purchaseID string) ([]reconcile.Dispute, error) {
+	return queryAll(ctx, t, scanDispute, "list disputes of "+purchaseID,
+		`SELECT `+disputeColumns+` FROM disputes WHERE purchase_id = $1 ORDER BY created_at, id`, purchaseID)
+}
+
+// UpdateDispute implements reconcile.Tx. The database refuses a change of
+// the purchase, payment, provider id, amount or currency; this statement
+// writes none of them.
+func (t *txn) UpdateDispute(ctx context.Context, d reconcile.Dispute, from statemachine.State) error {
+	n, err := t.exec(ctx, `UPDATE disputes SET
+    state = $3,
+    version = version + 1,
+    provider_status = $5,
+    inquiry = $6,
+    evidence_due_by = $7,
+    charge_refundable = $8,
+    withdrawn = $9,
+    reinstated = $10,
+    reason = $11,
+    provider_updated_at = $12,
+    closed_at = $13,
+    updated_at = $14
+WHERE id = $1 AND state = $2 AND version = $4`,
+		d.ID, string(from), string(d.State), d.Version,
+		d.ProviderStatus, d.Inquiry, nullTime(d.EvidenceDueBy), d.ChargeRefundable,
+		d.Withdrawn, d.Reinstated, d.Reason, nullTime(d.ProviderUpdatedAt), nullTime(d.ClosedAt),
+		nullTime(d.UpdatedAt))
+	if err != nil {
+		return wrap(err, "update dispute %s (%s -> %s)", d.ID, from, d.State)
+	}
+	if n == 1 {
+		return nil
+	}
+	var state string
+	var version int64
+	err = t.tx.QueryRow(ctx, `SELECT state, version FROM disputes WHERE id = $1`, d.ID).Scan(&state, &version)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return dialect.NotFound("update dispute " + d.ID)
+	case err != nil:
+		return wrap(err, "update dispute %s", d.ID)
+	}
+	return dialect.Conflict("update dispute "+d.ID, sqlstore.ConflictDetail(statemachine.State(state), version, from, d.Version))
+}
+
+// ListOpenDisputes implements reconcile.Tx.
+func (t *txn) ListOpenDisputes(ctx context.Context) ([]reconcile.Dispute, error) {
+	return queryAll(ctx, t, scanDispute, "list open disputes", listOpenDisputesSQL)
+}
+
+// listOpenDisputesSQL is ListOpenDisputes' query. The states are
+// literals so that the planner can use the partial index
+// disputes_open_idx, which holds exactly the disputes it returns, in its
+// order (ascending puts NULL, no due date, last).
+const listOpenDisputesSQL = `SELECT ` + disputeColumns + ` FROM disputes
+WHERE state IN ('open', 'evidence_submitted')
+ORDER BY evidence_due_by, id`
+
+// scanDispute reads one row of disputeColumns.
+func scanDispute(row sqlstore.Row) (reconcile.Dispute, error) {
+	var d reconcile.Dispute
+	var state string
+	var dueBy, providerUpdated, closed *time.Time
+	err := row.Scan(&d.ID, &d.ProviderDisputeID, &d.PurchaseID, &d.PaymentID, &d.Amount, &d.Currency, &d.Reason,
+		&state, &d.Version, &d.ProviderStatus, &d.Inquiry, &dueBy, &d.ChargeRefundable, &d.Withdrawn, &d.Reinstated,
+		&providerUpdated, &d.CreatedAt, &d.UpdatedAt, &closed)
+	if err != nil {
+		return reconcile.Dispute{}, err
+	}
+	d.State = statemachine.State(state)
+	d.EvidenceDueBy = derefTime(dueBy)
+	d.ProviderUpdatedAt = derefTime(providerUpdated)
+	d.CreatedAt, d.UpdatedAt = d.CreatedAt.UTC(), d.UpdatedAt.UTC()
+	d.ClosedAt = derefTime(closed)
+	return d, nil
+}
