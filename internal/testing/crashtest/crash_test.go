@@ -4,16 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/payrecon/payrecon/internal/crashpoint"
 	"github.com/payrecon/payrecon/internal/testing/pgtest"
+	"github.com/payrecon/payrecon/provider"
 )
 
 // Where a point is armed: the process that carries PAYRECON_CRASHPOINT.
@@ -78,6 +82,12 @@ var scenarios = []scenario{
 	// webhook beat the worker's answer, and the worker, finding nothing
 	// left to move, would write no event and never reach the point.
 	{point: crashpoint.OutboxPending, in: inWorker, noWebhooks: true, drive: drivePurchases},
+	// A dispute's effects written, not committed: they roll back with the
+	// inbox row's outcome, and the restarted applier applies the stored
+	// event once. Serve runs the only applier, so that it is the one to
+	// reach the point. Duplicated webhooks come to the inbox twice, and
+	// must be applied once too.
+	{point: crashpoint.DisputeApplyWritten, in: inServe, faults: "webhook_duplicate=0.3", drive: driveDisputes},
 }
 
 // TestEveryPointHasARow fails when a crash point has no scenario, or a
@@ -288,6 +298,147 @@ func driveAudit(r *run, hit int) {
 		r.t.Errorf("the audit after the crash did not resume the run it left midway:\n%s", out)
 	}
 	r.j.add("audit", "the second run resumed and finished")
+}
+
+// disputePlan is what driveDisputes does with one payment: it opens a
+// chargeback, or an inquiry, of all of it or of amount, then moves it to
+// one fake status per round, "" for none.
+type disputePlan struct {
+	inquiry bool
+	amount  int64
+	moves   []string
+}
+
+// disputePlans end in every final state, and one stays open;
+// driveDisputes gives them to the payments in turn.
+var disputePlans = []disputePlan{
+	{moves: []string{provider.DisputeUnderReview, provider.DisputeLost}},
+	{moves: []string{provider.DisputeUnderReview, provider.DisputeWon}},
+	{inquiry: true, moves: []string{provider.DisputeWarningUnderReview, provider.DisputeWarningClosed}},
+	{amount: 500}, // a partial chargeback, never answered
+	{moves: []string{"", provider.DisputeLost}}, // decided with no review
+}
+
+// driveDisputes charges purchases, waits until they are final, then
+// disputes each succeeded one's payment at the fake (disputePlans) and
+// moves the disputes round by round, waiting after each round until the
+// books hold what the fake says, or the armed process died. The fake
+// needs no payrecon process to open or move a dispute: once the armed
+// process is dead the rounds go on at once, and their webhooks are
+// redelivered until the restarted process takes them.
+//
+// Each opening and each move applies one event at least, and a round
+// starts only once the books hold the last: the drive disputes one
+// payment per plan in as few whole cycles of disputePlans as apply hit
+// events, so that a higher hit kills the process in a later round, amid
+// the moves rather than the openings.
+func driveDisputes(r *run, hit int) {
+	r.t.Helper()
+	perCycle := 0
+	for _, p := range disputePlans {
+		perCycle++
+		for _, m := range p.moves {
+			if m != "" {
+				perCycle++
+			}
+		}
+	}
+	for range len(disputePlans) * ((hit + perCycle - 1) / perCycle) {
+		r.newPurchase()
+	}
+	ids := r.awaitSucceeded()
+	payment := map[string]string{}
+	for _, c := range r.ledger().Charges {
+		if c.MoneyTaken() {
+			payment[c.PurchaseID] = c.PaymentID
+		}
+	}
+	type opened struct {
+		id   string
+		plan disputePlan
+	}
+	var ds []opened
+	status := map[string]string{} // the fake's, by dispute
+	for i, id := range ids {
+		plan := disputePlans[i%len(disputePlans)]
+		if payment[id] == "" {
+			r.t.Fatalf("purchase %s succeeded, and the fake's ledger has no payment of it that took money", id)
+		}
+		form := url.Values{"payment": {payment[id]}, "inquiry": {strconv.FormatBool(plan.inquiry)}}
+		if plan.amount > 0 {
+			form.Set("amount", strconv.FormatInt(plan.amount, 10))
+		}
+		d := r.fakeDispute("/_fake/disputes", form)
+		ds = append(ds, opened{d.ID, plan})
+		status[d.ID] = d.Status
+	}
+	r.awaitDisputesBooked(status)
+	for round := 0; ; round++ {
+		moved := false
+		for _, d := range ds {
+			if round >= len(d.plan.moves) || d.plan.moves[round] == "" {
+				continue
+			}
+			status[d.id] = r.fakeDispute("/_fake/disputes/"+d.id, url.Values{"status": {d.plan.moves[round]}}).Status
+			moved = true
+		}
+		if !moved {
+			return
+		}
+		r.awaitDisputesBooked(status)
+	}
+}
+
+// fakeDispute POSTs form to a dispute endpoint of the fake (POST
+// /_fake/disputes opens one, POST /_fake/disputes/{id} moves one) and
+// returns the dispute it answers; any other answer than a 200 fails the
+// test: the drive asked for something the fake refuses.
+func (r *run) fakeDispute(path string, form url.Values) fakeDisputeAnswer {
+	r.t.Helper()
+	resp, err := r.client.PostForm(r.fake+path, form)
+	if err != nil {
+		r.t.Fatalf("POST %s %s: %v", path, form.Encode(), err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	var d fakeDisputeAnswer
+	if err == nil && resp.StatusCode == http.StatusOK {
+		err = json.Unmarshal(b, &d)
+	}
+	if err != nil || resp.StatusCode != http.StatusOK || d.ID == "" {
+		r.t.Fatalf("POST %s %s: %d %s %v", path, form.Encode(), resp.StatusCode, b, err)
+	}
+	r.j.add("drive", "POST %s %s: %s %s", path, form.Encode(), d.ID, d.Status)
+	return d
+}
+
+// fakeDisputeAnswer is the part of the fake's Dispute object (Stripe's)
+// the drive reads.
+type fakeDisputeAnswer struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+}
+
+// awaitDisputesBooked waits until the books hold every dispute of status
+// (the fake's status by provider dispute id) in the state its status
+// means, or the armed process died.
+func (r *run) awaitDisputesBooked(status map[string]string) {
+	r.t.Helper()
+	r.await("the disputes reach the books", 60*time.Second, func() bool {
+		if r.armed.exited() {
+			return true
+		}
+		held := map[string]string{}
+		for _, d := range r.disputeRows() {
+			held[d.providerID] = d.state
+		}
+		for id, st := range status {
+			if held[id] != disputeStates[st] {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // awaitSucceeded waits until every purchase posted so far is final, and
