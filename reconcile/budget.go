@@ -35,7 +35,7 @@ func ClassOf(op provider.Op) BudgetClass {
 		return ClassRetrieve
 	case provider.OpSearch:
 		return ClassSearch
-	case provider.OpList, provider.OpEventList:
+	case provider.OpList, provider.OpEventList, provider.OpDisputeList:
 		return ClassList
 	case provider.OpRefundCreate, provider.OpRefundGet, provider.OpRefundList:
 		return ClassRefund

@@ -136,6 +136,11 @@ func (s *Service) applyDisputeTx(ctx context.Context, tx Tx, d provider.Dispute,
 	if err := s.moveDispute(ctx, tx, *cur, next, src); err != nil {
 		return fail(err)
 	}
+	if cur.BlocksRefund() && !next.BlocksRefund() {
+		if err := wakeHeldRefunds(ctx, tx, next, now); err != nil {
+			return fail(err)
+		}
+	}
 	res := disputeApplied{outcome: EventApplied, purchaseID: purchaseID}
 	if v.Finding != "" {
 		s.cfg.Logger.Warn("dispute applied with a finding", "dispute", d.ID, "verdict", v.String())
@@ -227,4 +232,21 @@ func paymentReturns(ctx context.Context, tx Tx, purchaseID, paymentID, except st
 		}
 	}
 	return refunded, lost, nil
+}
+
+// wakeHeldRefunds makes due now the jobs of the refunds of d's payment
+// that the worker held, unsent, while d forbade them: d no longer does.
+func wakeHeldRefunds(ctx context.Context, tx Tx, d Dispute, now time.Time) error {
+	refunds, err := tx.ListRefunds(ctx, d.PurchaseID)
+	if err != nil {
+		return err
+	}
+	for _, r := range refunds {
+		if r.PaymentID == d.PaymentID && r.State == statemachine.Created {
+			if err := tx.RescheduleJob(ctx, r.ID, now); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

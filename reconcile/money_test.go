@@ -10,6 +10,7 @@ import (
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/testing/stores"
 	"github.com/payrecon/payrecon/reconcile"
+	"github.com/payrecon/payrecon/statemachine"
 )
 
 func TestMoneyAtRisk(t *testing.T) {
@@ -19,26 +20,35 @@ func TestMoneyAtRisk(t *testing.T) {
 	}
 	closedOne := f("pi_closed", reconcile.FindingOrphanCharge, 700, "usd")
 	closedOne.ClosedAt = closed
+	d := func(state statemachine.State, amount int64, currency string) reconcile.Dispute {
+		return reconcile.Dispute{ProviderDisputeID: "du_" + string(state), State: state, Amount: amount, Currency: currency}
+	}
 	for _, tt := range []struct {
-		name string
-		in   []reconcile.Finding
-		want []reconcile.Money
+		name     string
+		in       []reconcile.Finding
+		disputes []reconcile.Dispute
+		want     []reconcile.Money
 	}{
-		{"none", nil, []reconcile.Money{}},
+		{"none", nil, nil, []reconcile.Money{}},
 		{"one payment with two findings counts once", []reconcile.Finding{
 			f("pi_1", reconcile.FindingAmountMismatch, 10050, "usd"),
 			f("pi_1", reconcile.FindingCurrencyMismatch, 10050, "usd"),
-		}, []reconcile.Money{{Amount: 10050, Currency: "usd"}}},
+		}, nil, []reconcile.Money{{Amount: 10050, Currency: "usd"}}},
 		{"per currency, in order, upper case folded", []reconcile.Finding{
 			f("pi_2", reconcile.FindingOrphanCharge, 500, "USD"),
 			f("pi_3", reconcile.FindingDuplicateCharge, 1200, "jpy"),
 			f("pi_4", reconcile.FindingOrphanCharge, 250, "eur"),
 			f("pi_5", reconcile.FindingOrphanCharge, 100, "usd"),
-		}, []reconcile.Money{{Amount: 250, Currency: "eur"}, {Amount: 1200, Currency: "jpy"}, {Amount: 600, Currency: "usd"}}},
-		{"closed findings count nothing", []reconcile.Finding{closedOne}, []reconcile.Money{}},
+		}, nil, []reconcile.Money{{Amount: 250, Currency: "eur"}, {Amount: 1200, Currency: "jpy"}, {Amount: 600, Currency: "usd"}}},
+		{"closed findings count nothing", []reconcile.Finding{closedOne}, nil, []reconcile.Money{}},
+		{"open disputes count beside the findings, decided ones nothing", []reconcile.Finding{f("pi_6", reconcile.FindingOrphanCharge, 100, "usd")},
+			[]reconcile.Dispute{
+				d(statemachine.Open, 300, "usd"), d(statemachine.EvidenceSubmitted, 50, "EUR"),
+				d(statemachine.Won, 7000, "usd"), d(statemachine.Lost, 7000, "usd"), d(statemachine.Closed, 7000, "usd"),
+			}, []reconcile.Money{{Amount: 50, Currency: "eur"}, {Amount: 400, Currency: "usd"}}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := reconcile.MoneyAtRisk(tt.in); !slices.Equal(got, tt.want) {
+			if got := reconcile.MoneyAtRisk(tt.in, tt.disputes); !slices.Equal(got, tt.want) {
 				t.Errorf("MoneyAtRisk = %v, want %v", got, tt.want)
 			}
 		})

@@ -169,6 +169,9 @@ func (noProvider) ListRefunds(context.Context, string, provider.PageGate) ([]pro
 func (noProvider) ListRefundsCreated(context.Context, provider.Window, provider.PageGate) ([]provider.RefundResult, error) {
 	return nil, errNoProvider
 }
+func (noProvider) ListDisputes(context.Context, provider.Window, provider.PageGate) ([]provider.Dispute, error) {
+	return nil, errNoProvider
+}
 func (noProvider) ListEvents(context.Context, provider.EventQuery) (provider.EventPage, error) {
 	return provider.EventPage{}, errNoProvider
 }

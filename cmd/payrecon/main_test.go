@@ -77,6 +77,7 @@ func TestDemoEndToEnd(t *testing.T) {
 		"webhook with a wrong amount":               {"uncertain", "amount_mismatch", 1},
 		"refund with a lost reply":                  {"succeeded", "", 1},
 		"duplicate charge refunded by the operator": {"succeeded", "duplicate_charge", 2},
+		"disputed and lost":                         {"succeeded", "", 1},
 	}
 	// The refunds: the lost reply's refund is settled by its webhook or
 	// by replaying its own key, whichever first, and made once; the
@@ -107,6 +108,13 @@ func TestDemoEndToEnd(t *testing.T) {
 			}
 		} else if len(r.Refunds) != 0 {
 			t.Errorf("%s: unexpected refunds %+v", r.Scenario, r.Refunds)
+		}
+		// The chargeback: lost, its money withdrawn; the refund asked for
+		// while it was open refused, nothing refunded.
+		if r.Scenario == "disputed and lost" && (len(r.Disputes) != 1 || r.Disputes[0].State != "lost" ||
+			r.Disputes[0].Withdrawn != r.Disputes[0].Amount || !strings.Contains(r.RefusedRefund, "the payment is disputed") || r.NetCharges != 1) {
+			t.Errorf("%s: disputes %+v, refused refund %q, %d net charges; want one lost, withdrawn, the refund refused as disputed, 1 net charge",
+				r.Scenario, r.Disputes, r.RefusedRefund, r.NetCharges)
 		}
 		// The clock stands still until the wrong amount's webhook is
 		// judged: its purchase never gets a replay. (Its first create may
@@ -146,6 +154,13 @@ func TestDemoEndToEnd(t *testing.T) {
 	}
 	for scenario, kind := range wantFindings {
 		t.Errorf("no %s finding for %q", kind, scenario)
+	}
+	// The chargeback, open at the audit, is at risk too.
+	if len(a.Disputes) != 1 || a.Disputes[0].Scenario != "disputed and lost" || a.Disputes[0].Amount <= 0 || a.Disputes[0].Currency != "usd" {
+		t.Errorf("open disputes at the audit %+v, want the chargeback of \"disputed and lost\"", a.Disputes)
+	}
+	for _, d := range a.Disputes {
+		atRisk += d.Amount
 	}
 	if len(a.AtRisk) != 1 || a.AtRisk[0] != (demo.Money{Amount: atRisk, Currency: "usd"}) {
 		t.Errorf("money at risk %+v, want %d usd", a.AtRisk, atRisk)

@@ -35,7 +35,7 @@ func TestOpsListCountsAPaymentOnce(t *testing.T) {
 		}
 	}()
 	code, out, stderr := run(t, nil, "ops", "list", "--database-url", f.db)
-	if code != 0 || !strings.Contains(out, "open audit findings (2; money at risk 100.50 EUR;") {
+	if code != 0 || !strings.Contains(out, "money at risk (open findings and open disputes): 100.50 EUR") || !strings.Contains(out, "open audit findings (2;") {
 		t.Fatalf("ops list: exit %d, want two findings and 100.50 EUR at risk once:\n%s\n%s", code, out, stderr)
 	}
 	// The demo's audit report counts the same findings the same way.

@@ -756,7 +756,7 @@ func TestAuditCommand(t *testing.T) {
 
 	// The operator list and `ops findings` show both findings.
 	code, out, stderr = run(t, nil, append([]string{"ops", "list"}, db...)...)
-	if code != 0 || !strings.Contains(out, "open audit findings (2; money at risk 9.99 EUR, 3.00 USD") ||
+	if code != 0 || !strings.Contains(out, "open audit findings (2;") || !strings.Contains(out, "money at risk (open findings and open disputes): 9.99 EUR, 3.00 USD") ||
 		!strings.Contains(lineOf(out, orphan.ID), "orphan_charge") || !strings.Contains(lineOf(out, p.ID), "duplicate_charge") {
 		t.Fatalf("ops list: exit %d: %s\n%s", code, stderr, out)
 	}

@@ -1,28 +1,28 @@
 // Package demo is `payrecon demo`'s tour: the scenarios it plays, one
-// purchase for each failure of the seed lesson and for each disagreement
+// purchase for each failure of the seed lesson, for each disagreement
 // with the provider that only the judge or the audit from the provider's
-// side can catch, the checks that each purchase ended as the lesson
-// demands, the timeline it prints for each, and the report and summary it
-// ends with, money at risk included.
+// side can catch, for refunds and for a chargeback, the checks that each
+// purchase ended as the lesson demands, the timeline it prints for each,
+// and the report and summary it ends with, money at risk included.
 //
 // Run is the demo's driver: it runs every scenario through the
 // in-process stack (the fake Stripe server, the worker, the webhook
 // endpoint) that the command hands it, moves the simulated clock, makes
-// the scenarios' changes outside payrecon through Outside.Do, runs the
-// audit, and checks what it observed. cmd/payrecon parses the command
-// line and wires the store and the stack (demo.go, stack.go); it is this
-// package's only importer.
+// the scenarios' changes outside payrecon through Outside.Do and the card
+// network's disputes (DisputePlan), runs the audit, and checks what it
+// observed. cmd/payrecon parses the command line and wires the store and
+// the stack (demo.go, stack.go); it is this package's only importer.
 //
 // Why it imports fakeprovider: the tour is written in the simulator's
 // terms, because only a simulator makes each failure happen on purpose: a
 // scenario names the fake's faults (fakeprovider.Fault,
 // fakeprovider.WebhookFault) and its changes outside payrecon (a charge
-// made elsewhere, a late approval). So this package depends on the fake,
-// as a test would, and nothing in reconcile or its adapters imports it:
-// reconcile itself imports no adapter (internal/architecture's test holds
-// that). Its scenarios, checks and report state what the protocol
-// promises, and are tested on their own (demo_test.go, report_test.go)
-// without the command's wiring.
+// made elsewhere, a late approval, a chargeback). So this package depends
+// on the fake, as a test would, and nothing in reconcile or its adapters
+// imports it: reconcile itself imports no adapter (internal/architecture's
+// test holds that). Its scenarios, checks and report state what the
+// protocol promises, and are tested on their own (demo_test.go,
+// report_test.go) without the command's wiring.
 package demo
 
 import (
@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -64,7 +65,10 @@ type Scenario struct {
 	// Refund, if set, is a refund the scenario asks for and how it must
 	// end.
 	Refund *RefundPlan
-	Expect string // the expected outcome, in words
+	// Dispute, if set, is a chargeback the card network opens on the
+	// purchase once it reaches Want, and how it is decided.
+	Dispute *DisputePlan
+	Expect  string // the expected outcome, in words
 }
 
 // RefundPlan is a refund of a scenario's purchase: asked for by a client
@@ -187,7 +191,8 @@ func (o Outside) Line(ch fakeprovider.Charge, start time.Time) string {
 }
 
 // Scenarios returns the failures of the seed lesson, one purchase each,
-// in the order the demo plays and reports them.
+// then the disagreements the judge and the audit catch, the refunds and
+// the dispute, in the order the demo plays and reports them.
 func Scenarios() []Scenario {
 	return []Scenario{
 		{Name: "clean success", Want: statemachine.Succeeded, Charges: 1,
@@ -246,6 +251,12 @@ func Scenarios() []Scenario {
 			Want:    statemachine.Uncertain, Escalation: reconcile.EscalationAmountMismatch, Charges: 1,
 			Webhook: reconcile.EventContradiction, Finding: reconcile.FindingAmountMismatch,
 			Expect: "uncertain, the charge not applied: amount_mismatch, 1 charge"},
+		// The dispute is decided after the audit, which counts it at risk
+		// while it is open.
+		{Name: "disputed and lost", Want: statemachine.Succeeded, Charges: 1,
+			Dispute: &DisputePlan{Reason: "fraudulent", RefundWhileOpen: true,
+				Before: []string{provider.DisputeUnderReview}, After: []string{provider.DisputeLost}},
+			Expect: "succeeded; charged back, the refund refused while disputed, the dispute lost: 1 charge, no refund"},
 	}
 }
 
@@ -280,15 +291,31 @@ type Observed struct {
 	// NetCharges counts the purchase's charges that keep money at the
 	// provider, refunds taken off (fakeprovider.Fake.NetCharges).
 	NetCharges int
+
+	// The facts of a scenario with a Dispute plan, unset for the others.
+	// Dispute is the chargeback the network opened, as opened, nil until
+	// it is.
+	Dispute *provider.Dispute
+	// RefundAsked: the client asked for a refund while it was open;
+	// RefusedRefund is the error that refused it, nil if none did.
+	RefundAsked   bool
+	RefusedRefund error
+	// Outbox lists the types of the purchase's outbox events, in
+	// sequence order.
+	Outbox []string
+	// PaymentRefunds counts the refunds at the provider of the purchase's
+	// own payment (fakeprovider.Fake.RefundsOf), failed ones included.
+	PaymentRefunds int
 }
 
 // Check returns what is wrong with the scenario's purchase as observed,
 // or nothing when it ended as expected: the state, the escalation, the
 // charges and the webhook outcome the scenario wants, its change outside
 // payrecon made, the audit finding it wants (once audited) and no other,
-// and never a create with a key other than the purchase's own. An
-// AuditOnly scenario must be off the operator list until its finding is
-// stored.
+// and never a create with a key other than the purchase's own; its
+// refund and its dispute as planned (checkRefund, checkDispute) and no
+// other. An AuditOnly scenario must be off the operator list until its
+// finding is stored.
 func (sc Scenario) Check(o Observed) []string {
 	var problems []string
 	c := o.Case
@@ -346,7 +373,8 @@ func (sc Scenario) Check(o Observed) []string {
 			problems = append(problems, "a create was sent with another key: "+a.Key)
 		}
 	}
-	return append(problems, sc.checkRefund(o)...)
+	problems = append(problems, sc.checkRefund(o)...)
+	return append(problems, sc.checkDispute(o)...)
 }
 
 // checkRefund returns what is wrong with the scenario's refund: it must

@@ -2,12 +2,14 @@ package demo_test
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/demo"
+	"github.com/payrecon/payrecon/provider"
 	"github.com/payrecon/payrecon/reconcile"
 	"github.com/payrecon/payrecon/statemachine"
 )
@@ -51,6 +53,32 @@ func settled(state statemachine.State) demo.Observed {
 // outsideCharge is the charge "second charge outside payrecon" makes
 // after settled's charge pi_1.
 var outsideCharge = fakeprovider.Charge{ID: "pi_2", PurchaseID: "pur_1", Amount: 1300, Currency: "usd", Status: "succeeded", Outside: true}
+
+// errRefusedAsDisputed is CreateRefund's refusal of a refund of settled's
+// payment while it has an open chargeback.
+var errRefusedAsDisputed = fmt.Errorf("reconcile: refund of pur_1: %w",
+	reconcile.E(reconcile.KindDisputed, "payment pi_1 has open dispute du_1 (needs_response, 13.00 USD)", nil))
+
+// disputed returns what the demo observes of "disputed and lost" once
+// settled's payment pi_1 was charged back as chargeback du_1, now in
+// state st, with the audit run or not: the refund asked for while it was
+// open refused as disputed, nothing refunded, and the outbox st means.
+func disputed(st statemachine.State, audited bool) demo.Observed {
+	o := settled(statemachine.Succeeded)
+	o.Audited = audited
+	d := reconcile.Dispute{
+		ID: "dsp_1", ProviderDisputeID: "du_1", PurchaseID: "pur_1", PaymentID: "pi_1", Amount: 1300, Currency: "usd",
+		Reason: "fraudulent", State: st, Withdrawn: 1300,
+	}
+	o.Case.Disputes = []reconcile.DisputeRecord{{Dispute: d}}
+	o.Dispute = &provider.Dispute{ID: "du_1", PaymentID: "pi_1", Amount: 1300, Currency: "usd", Reason: "fraudulent", Status: provider.DisputeNeedsResponse}
+	o.RefundAsked, o.RefusedRefund = true, errRefusedAsDisputed
+	o.Outbox = []string{"purchase.succeeded", "dispute.opened"}
+	if st == statemachine.Lost {
+		o.Outbox = append(o.Outbox, "dispute.lost")
+	}
+	return o
+}
 
 // audited returns a finding of kind about payment, as the audit stores it.
 func audited(kind reconcile.FindingKind, payment string) reconcile.Finding {
@@ -297,6 +325,101 @@ func TestCheck(t *testing.T) {
 			want: []string{"a create was sent with another key: "},
 		},
 		{
+			name: "dispute lost as expected", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) { *o = disputed(statemachine.Lost, true) },
+		},
+		{
+			// Before the audit the network has moved it to under_review
+			// only: the audit counts it at risk while it is open.
+			name: "dispute under review before the audit", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) { *o = disputed(statemachine.EvidenceSubmitted, false) },
+		},
+		{
+			name: "dispute still open before the audit", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) { *o = disputed(statemachine.Open, false) },
+			want:    []string{"dispute du_1 open, want evidence_submitted"},
+		},
+		{
+			name: "dispute not decided after the audit", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) { *o = disputed(statemachine.EvidenceSubmitted, true) },
+			want: []string{
+				"dispute du_1 evidence_submitted, want lost",
+				`outbox ["purchase.succeeded" "dispute.opened"], want ["purchase.succeeded" "dispute.opened" "dispute.lost"]`,
+			},
+		},
+		{
+			name: "chargeback not opened yet", scenario: "disputed and lost",
+			want: []string{"not opened yet: a chargeback (fraudulent), announced by webhook"},
+		},
+		{
+			name: "chargeback opened, payrecon not told", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) {
+				*o = disputed(statemachine.Open, false)
+				o.Case.Disputes = nil
+			},
+			want: []string{"0 disputes in the books, want 1: du_1"},
+		},
+		{
+			name: "chargeback opened, refund not asked yet", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) {
+				*o = disputed(statemachine.EvidenceSubmitted, false)
+				o.RefundAsked, o.RefusedRefund = false, nil
+			},
+			want: []string{"no refund asked for while disputed"},
+		},
+		{
+			name: "refund of a disputed payment stored and sent", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) {
+				*o = disputed(statemachine.Lost, true)
+				o.RefusedRefund, o.PaymentRefunds = nil, 1
+				o.Refunds = []reconcile.RefundDetail{{Refund: reconcile.Refund{ID: "ref_1", State: statemachine.Succeeded}}}
+			},
+			want: []string{
+				"1 unexpected refunds",
+				"the refund asked for while disputed was accepted",
+				"1 refunds at the provider of payment pi_1, want none",
+			},
+		},
+		{
+			name: "refund refused for another reason", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) {
+				*o = disputed(statemachine.Lost, true)
+				o.RefusedRefund = reconcile.ErrNotRefundable
+			},
+			want: []string{`the refund asked for while disputed was refused with "nothing to refund: the purchase is not succeeded", want it refused as disputed`},
+		},
+		{
+			name: "the shop told out of order, the purchase moved", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) {
+				*o = disputed(statemachine.Lost, true)
+				o.Case.Purchase.State = statemachine.Declined
+				o.Outbox = []string{"dispute.opened", "purchase.succeeded", "dispute.lost", "dispute.lost"}
+			},
+			want: []string{
+				"state declined, want succeeded",
+				`outbox ["dispute.opened" "purchase.succeeded" "dispute.lost" "dispute.lost"], want ["purchase.succeeded" "dispute.opened" "dispute.lost"]`,
+			},
+		},
+		{
+			name: "dispute of another payment, money reinstated", scenario: "disputed and lost",
+			observe: func(o *demo.Observed) {
+				*o = disputed(statemachine.Lost, true)
+				o.Case.Disputes[0].Dispute.PaymentID = "pi_2"
+				o.Case.Disputes[0].Dispute.Reinstated = 1300
+			},
+			want: []string{
+				"dispute du_1 of payment pi_2 in the books, want du_1 of pi_1",
+				"dispute du_1 withdrew 13.00 USD and reinstated 13.00 USD of 13.00 USD, want a chargeback that withdrew it all and reinstated 0.00 USD",
+			},
+		},
+		{
+			name: "a dispute of a purchase not disputed", scenario: "clean success",
+			observe: func(o *demo.Observed) {
+				o.Case.Disputes = disputed(statemachine.Open, false).Case.Disputes
+			},
+			want: []string{"1 unexpected disputes"},
+		},
+		{
 			name: "every problem, in order", scenario: "success after a decline",
 			observe: func(o *demo.Observed) {
 				o.Charges = 3
@@ -368,9 +491,47 @@ func TestScenarios(t *testing.T) {
 		if rp := sc.Refund; rp != nil && rp.OfFinding && sc.Finding != reconcile.FindingDuplicateCharge {
 			t.Errorf("%s: the operator refunds a finding's charge, but the scenario wants no duplicate_charge finding", sc.Name)
 		}
+		if dp := sc.Dispute; dp != nil {
+			checkDisputePlan(t, sc)
+		}
 	}
-	if len(names) != 15 {
-		t.Errorf("%d scenarios, want the 10 of the seed lesson, the 3 the judge and the audit catch and the 2 refunds", len(names))
+	if len(names) != 16 {
+		t.Errorf("%d scenarios, want the 10 of the seed lesson, the 3 the judge and the audit catch, the 2 refunds and the dispute", len(names))
+	}
+}
+
+// checkDisputePlan fails unless sc's dispute plan can play: only a
+// succeeded payment is disputed, a chargeback refuses every refund, the
+// reason is Stripe's, and the statuses move forward as the fake allows,
+// to a decision after the audit, which counts the dispute at risk while
+// it is open.
+func checkDisputePlan(t *testing.T, sc demo.Scenario) {
+	t.Helper()
+	dp := sc.Dispute
+	if sc.Want != statemachine.Succeeded || sc.Charges != 1 || sc.Refund != nil || sc.Outside != nil {
+		t.Errorf("%s: a dispute of a purchase that does not end succeeded with 1 charge, or with a refund or a change outside payrecon", sc.Name)
+	}
+	if dp.Reason == "" || len(dp.After) == 0 {
+		t.Errorf("%s: a dispute with no reason or not decided after the audit", sc.Name)
+	}
+	f := fakeprovider.New(fakeprovider.Config{})
+	pay, err := f.Create(t.Context(), provider.CreateRequest{IdempotencyKey: "k", PurchaseID: "pur_1", Amount: 1300, Currency: "usd"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := f.OpenDispute(pay.PaymentID, fakeprovider.DisputeOptions{Reason: dp.Reason})
+	if err != nil {
+		t.Fatalf("%s: %v", sc.Name, err)
+	}
+	for i, status := range append(slices.Clone(dp.Before), dp.After...) {
+		if _, err := f.MoveDispute(d.ID, status); err != nil {
+			t.Errorf("%s: move %d: %v", sc.Name, i+1, err)
+		}
+		st, ok := reconcile.DisputeStateOf(status)
+		decided := statemachine.Dispute.Terminal(st)
+		if !ok || decided != (i == len(dp.Before)+len(dp.After)-1) {
+			t.Errorf("%s: move %d to %s: want the last move, and only it, to decide", sc.Name, i+1, status)
+		}
 	}
 }
 
@@ -541,6 +702,78 @@ func TestTimeline(t *testing.T) {
 	}
 	if got := demo.Timeline(reconcile.Case{}, start); len(got) != 0 {
 		t.Errorf("Timeline of an empty case = %q, want none", got)
+	}
+}
+
+func TestTimelineDispute(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) time.Time { return start.Add(d) }
+	var c reconcile.Case
+	c.Transitions = []reconcile.TransitionRecord{
+		{From: statemachine.Submitted, To: statemachine.Succeeded, Cause: reconcile.CauseWebhook, At: at(0)},
+	}
+	c.Events = []reconcile.InboxEvent{
+		{Type: "charge.dispute.created", Outcome: reconcile.EventApplied, ReceivedAt: at(time.Minute)},
+		{Type: "charge.dispute.closed", Outcome: reconcile.EventApplied, ReceivedAt: at(2 * time.Hour)},
+	}
+	lost := reconcile.Dispute{
+		ProviderDisputeID: "du_1", PaymentID: "pi_1", Amount: 1000, Currency: "usd", Reason: "fraudulent",
+		State: statemachine.Lost, EvidenceDueBy: at(7*24*time.Hour + time.Minute), Withdrawn: 1000, CreatedAt: at(time.Minute),
+	}
+	won := reconcile.Dispute{
+		ProviderDisputeID: "du_2", PaymentID: "pi_1", Amount: 250, Currency: "eur", Inquiry: true,
+		State: statemachine.Won, Withdrawn: 250, Reinstated: 250, CreatedAt: at(3 * time.Hour),
+	}
+	c.Disputes = []reconcile.DisputeRecord{
+		{Dispute: lost, Transitions: []reconcile.TransitionRecord{
+			{DisputeID: "dsp_1", From: statemachine.Open, To: statemachine.EvidenceSubmitted, Cause: reconcile.CauseWebhook, At: at(time.Hour)},
+			// At the time of its event: after it.
+			{DisputeID: "dsp_1", From: statemachine.EvidenceSubmitted, To: statemachine.Lost, Cause: reconcile.CauseWebhook, At: at(2 * time.Hour)},
+		}},
+		{Dispute: won, Transitions: []reconcile.TransitionRecord{
+			{DisputeID: "dsp_2", From: statemachine.Open, To: statemachine.Won, Cause: reconcile.CauseAudit, At: at(4 * time.Hour)},
+		}},
+	}
+	want := []string{
+		"+00:00:00  submitted   → succeeded    (webhook)",
+		"+00:01:00  webhook  charge.dispute.created → applied",
+		"+00:01:00  dispute  du_1 opened (chargeback, fraudulent, 10.00 USD, evidence due +168:01:00)",
+		"+01:00:00  dispute  du_1 open → evidence_submitted (webhook)",
+		"+02:00:00  webhook  charge.dispute.closed → applied",
+		"+02:00:00  dispute  du_1 lost (webhook): 10.00 USD withdrawn for good",
+		"+03:00:00  dispute  du_2 opened (inquiry, 2.50 EUR)",
+		"+04:00:00  dispute  du_2 won (audit): 2.50 EUR reinstated",
+	}
+	if got := demo.Timeline(c, start); !slices.Equal(got, want) {
+		t.Errorf("Timeline:\n%q\nwant\n%q", got, want)
+	}
+}
+
+func TestDisputeLines(t *testing.T) {
+	start := time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC)
+	dp := scenario(t, "disputed and lost").Dispute
+	d := provider.Dispute{ID: "du_1", PaymentID: "pi_1", Amount: 1000, Currency: "usd", Reason: "fraudulent", Status: "needs_response", Created: start.Add(15 * time.Second)}
+	if got, want := dp.OpenLine(d, start), "+00:00:15  card network: chargeback du_1 on payment pi_1 (fraudulent, 10.00 USD), announced by webhook"; got != want {
+		t.Errorf("OpenLine = %q, want %q", got, want)
+	}
+	d.Status = "lost"
+	if got, want := dp.MoveLine(d, 2*time.Hour), "+02:00:00  card network: dispute du_1 → lost, announced by webhook"; got != want {
+		t.Errorf("MoveLine = %q, want %q", got, want)
+	}
+	amount := demo.Money{Amount: 1000, Currency: "usd"}
+	for _, tt := range []struct {
+		rf   reconcile.Refund
+		err  error
+		want string
+	}{
+		{err: errRefusedAsDisputed,
+			want: "+00:00:30  refund refused: payment disputed: the client asked for 10.00 USD back; payment pi_1 has open dispute du_1 (needs_response, 13.00 USD)"},
+		{err: reconcile.ErrNotRefundable, want: "+00:00:30  refund refused: nothing to refund: the purchase is not succeeded"},
+		{rf: reconcile.Refund{ID: "ref_1"}, want: "+00:00:30  the client asks for refund ref_1 of 10.00 USD: accepted while disputed"},
+	} {
+		if got := dp.RefundLine(30*time.Second, amount, tt.rf, tt.err); got != tt.want {
+			t.Errorf("RefundLine(%v) = %q, want %q", tt.err, got, tt.want)
+		}
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 )
 
 // demoRun is the scenarios of one demo as they play on the simulated
-// clock: what each has printed, changed outside payrecon and refunded.
+// clock: what each has printed, changed outside payrecon, refunded and
+// had disputed.
 type demoRun struct {
 	cfg       Config
 	out       io.Writer
@@ -28,6 +29,7 @@ type demoRun struct {
 	width     int                    // the longest scenario name
 	outside   []*fakeprovider.Charge // the changes made outside payrecon, per scenario
 	refunded  []string               // the refund each scenario asked for
+	disputes  []disputeRun           // where each scenario's dispute plan stands
 	audited   bool                   // whether the audit has run
 }
 
@@ -40,6 +42,7 @@ func newDemoRun(cfg Config, out io.Writer, stk *Stack, clock *simClock, realStar
 		seen:      make([]map[string]bool, len(scenarios)),
 		outside:   make([]*fakeprovider.Charge, len(scenarios)),
 		refunded:  make([]string, len(scenarios)),
+		disputes:  make([]disputeRun, len(scenarios)),
 	}
 	for _, sc := range scenarios {
 		r.width = max(r.width, len(sc.Name))
@@ -65,8 +68,8 @@ func (r *demoRun) create(ctx context.Context) error {
 	return nil
 }
 
-// observe gathers what a check looks at: the case and its refunds, and
-// what the fake provider knows of them.
+// observe gathers what a check looks at: the case, its refunds and its
+// dispute plan's facts, and what the fake provider knows of them.
 func (r *demoRun) observe(ctx context.Context, i int, c reconcile.Case) (Observed, error) {
 	refunds, err := r.stk.Service.Refunds(ctx, c.Purchase.ID)
 	if err != nil {
@@ -80,11 +83,17 @@ func (r *demoRun) observe(ctx context.Context, i int, c reconcile.Case) (Observe
 			}
 		}
 	}
-	return Observed{
+	o := Observed{
 		Case: c, Charges: r.stk.Fake.MoneyTaken(c.Purchase.ID), Deliveries: r.stk.FakeServer.Deliveries(),
 		Outside: r.outside[i], Audited: r.audited,
 		Refunds: refunds, ProviderRefunds: back, NetCharges: r.stk.Fake.NetCharges(c.Purchase.ID),
-	}, nil
+	}
+	if r.scenarios[i].Dispute != nil {
+		if err := r.observeDispute(ctx, i, &o); err != nil {
+			return Observed{}, err
+		}
+	}
+	return o, nil
 }
 
 // say prints a line of scenario i's timeline once.
@@ -156,16 +165,11 @@ func (r *demoRun) change(ctx context.Context, i int, c reconcile.Case) (reconcil
 	if !o.Webhooks {
 		return c, nil
 	}
-	dctx, cancel := context.WithTimeout(ctx, drainTimeout)
-	defer cancel()
-	if err := r.stk.FakeServer.Drain(dctx); err != nil {
-		return c, fmt.Errorf("deliver the webhooks of %s: %w", o, err)
-	}
-	return r.stk.Service.Case(ctx, r.results[i].PurchaseID)
+	return r.delivered(ctx, i, o.String())
 }
 
-// finished moves each scenario on (prints, changes, refunds) and counts
-// those whose checks pass.
+// finished moves each scenario on (prints, changes, refunds, disputes)
+// and counts those whose checks pass.
 func (r *demoRun) finished(ctx context.Context) (int, error) {
 	n := 0
 	for i, sc := range r.scenarios {
@@ -181,6 +185,10 @@ func (r *demoRun) finished(ctx context.Context) (int, error) {
 		if err := r.askRefund(ctx, i, c); err != nil {
 			return 0, fmt.Errorf("scenario %q: refund: %w", sc.Name, err)
 		}
+		if c, err = r.dispute(ctx, i, c); err != nil {
+			return 0, fmt.Errorf("scenario %q: dispute: %w", sc.Name, err)
+		}
+		r.tick(ctx, i, c)
 		o, err := r.observe(ctx, i, c)
 		if err != nil {
 			return 0, err
@@ -227,10 +235,12 @@ func (r *demoRun) play(ctx context.Context) error {
 // audit runs the audit from the provider's side over every payment the
 // scenarios made: the real one, listing the fake's payments over HTTP
 // through the Stripe adapter. It stores its findings and escalates the
-// purchases they concern; the clock stands still meanwhile. Then the
-// operator refunds each duplicate charge a scenario wants refunded, and
-// the clock runs again until those refunds settle. An interrupted demo
-// skips it (nil), and the scenarios that need it fail.
+// purchases they concern; the clock stands still meanwhile. Its money at
+// risk counts the demo's disputes open then. Then the operator refunds
+// each duplicate charge a scenario wants refunded, the card network
+// decides the disputes, and the clock runs again until those refunds
+// settle and the disputes are decided. An interrupted demo skips it
+// (nil), and the scenarios that need it fail.
 func (r *demoRun) audit(ctx context.Context) (*Audit, error) {
 	if ctx.Err() != nil {
 		return nil, nil
@@ -246,7 +256,11 @@ func (r *demoRun) audit(ctx context.Context) (*Audit, error) {
 	if err != nil {
 		return nil, err
 	}
-	audit := NewAudit(rep, findings, r.results, r.start)
+	open, _, err := r.stk.Service.OpenDisputes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	audit := NewAuditWithDisputes(rep, findings, open, r.results, r.start)
 	asked := false
 	for i, sc := range r.scenarios {
 		if sc.Refund == nil || !sc.Refund.OfFinding {
@@ -267,6 +281,15 @@ func (r *demoRun) audit(ctx context.Context) (*Audit, error) {
 	r.audited = true
 	if asked {
 		fmt.Fprintf(r.out, "\nThe operators refund the duplicate charges the audit found, through the refund process:\n")
+	}
+	decide := false
+	for i, sc := range r.scenarios {
+		decide = decide || r.disputes[i].pending(sc.Dispute)
+	}
+	if decide {
+		fmt.Fprintf(r.out, "\nThe card network decides the open disputes; payrecon hears of it by webhook:\n")
+	}
+	if asked || decide {
 		if err := r.play(ctx); err != nil {
 			return nil, err
 		}
@@ -297,6 +320,15 @@ func (r *demoRun) report(ctx context.Context, url string, audit *Audit) (Report,
 				ID: d.Refund.ID, State: string(d.Refund.State), Escalation: string(d.Refund.EscalationReason),
 				ProviderRefunds: o.ProviderRefunds[d.Refund.ID], Creates: r.stk.Fake.RefundCreateCalls(d.Refund.ProviderKey),
 			})
+		}
+		for _, d := range c.Disputes {
+			res.Disputes = append(res.Disputes, DisputeResult{
+				ID: d.Dispute.ProviderDisputeID, State: string(d.Dispute.State), Amount: d.Dispute.Amount, Currency: d.Dispute.Currency,
+				Withdrawn: d.Dispute.Withdrawn, Reinstated: d.Dispute.Reinstated,
+			})
+		}
+		if o.RefusedRefund != nil {
+			res.RefusedRefund = o.RefusedRefund.Error()
 		}
 		res.Creates = r.stk.Fake.CreateCalls(c.Purchase.ProviderKey)
 		res.Problems = sc.Check(o)

@@ -27,6 +27,24 @@ type Result struct {
 	// charges keep money at the provider once they are done.
 	Refunds    []RefundResult `json:"refunds,omitempty"`
 	NetCharges int            `json:"net_charges_at_provider"`
+	// Disputes are the purchase's disputes as payrecon's books hold them,
+	// oldest first.
+	Disputes []DisputeResult `json:"disputes,omitempty"`
+	// RefusedRefund is why payrecon refused the refund a client asked for
+	// while the purchase was disputed; "" when none was refused.
+	RefusedRefund string `json:"refused_refund,omitempty"`
+}
+
+// DisputeResult is one dispute of a scenario's purchase in the report.
+type DisputeResult struct {
+	ID    string `json:"id"` // the provider's, "du_…"
+	State string `json:"state"`
+	// Amount is the disputed money, Withdrawn and Reinstated what the
+	// provider took from the merchant and gave back (minor units).
+	Amount     int64  `json:"amount"`
+	Currency   string `json:"currency"`
+	Withdrawn  int64  `json:"withdrawn"`
+	Reinstated int64  `json:"reinstated"`
 }
 
 // RefundResult is one refund of a scenario's purchase in the report.
@@ -67,8 +85,29 @@ type Audit struct {
 	New int `json:"new_findings"`
 	// Findings are the findings about the demo's purchases, oldest first.
 	Findings []AuditFinding `json:"findings"`
-	// AtRisk is the money at risk per currency (reconcile.MoneyAtRisk).
+	// Disputes are the disputes of the demo's purchases open at the
+	// audit, soonest evidence due first (reconcile.Service.OpenDisputes).
+	Disputes []AuditDispute `json:"open_disputes"`
+	// AtRisk is the money at risk per currency (reconcile.MoneyAtRisk):
+	// what the open Findings and the open Disputes put at risk.
 	AtRisk []Money `json:"money_at_risk"`
+}
+
+// AuditDispute is a dispute open at the audit as the report shows it,
+// with the money it puts at risk: the card network holds it until it
+// decides.
+type AuditDispute struct {
+	ID         string `json:"id"` // the provider's, "du_…"
+	PaymentID  string `json:"payment_id"`
+	PurchaseID string `json:"purchase_id"`
+	Scenario   string `json:"scenario"`
+	State      string `json:"state"`
+	// Amount (minor units) and Currency are the disputed money.
+	Amount   int64  `json:"amount"`
+	Currency string `json:"currency"`
+	// Opened is when payrecon stored it, as an offset from the demo's
+	// start.
+	Opened string `json:"opened"`
 }
 
 // AuditFinding is one finding of the audit as the report shows it, with
@@ -90,12 +129,23 @@ type AuditFinding struct {
 // Money is an amount in a currency's minor units (reconcile.Money).
 type Money = reconcile.Money
 
-// NewAudit summarises the demo's audit run rep for the report. findings
-// are the store's findings, oldest first (reconcile.Service.Findings); it
-// keeps those about the results' purchases, and the orphan charges found
-// since start, when the demo began: a store the demo shares with earlier
-// runs keeps their findings too. Offsets are from start.
+// NewAudit is NewAuditWithDisputes with no open dispute: the money at
+// risk of the findings alone.
 func NewAudit(rep reconcile.AuditReport, findings []reconcile.Finding, results []Result, start time.Time) *Audit {
+	return NewAuditWithDisputes(rep, findings, nil, results, start)
+}
+
+// NewAuditWithDisputes summarises the demo's audit run rep for the
+// report. findings are the store's findings, oldest first
+// (reconcile.Service.Findings); it keeps those about the results'
+// purchases, and the orphan charges found since start, when the demo
+// began: a store the demo shares with earlier runs keeps their findings
+// too. disputes are the store's open disputes
+// (reconcile.Service.OpenDisputes); it keeps those of the results'
+// purchases, for the same reason. The money at risk counts what it
+// keeps. Offsets are from start.
+func NewAuditWithDisputes(rep reconcile.AuditReport, findings []reconcile.Finding, disputes []reconcile.Dispute,
+	results []Result, start time.Time) *Audit {
 	scenarioOf := make(map[string]string, len(results))
 	for _, r := range results {
 		scenarioOf[r.PurchaseID] = r.Scenario
@@ -110,7 +160,7 @@ func NewAudit(rep reconcile.AuditReport, findings []reconcile.Finding, results [
 	}
 	a := &Audit{
 		From: "+" + ClockOffset(rep.Run.From.Sub(start)), Until: "+" + ClockOffset(rep.Run.Until.Sub(start)),
-		Payments: rep.Payments, Findings: []AuditFinding{},
+		Payments: rep.Payments, Findings: []AuditFinding{}, Disputes: []AuditDispute{},
 	}
 	var kept []reconcile.Finding
 	for _, f := range findings {
@@ -127,7 +177,19 @@ func NewAudit(rep reconcile.AuditReport, findings []reconcile.Finding, results [
 			Amount: f.Amount, Currency: strings.ToLower(f.Currency), Found: "+" + ClockOffset(f.FoundAt.Sub(start)),
 		})
 	}
-	a.AtRisk = reconcile.MoneyAtRisk(kept, nil)
+	var open []reconcile.Dispute
+	for _, d := range disputes {
+		scenario, ours := scenarioOf[d.PurchaseID]
+		if !ours || !d.Open() {
+			continue
+		}
+		open = append(open, d)
+		a.Disputes = append(a.Disputes, AuditDispute{
+			ID: d.ProviderDisputeID, PaymentID: d.PaymentID, PurchaseID: d.PurchaseID, Scenario: scenario, State: string(d.State),
+			Amount: d.Amount, Currency: strings.ToLower(d.Currency), Opened: "+" + ClockOffset(d.CreatedAt.Sub(start)),
+		})
+	}
+	a.AtRisk = reconcile.MoneyAtRisk(kept, open)
 	return a
 }
 
@@ -141,6 +203,9 @@ func (r Report) PrintSummary(out io.Writer) {
 		state := res.FinalState
 		if res.Escalation != "" {
 			state += " (escalated: " + res.Escalation + ")"
+		}
+		for _, d := range res.Disputes {
+			state += " (dispute " + d.State + ")"
 		}
 		verdict := "OK"
 		if !res.OK {
@@ -161,7 +226,7 @@ func (r Report) PrintSummary(out io.Writer) {
 }
 
 // print writes the audit's section of the summary: the run, one row per
-// finding, and the money at risk.
+// finding, one per dispute open then, and the money at risk of both.
 func (a *Audit) print(out io.Writer) {
 	fmt.Fprintf(out, "\nAudit from the provider's side (payments created %s to %s): %d payments listed, %d findings",
 		a.From, a.Until, a.Payments, len(a.Findings))
@@ -170,22 +235,35 @@ func (a *Audit) print(out io.Writer) {
 	}
 	if len(a.Findings) == 0 {
 		fmt.Fprintln(out, ": every payment matches the books.")
+	} else {
+		fmt.Fprintln(out, ":")
+		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "FINDING\tPAYMENT\tPURCHASE\tSCENARIO\tAT RISK\tFOUND")
+		for _, f := range a.Findings {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Kind, f.PaymentID, dash(f.PurchaseID), dash(f.Scenario),
+				Money{Amount: f.Amount, Currency: f.Currency}, f.Found)
+		}
+		w.Flush()
+	}
+	if len(a.Disputes) > 0 {
+		fmt.Fprintf(out, "Open disputes at the audit (%d), their money held by the card network until it decides:\n", len(a.Disputes))
+		w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(w, "DISPUTE\tPAYMENT\tPURCHASE\tSCENARIO\tSTATE\tAT RISK\tOPENED")
+		for _, d := range a.Disputes {
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ID, d.PaymentID, d.PurchaseID, d.Scenario, d.State,
+				Money{Amount: d.Amount, Currency: d.Currency}, d.Opened)
+		}
+		w.Flush()
+	}
+	if len(a.Findings) == 0 && len(a.Disputes) == 0 {
 		return
 	}
-	fmt.Fprintln(out, ":")
-	w := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "FINDING\tPAYMENT\tPURCHASE\tSCENARIO\tAT RISK\tFOUND")
-	for _, f := range a.Findings {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Kind, f.PaymentID, dash(f.PurchaseID), dash(f.Scenario),
-			Money{Amount: f.Amount, Currency: f.Currency}, f.Found)
-	}
-	w.Flush()
 	total := make([]string, len(a.AtRisk))
 	for i, m := range a.AtRisk {
 		total[i] = m.String()
 	}
-	fmt.Fprintf(out, "Money at risk: %s. The audit moved no money and no purchase: each finding waits on the operator list.\n",
-		strings.Join(total, ", "))
+	fmt.Fprintf(out, "Money at risk: %s, open disputes included. "+
+		"The audit moved no money and no purchase: each finding waits on the operator list.\n", strings.Join(total, ", "))
 }
 
 func dash(s string) string {
