@@ -44,8 +44,8 @@ func (o *waitCounter) of(c reconcile.BudgetClass) int {
 
 func TestBudgetAuditTakesATokenPerPage(t *testing.T) {
 	// The provider counts every page of a listing as a request: the audit
-	// takes one token of the budget for each, of payments and of refunds
-	// alike, and no page goes without one.
+	// takes one token of the budget for each, of payments, refunds and
+	// disputes alike, and no page goes without one.
 	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		st := newStore(t, nil)
 		const pageSize, n = 2, 5 // 3 pages: 2, 2 and 1
@@ -81,6 +81,13 @@ func TestBudgetAuditTakesATokenPerPage(t *testing.T) {
 			op    provider.Op
 		}{{reconcile.ClassList, provider.OpList}, {reconcile.ClassRefund, provider.OpRefundList}} {
 			tokens, requests := obs.of(c.class), fake.Calls(c.op)
+			if c.class == reconcile.ClassList {
+				// The disputes' listing is a listing too: one page, none.
+				if d := fake.Calls(provider.OpDisputeList); d != 1 {
+					t.Errorf("%d requests listing disputes, want 1", d)
+				}
+				tokens--
+			}
 			t.Logf("%s: %d objects a page of %d, %d requests, %d tokens", c.op, n, pageSize, requests, tokens)
 			if requests != pages || tokens != pages {
 				t.Errorf("%s of %d objects, %d a page: %d requests and %d tokens, want %d of each", c.op, n, pageSize, requests, tokens, pages)

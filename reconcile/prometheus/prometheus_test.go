@@ -166,6 +166,8 @@ func TestAlertRulesUseExportedMetrics(t *testing.T) {
 	m.Webhook("payment_intent.succeeded", reconcile.EventApplied)
 	m.Transition(statemachine.Created, statemachine.Submitted, reconcile.CauseSubmit)
 	m.Sweep("retention", "ok", time.Second, 1, time.Now())
+	m.Disputes([]reconcile.Dispute{{State: statemachine.Open, ProviderStatus: "needs_response", Amount: 1, Currency: "usd",
+		EvidenceDueBy: time.Now().Add(time.Hour)}}, time.Now())
 	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
