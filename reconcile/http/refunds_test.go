@@ -294,6 +294,35 @@ func TestRefundRefusals(t *testing.T) {
 	}
 }
 
+// TestRefundOfDisputedPayment: a refund of a payment with an open
+// chargeback is refused 409 payment_disputed, naming the dispute, and
+// nothing is stored: not the refund, not the key.
+func TestRefundOfDisputedPayment(t *testing.T) {
+	f := setupAPI(t, nil)
+	p := f.paid("pur-disputed")
+	d, err := f.svc.Purchase(t.Context(), p.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := f.clock.Now()
+	if err := f.store.InTx(t.Context(), func(tx reconcile.Tx) error {
+		return tx.InsertDispute(t.Context(), reconcile.Dispute{
+			ID: "dsp_1", ProviderDisputeID: "du_1", PurchaseID: p.ID, PaymentID: d.Purchase.ProviderPaymentID,
+			Amount: 300, Currency: "usd", Reason: "fraudulent", State: statemachine.Open, Version: 1,
+			ProviderStatus: "needs_response", CreatedAt: now, UpdatedAt: now,
+		})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.postRefund(shopToken, p.ID, "k-disputed", `{"amount":100,"reason":"customer asked"}`)
+	if r.status != http.StatusConflict || errorCode(t, r.body) != "payment_disputed" || !strings.Contains(r.body, "du_1") {
+		t.Fatalf("got %d %s, want 409 payment_disputed naming du_1", r.status, r.body)
+	}
+	if f.keyStored("shop", "k-disputed") || len(f.refundsOf(p.ID)) != 0 {
+		t.Fatal("a refused refund left its key or a refund")
+	}
+}
+
 // TestRefundReadScopedPerClient: a refund is read by the client whose
 // purchase it refunds, whoever asked for it; any other client, and an
 // unknown id, get 404.
@@ -382,6 +411,7 @@ func TestRefundContractCatchesDrift(t *testing.T) {
 		{"a field the document lacks", 201, header(true), strings.Replace(refund, `"state"`, `"requested_by":"shop","state"`, 1), false},
 		{"refund_exceeds_payment", 409, header(false), `{"error":{"code":"refund_exceeds_payment","message":"no"}}`, true},
 		{"not_refundable", 409, header(false), `{"error":{"code":"not_refundable","message":"no"}}`, true},
+		{"payment_disputed", 409, header(false), `{"error":{"code":"payment_disputed","message":"no"}}`, true},
 		{"another 409", 409, header(false), `{"error":{"code":"conflict","message":"no"}}`, false},
 		{"not found", 404, header(false), `{"error":{"code":"not_found","message":"no"}}`, true},
 	}
