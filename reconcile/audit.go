@@ -208,7 +208,7 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 		s.cfg.Logger.Warn("audit finding", "kind", f.Kind, "payment", f.PaymentID, "purchase", f.PurchaseID,
 			"amount", f.Amount, "currency", f.Currency, "evidence", f.Evidence)
 	}
-	return listed{payments: len(payments), refunds: len(refunds), disputes: len(disputes)}, stored, nil
+	return listed{payments: len(payments), refunds: len(refunds), disputes: len(disputes.disputes)}, stored, nil
 }
 
 // listed counts what the provider listed in one chunk.

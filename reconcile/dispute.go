@@ -92,7 +92,10 @@ func blockingDispute(ctx context.Context, tx Tx, purchaseID, paymentID string) (
 	return nil, nil
 }
 
-// refundBlockedBy returns the dispute that forbids refund r now, or nil.
+// refundBlockedBy returns the open dispute that holds refund r back now,
+// or nil. A lost dispute does not: the refund is sent, and the provider
+// refuses it (it fails, nothing refunded), so that it ends and the shop
+// is told instead of waiting for ever.
 func (s *Service) refundBlockedBy(ctx context.Context, r Refund) (*Dispute, error) {
 	var d *Dispute
 	err := s.store.InTx(ctx, func(tx Tx) error {
@@ -100,6 +103,9 @@ func (s *Service) refundBlockedBy(ctx context.Context, r Refund) (*Dispute, erro
 		d, err = blockingDispute(ctx, tx, r.PurchaseID, r.PaymentID)
 		return err
 	})
+	if d != nil && !d.Open() {
+		d = nil
+	}
 	return d, err
 }
 

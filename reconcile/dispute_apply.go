@@ -51,7 +51,7 @@ func (s *Service) applyDisputeEventTx(ctx context.Context, tx Tx, ev Event, now 
 // disputeApplied is what applyDisputeTx did with an answer.
 type disputeApplied struct {
 	// outcome is the event outcome the verdict means: applied, stale,
-	// contradiction, or unmatched when the dispute names a purchase whose
+	// finding, or unmatched when the dispute names a purchase whose
 	// payment the books do not know yet.
 	outcome EventOutcome
 	// purchaseID is the purchase the dispute concerns, "" when none.
@@ -94,7 +94,7 @@ func (s *Service) applyDisputeTx(ctx context.Context, tx Tx, d provider.Dispute,
 	}
 	if books.Owner != nil {
 		var err error
-		if books.Refunded, books.OtherLost, err = paymentReturns(ctx, tx, books.Owner.ID, d.PaymentID, d.ID); err != nil {
+		if books.Refunded, books.Pending, books.OtherLost, err = paymentReturns(ctx, tx, books.Owner.ID, d.PaymentID, d.ID); err != nil {
 			return fail(err)
 		}
 	}
@@ -112,7 +112,7 @@ func (s *Service) applyDisputeTx(ctx context.Context, tx Tx, d provider.Dispute,
 	case DisputeReject:
 		s.cfg.Logger.Warn("dispute answer disagrees with the books", "dispute", d.ID, "verdict", v.String())
 		f, err := s.disputeFinding(ctx, tx, d, v, purchaseID, now)
-		return disputeApplied{outcome: EventContradiction, purchaseID: purchaseID, finding: f}, err
+		return disputeApplied{outcome: EventFinding, purchaseID: purchaseID, finding: f}, err
 	}
 	if cur == nil {
 		opened := Dispute{
@@ -136,7 +136,7 @@ func (s *Service) applyDisputeTx(ctx context.Context, tx Tx, d provider.Dispute,
 	if err := s.moveDispute(ctx, tx, *cur, next, src); err != nil {
 		return fail(err)
 	}
-	if cur.BlocksRefund() && !next.BlocksRefund() {
+	if cur.Open() && !next.Open() {
 		if err := wakeHeldRefunds(ctx, tx, next, now); err != nil {
 			return fail(err)
 		}
@@ -172,7 +172,7 @@ func mergeDispute(next *Dispute, d provider.Dispute, at, now time.Time) {
 
 // moveDispute writes next over cur, conditional on cur's state and
 // version, and appends the transition when the state changes: the one
-// write path of a dispute. A dispute reaching a final state is counted.
+// write path of a dispute.
 func (s *Service) moveDispute(ctx context.Context, tx Tx, cur, next Dispute, src disputeSource) error {
 	if next.State != cur.State {
 		if err := statemachine.Dispute.Transition(cur.State, next.State); err != nil {
@@ -210,32 +210,40 @@ func (s *Service) disputeFinding(ctx context.Context, tx Tx, d provider.Dispute,
 }
 
 // paymentReturns sums what payment paymentID of purchase purchaseID has
-// returned or may return: its refunds not failed, and its lost disputes
-// other than the provider's dispute except.
-func paymentReturns(ctx context.Context, tx Tx, purchaseID, paymentID, except string) (refunded, lost int64, err error) {
+// returned or may return: its refunds succeeded, its refunds not final
+// (pending), and its lost disputes other than the provider's dispute
+// except.
+func paymentReturns(ctx context.Context, tx Tx, purchaseID, paymentID, except string) (refunded, pending, lost int64, err error) {
 	refunds, err := tx.ListRefunds(ctx, purchaseID)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	for _, r := range refunds {
-		if r.PaymentID == paymentID && r.State != statemachine.Failed {
+		switch {
+		case r.PaymentID != paymentID || r.State == statemachine.Failed:
+		case r.State == statemachine.Succeeded:
 			refunded += r.Amount
+		default:
+			pending += r.Amount
 		}
 	}
 	disputes, err := tx.ListDisputes(ctx, purchaseID)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	for _, x := range disputes {
 		if x.PaymentID == paymentID && x.ProviderDisputeID != except {
 			lost += x.Returned()
 		}
 	}
-	return refunded, lost, nil
+	return refunded, pending, lost, nil
 }
 
 // wakeHeldRefunds makes due now the jobs of the refunds of d's payment
-// that the worker held, unsent, while d forbade them: d no longer does.
+// that the worker held, unsent, while d was open (a live lease keeps its
+// worker, ReopenJob): d is decided. Won or
+// closed, the refund goes; lost, the provider refuses it and it fails,
+// nothing refunded, and the shop is told.
 func wakeHeldRefunds(ctx context.Context, tx Tx, d Dispute, now time.Time) error {
 	refunds, err := tx.ListRefunds(ctx, d.PurchaseID)
 	if err != nil {
@@ -243,7 +251,7 @@ func wakeHeldRefunds(ctx context.Context, tx Tx, d Dispute, now time.Time) error
 	}
 	for _, r := range refunds {
 		if r.PaymentID == d.PaymentID && r.State == statemachine.Created {
-			if err := tx.RescheduleJob(ctx, r.ID, now); err != nil {
+			if err := tx.ReopenJob(ctx, r.ID, now); err != nil {
 				return err
 			}
 		}

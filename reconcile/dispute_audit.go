@@ -15,8 +15,16 @@ import (
 // books is a finding. Later moves of a dispute opened in an audited
 // chunk reach the books through its webhooks and the event-log sweep.
 
+// listedDisputes is a listing of the disputes opened in a window, and
+// when it was read: the provider's time of each answer in it (an event
+// created after the read is newer than the listing).
+type listedDisputes struct {
+	disputes []provider.Dispute
+	readAt   time.Time
+}
+
 // listDisputes asks the provider for the disputes opened in w.
-func (s *Service) listDisputes(ctx context.Context, w provider.Window) ([]provider.Dispute, error) {
+func (s *Service) listDisputes(ctx context.Context, w provider.Window) (listedDisputes, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
 	start := s.cfg.Now()
@@ -24,17 +32,17 @@ func (s *Service) listDisputes(ctx context.Context, w provider.Window) ([]provid
 	s.cfg.Observer.ProviderCall(provider.OpDisputeList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, provider.OpDisputeList, err)
 	if err != nil {
-		return nil, fmt.Errorf("list the provider's disputes: %w", err)
+		return listedDisputes{}, fmt.Errorf("list the provider's disputes: %w", err)
 	}
-	return disputes, nil
+	return listedDisputes{disputes: disputes, readAt: start}, nil
 }
 
 // matchDisputes applies the disputes the audit listed, in tx, at the
 // store's time now, and returns the findings they raised.
-func (s *Service) matchDisputes(ctx context.Context, tx Tx, disputes []provider.Dispute, now time.Time) ([]Finding, error) {
+func (s *Service) matchDisputes(ctx context.Context, tx Tx, listed listedDisputes, now time.Time) ([]Finding, error) {
 	var found []Finding
-	for _, d := range disputes {
-		src := disputeSource{cause: CauseAudit, actor: "audit", at: now,
+	for _, d := range listed.disputes {
+		src := disputeSource{cause: CauseAudit, actor: "audit", at: listed.readAt,
 			evidence: fmt.Sprintf("%s audit listing: dispute=%s status=%s", s.cfg.ProviderName, d.ID, d.Status)}
 		res, err := s.applyDisputeTx(ctx, tx, d, src, now)
 		if err != nil {

@@ -15,9 +15,10 @@ type DisputeBooks struct {
 	// Owner is the purchase whose payment the answer names; nil when the
 	// books give the payment to no purchase.
 	Owner *Purchase
-	// Refunded is what the refunds of that payment not failed (pending
-	// ones included) return or may return.
+	// Refunded is what the payment's succeeded refunds returned, and
+	// Pending what its refunds not final yet may return.
 	Refunded int64
+	Pending  int64
 	// OtherLost is what the payment's other disputes, lost, returned.
 	OtherLost int64
 }
@@ -52,6 +53,7 @@ type DisputeVerdict struct {
 	Reason string
 }
 
+// String says the verdict for logs: its kind, its finding and why.
 func (v DisputeVerdict) String() string {
 	kind := map[DisputeVerdictKind]string{DisputeStale: "stale", DisputeApply: "apply", DisputeReject: "reject"}[v.Kind]
 	if v.Finding != "" {
@@ -91,11 +93,12 @@ func DisputeStateOf(status string) (st statemachine.State, ok bool) {
 // in another currency than its payment, or one of a payment the books
 // hold declined, is rejected with a finding: nothing is applied. So is a
 // new dispute whose amount exceeds what the payment kept after its
-// refunds and lost disputes. A status that goes backwards (a stale
-// needs_response after won), or an answer no newer than the last applied
-// that adds nothing, is stale. Otherwise the answer applies: the status
-// moves forward, the funds withdrawn and reinstated only grow, and a lost
-// dispute that with the refunds returns more than the payment took is
+// succeeded refunds and lost disputes. A status that goes backwards (a
+// stale needs_response after won), an answer of the same status that
+// changes nothing, or one older than the last applied, is stale.
+// Otherwise the answer applies: the status moves forward, the funds
+// withdrawn and reinstated only grow, and a lost dispute that with the
+// refunds, pending ones included, returns more than the payment took is
 // applied with a finding.
 func JudgeDispute(cur *Dispute, books DisputeBooks, d provider.Dispute, at time.Time) DisputeVerdict {
 	reject := func(kind FindingKind, format string, args ...any) DisputeVerdict {
@@ -125,6 +128,8 @@ func JudgeDispute(cur *Dispute, books DisputeBooks, d provider.Dispute, at time.
 	}
 	kept := p.Amount - books.Refunded - books.OtherLost
 	if cur == nil && d.Amount > kept {
+		// A pending refund may still fail: only money returned for good
+		// makes a new dispute too large.
 		return reject(FindingDisputeExceeds, "dispute %s of %s exceeds what payment %s kept: %s of %s after refunds and lost disputes",
 			d.ID, provider.FormatAmount(d.Amount, d.Currency), d.PaymentID, provider.FormatAmount(max(kept, 0), p.Currency), provider.FormatAmount(p.Amount, p.Currency))
 	}
@@ -138,18 +143,23 @@ func JudgeDispute(cur *Dispute, books DisputeBooks, d provider.Dispute, at time.
 			// Two decisions of one rank (won after lost): the first
 			// applied stands, and a decision never changes.
 			return DisputeVerdict{Kind: DisputeStale, Reason: fmt.Sprintf("dispute %s: %s after %s changes nothing", d.ID, d.Status, cur.ProviderStatus)}
-		case newRank == curRank && !grows && (!at.After(cur.ProviderUpdatedAt) || d.EvidenceDueBy.Equal(cur.EvidenceDueBy)):
+		case newRank == curRank && !grows && d.EvidenceDueBy.Equal(cur.EvidenceDueBy) &&
+			d.ChargeRefundable == cur.ChargeRefundable && (d.Reason == "" || d.Reason == cur.Reason):
 			return DisputeVerdict{Kind: DisputeStale, Reason: fmt.Sprintf("dispute %s: %s again, nothing new", d.ID, d.Status)}
+		case newRank == curRank && !grows && at.Before(cur.ProviderUpdatedAt):
+			// Ties apply: provider times are whole seconds, and two
+			// changes in one second must not lose the second.
+			return DisputeVerdict{Kind: DisputeStale, Reason: fmt.Sprintf("dispute %s: %s older than the last answer applied", d.ID, d.Status)}
 		}
 		if statemachine.Dispute.Terminal(cur.State) {
 			to = cur.State // a decided dispute's funds may still move
 		}
 	}
 	v := DisputeVerdict{Kind: DisputeApply, To: to, Reason: fmt.Sprintf("dispute %s %s", d.ID, d.Status)}
-	if to == statemachine.Lost && (cur == nil || cur.State != statemachine.Lost) && d.Amount > kept {
+	if to == statemachine.Lost && (cur == nil || cur.State != statemachine.Lost) && d.Amount > kept-books.Pending {
 		v.Finding = FindingDisputeExceeds
-		v.Reason = fmt.Sprintf("dispute %s lost: %s returned to the cardholder, and payment %s kept only %s of %s after refunds and lost disputes",
-			d.ID, provider.FormatAmount(d.Amount, d.Currency), d.PaymentID, provider.FormatAmount(max(kept, 0), p.Currency), provider.FormatAmount(p.Amount, p.Currency))
+		v.Reason = fmt.Sprintf("dispute %s lost: %s returned to the cardholder, and payment %s kept only %s of %s after refunds, pending ones included, and lost disputes",
+			d.ID, provider.FormatAmount(d.Amount, d.Currency), d.PaymentID, provider.FormatAmount(max(kept-books.Pending, 0), p.Currency), provider.FormatAmount(p.Amount, p.Currency))
 	}
 	return v
 }

@@ -26,7 +26,7 @@ func TestJudgeDispute(t *testing.T) {
 	}
 	held := func(state statemachine.State, status string, mod ...func(*reconcile.Dispute)) *reconcile.Dispute {
 		d := &reconcile.Dispute{
-			ID: "dsp_1", ProviderDisputeID: "du_1", PurchaseID: "pur_a", PaymentID: "pi_a", Amount: 1000, Currency: "usd",
+			ID: "dsp_1", ProviderDisputeID: "du_1", PurchaseID: "pur_a", PaymentID: "pi_a", Amount: 1000, Currency: "usd", Reason: "fraudulent",
 			State: state, ProviderStatus: status, ProviderUpdatedAt: t0,
 		}
 		for _, m := range mod {
@@ -68,6 +68,8 @@ func TestJudgeDispute(t *testing.T) {
 		{name: "more than the payment kept after a lost dispute", books: reconcile.DisputeBooks{Owner: owner, OtherLost: 700},
 			d: answer("needs_response", func(d *provider.Dispute) { d.Amount = 400 }), at: t0,
 			kind: reconcile.DisputeReject, finding: reconcile.FindingDisputeExceeds},
+		{name: "a pending refund does not make it too large", books: reconcile.DisputeBooks{Owner: owner, Pending: 500},
+			d: answer("needs_response"), at: t0, kind: reconcile.DisputeApply, to: statemachine.Open},
 		{name: "exactly what the payment kept", books: reconcile.DisputeBooks{Owner: owner, Refunded: 400},
 			d: answer("needs_response", func(d *provider.Dispute) { d.Amount = 600 }), at: t0,
 			kind: reconcile.DisputeApply, to: statemachine.Open},
@@ -107,6 +109,16 @@ func TestJudgeDispute(t *testing.T) {
 			books: reconcile.DisputeBooks{Owner: owner},
 			d:     answer("won", func(d *provider.Dispute) { d.Withdrawn, d.Reinstated = 1000, 1000 }),
 			at:    later, kind: reconcile.DisputeApply, to: statemachine.Won},
+		{name: "the same status in the same second, with a new due date",
+			cur:   held(statemachine.Open, "needs_response", func(d *reconcile.Dispute) { d.EvidenceDueBy = t0.Add(48 * time.Hour) }),
+			books: reconcile.DisputeBooks{Owner: owner},
+			d:     answer("needs_response", func(d *provider.Dispute) { d.EvidenceDueBy = t0.Add(72 * time.Hour) }),
+			at:    t0, kind: reconcile.DisputeApply, to: statemachine.Open},
+		{name: "lost with a pending refund, more than the payment took",
+			cur:   held(statemachine.Open, "needs_response"),
+			books: reconcile.DisputeBooks{Owner: owner, Pending: 100},
+			d:     answer("lost"), at: later,
+			kind: reconcile.DisputeApply, to: statemachine.Lost, finding: reconcile.FindingDisputeExceeds},
 		{name: "lost while the refunds and it return more than the payment took",
 			cur:   held(statemachine.Open, "warning_needs_response", func(d *reconcile.Dispute) { d.Amount = 600 }),
 			books: reconcile.DisputeBooks{Owner: owner, Refunded: 500},

@@ -243,8 +243,8 @@ func TestDisputeJudgedAgainstTheBooks(t *testing.T) {
 			{event("large", provider.Dispute{ID: "du_large", PaymentID: b.ProviderPaymentID, Amount: 101, Currency: "usd"}), reconcile.FindingDisputeExceeds, b.ID},
 		}
 		for _, c := range cases {
-			if got := f.deliver(c.ev, c.ev); !slices.Equal(got, []reconcile.EventOutcome{reconcile.EventContradiction, reconcile.EventContradiction}) {
-				t.Fatalf("%s: outcomes %v, want contradiction (a redelivery is the same row)", c.ev.ID, got)
+			if got := f.deliver(c.ev, c.ev); !slices.Equal(got, []reconcile.EventOutcome{reconcile.EventFinding, reconcile.EventFinding}) {
+				t.Fatalf("%s: outcomes %v, want finding (a redelivery is the same row)", c.ev.ID, got)
 			}
 		}
 		fs, err := f.svc.Findings(context.Background(), false)
@@ -265,7 +265,9 @@ func TestDisputeJudgedAgainstTheBooks(t *testing.T) {
 			if ds := f.disputesOf(p.ID); len(ds) != 0 {
 				t.Fatalf("purchase %s has %d disputes, want none applied", p.ID, len(ds))
 			}
-			f.wantState(p.ID, statemachine.Succeeded)
+			if d := f.wantState(p.ID, statemachine.Succeeded); d.Purchase.Escalated() {
+				t.Fatalf("purchase %s escalated (%s) for a dispute's finding", p.ID, d.Purchase.EscalationReason)
+			}
 			for _, e := range outboxTypes(outboxOf(t, f.store, p.ID)) {
 				if e == events.DisputeOpened {
 					t.Fatalf("purchase %s: the shop was told of a dispute that was not applied", p.ID)
@@ -393,5 +395,45 @@ func TestRefundHeldWhileDisputed(t *testing.T) {
 		f.deliver(f.disputeEvents(since)...)
 		f.runUntilIdle(f.svc)
 		f.wantRefundState(r.ID, statemachine.Succeeded)
+	})
+}
+
+// TestRefundHeldThenDisputeLost: a refund held while its payment's
+// chargeback was open is sent once the dispute is lost; the provider
+// refuses it, and it fails with nothing refunded and the shop told,
+// rather than wait for ever. A chargeback of the whole payment while that
+// refund was pending is still stored (a pending refund may fail), and
+// its loss, with the refund, is a finding.
+func TestRefundHeldThenDisputeLost(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		since := f.clock.Now()
+		p := f.settle("tom")
+		r := f.refund(p, 100)
+		du, err := f.fake.OpenDispute(p.ProviderPaymentID, fakeprovider.DisputeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.deliver(f.disputeEvents(since)...)
+		if d := f.theDispute(p.ID).Dispute; d.State != statemachine.Open || d.Amount != p.Amount {
+			t.Fatalf("dispute %+v, want the whole payment open", d)
+		}
+		f.runUntilIdle(f.svc)
+		f.wantRefundState(r.ID, statemachine.Created)
+		since = f.clock.Now()
+		if _, err := f.fake.MoveDispute(du.ID, provider.DisputeLost); err != nil {
+			t.Fatal(err)
+		}
+		f.deliver(f.disputeEvents(since)...)
+		f.runUntilIdle(f.svc)
+		f.wantRefundState(r.ID, statemachine.Failed)
+		if n := len(f.fake.RefundsOf(p.ProviderPaymentID)); n != 0 {
+			t.Fatalf("%d refunds made at the provider, want none", n)
+		}
+		fs, err := f.svc.Findings(context.Background(), false)
+		if err != nil || len(fs) != 1 || fs[0].Kind != reconcile.FindingDisputeExceeds || fs[0].PaymentID != du.ID {
+			t.Fatalf("findings %+v, %v; want dispute_exceeds for %s", fs, err, du.ID)
+		}
+		wantOutbox(t, f.store, p.ID, events.PurchaseSucceeded, events.DisputeOpened, events.DisputeLost, events.FindingOpened, events.RefundFailed)
 	})
 }

@@ -48,6 +48,11 @@ const (
 	// orphan_charge finding when it took or may take money), and it is not
 	// retried.
 	EventForeign EventOutcome = "foreign"
+	// EventFinding: the event is about a dispute that disagrees with the
+	// books (a payment no purchase owns, another purchase's, another
+	// currency, more than the payment kept): an audit finding records it,
+	// nothing is applied, and no purchase is escalated.
+	EventFinding EventOutcome = "finding"
 	// EventIgnored: a verified event of a type payrecon does not act on.
 	EventIgnored EventOutcome = "ignored"
 	// EventReceived: the endpoint stored the event, pending; the applier

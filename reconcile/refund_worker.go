@@ -45,6 +45,19 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		l.TakenOver = false
 	}
 	now := s.leaseNow(*l)
+	if r.State == statemachine.Created {
+		// A dispute opened since the refund was asked for: the card
+		// network holds the money, and the provider would refuse the
+		// refund. Nothing is sent until the dispute is decided, and the
+		// wait, which may last weeks, spends none of the refund's checks.
+		if d, err := s.refundBlockedBy(ctx, r); err != nil || d != nil {
+			if err != nil {
+				return false, err
+			}
+			s.cfg.Logger.Warn("refund held: its payment is disputed", "refund", r.ID, "dispute", d.ProviderDisputeID)
+			return true, s.hold(ctx, *l, r.ID)
+		}
+	}
 	final := statemachine.Refund.Terminal(r.State)
 	if !final && !r.Escalated() && l.Checks > s.cfg.MaxAttempts {
 		return false, refundKind.escalateOnly(s, ctx, *l, r, EscalationAttemptsExhausted, "attempts exhausted before an answer was applied")
@@ -58,16 +71,6 @@ func (s *Service) refundStep(ctx context.Context, l *Lease) (bool, error) {
 		}
 		if s.heldByRecovery(r.CreatedAt) {
 			return true, s.holdForRecovery(ctx, *l, r.ID, "refund create")
-		}
-		// A dispute opened since the refund was asked for: the card
-		// network holds the money, and the provider would refuse the
-		// refund. Nothing is sent until the dispute is decided.
-		if d, err := s.refundBlockedBy(ctx, r); err != nil || d != nil {
-			if err != nil {
-				return false, err
-			}
-			s.cfg.Logger.Warn("refund held: its payment is disputed", "refund", r.ID, "dispute", d.ProviderDisputeID)
-			return true, s.hold(ctx, *l, r.ID)
 		}
 		next := r
 		next.State, next.FirstAttemptAt, next.UpdatedAt = statemachine.Submitted, now, now
