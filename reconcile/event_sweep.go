@@ -19,7 +19,7 @@ import (
 // it windows payments by their creation time, and an old payment changed
 // today lies before its window.
 //
-// A run lists the payment and refund events (provider.EventTypes) created
+// A run lists the payment, refund and dispute events (provider.EventTypes) created
 // since its watermark minus Config.EventSweepOverlap (Config.
 // EventSweepFirstWindow back, the first time), every page, one token of
 // the rate budget per page, at the audit's priority. It then applies them
@@ -105,7 +105,7 @@ func (s *Service) EventWatermark(ctx context.Context) (time.Time, error) {
 const providerEventRetention = 30 * 24 * time.Hour
 
 // SweepEvents runs the event sweep once (see the comment above): it lists
-// the provider's payment and refund events since its watermark minus the
+// the provider's payment, refund and dispute events since its watermark minus the
 // overlap and applies them through the inbox, chunk by chunk with the
 // watermark. A failure of the listing changes nothing; a failure while
 // applying keeps the chunks committed before it. Either way the next run

@@ -18,7 +18,8 @@ import (
 // transaction, whatever path made it: the worker's single and batched
 // writes, the webhooks, the operators, the refunds, the audit and the
 // escalation sweeps all write through UpdatePurchase, ApplyMoves,
-// UpdateRefund, InsertFinding, CloseFinding or InsertOperatorAction.
+// UpdateRefund, InsertDispute, UpdateDispute, InsertFinding, CloseFinding
+// or InsertOperatorAction.
 //
 // The events:
 //   - purchase.succeeded, purchase.declined: a purchase moved to that
@@ -86,6 +87,7 @@ type disputeData struct {
 	EvidenceDueBy     *time.Time         `json:"evidence_due_by,omitempty"`
 }
 
+// disputePayload is d as its events carry it.
 func disputePayload(d Dispute) disputeData {
 	data := disputeData{
 		DisputeID: d.ID, ProviderDisputeID: d.ProviderDisputeID, State: d.State, Status: d.ProviderStatus,

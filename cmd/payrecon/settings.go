@@ -201,10 +201,10 @@ func newSettings() *settings {
 	plain("sweep-gauges", "PAYRECON_SWEEP_GAUGES", sw.GaugesSchedule, kindSchedule, "cron schedule: refresh the gauges read from the database")
 	plain("sweep-unmatched", "PAYRECON_SWEEP_UNMATCHED", sw.UnmatchedSchedule, kindSchedule, "cron schedule: the webhook applier retries the events stored as unmatched")
 	plain("sweep-retention", "PAYRECON_SWEEP_RETENTION", sw.RetentionSchedule, kindSchedule, "cron schedule: delete old inbox rows and expired idempotency keys")
-	plain("sweep-audit", "PAYRECON_SWEEP_AUDIT", sw.AuditSchedule, kindSchedule, "cron schedule: the audit from the provider's side (lists the provider's payments and matches them to the books)")
+	plain("sweep-audit", "PAYRECON_SWEEP_AUDIT", sw.AuditSchedule, kindSchedule, "cron schedule: the audit from the provider's side (lists the provider's payments, refunds and disputes and matches them to the books)")
 	plain("audit-overlap", "PAYRECON_AUDIT_OVERLAP", formatDuration(rc.AuditOverlap), kindDuration, "how far before the last audit's end the scheduled audit starts, so that windows overlap")
 	plain("audit-settle", "PAYRECON_AUDIT_SETTLE", formatDuration(rc.AuditSettle), kindDuration, "how long before now the scheduled audit's window ends, leaving payments still being created to the next run")
-	plain("sweep-events", "PAYRECON_SWEEP_EVENTS", sw.EventsSchedule, kindSchedule, "cron schedule: the event sweep (lists the provider's payment and refund events and applies through the webhook inbox those whose webhooks were lost)")
+	plain("sweep-events", "PAYRECON_SWEEP_EVENTS", sw.EventsSchedule, kindSchedule, "cron schedule: the event sweep (lists the provider's payment, refund and dispute events and applies through the webhook inbox those whose webhooks were lost)")
 	plain("event-sweep-overlap", "PAYRECON_EVENT_SWEEP_OVERLAP", formatDuration(rc.EventSweepOverlap), kindDuration, "how far before its watermark the event sweep lists the provider's events, for events listed late")
 	plain("event-sweep-first-window", "PAYRECON_EVENT_SWEEP_FIRST_WINDOW", formatDuration(rc.EventSweepFirstWindow), kindDuration, "how far back the first event sweep lists the provider's events, at most 720h (Stripe keeps them 30 days)")
 	plain("inbox-retention", "PAYRECON_INBOX_RETENTION", formatDuration(sw.InboxRetention), kindDuration, "how long webhook inbox rows are kept; at least "+

@@ -297,7 +297,7 @@ var receiptOutcomes = []reconcile.EventOutcome{reconcile.EventReceived, reconcil
 // appliedOutcomes are the applier's outcomes of an event.
 var appliedOutcomes = []reconcile.EventOutcome{
 	reconcile.EventApplied, reconcile.EventStale, reconcile.EventContradiction, reconcile.EventConfirming,
-	reconcile.EventUnmatched, reconcile.EventPending, reconcile.EventFailed,
+	reconcile.EventUnmatched, reconcile.EventFinding, reconcile.EventPending, reconcile.EventFailed,
 }
 
 // BudgetRate implements budget.Observer.
