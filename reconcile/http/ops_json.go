@@ -220,6 +220,15 @@ func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
 			"Could not read the findings", "The audit findings could not be read from the database. Reload to try again.")
 		return
 	}
+	// The money at risk is the one count, open disputes included, as on
+	// the list page.
+	disputes, _, err := o.svc.OpenDisputes(r.Context())
+	if err != nil {
+		o.log.Error("ops: list open disputes", "err", err)
+		o.cannotShow(w, r, who, asJSON, reconcile.KindInternal, "could not read the open disputes; try again",
+			"Could not read the disputes", "The open disputes could not be read from the database. Reload to try again.")
+		return
+	}
 	if asJSON {
 		writeJSON(w, http.StatusOK, map[string]any{"count": len(findings), "findings": opsFindingsToJSON(findings)})
 		return
@@ -229,7 +238,7 @@ func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
 		title = "All audit findings"
 	}
 	o.render(w, http.StatusOK, "findings", opsFindingsData{
-		opsBase: o.base(title, who), All: all, Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings, nil),
+		opsBase: o.base(title, who), All: all, Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings, disputes),
 	})
 }
 
