@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -435,5 +436,66 @@ func TestRefundHeldThenDisputeLost(t *testing.T) {
 			t.Fatalf("findings %+v, %v; want dispute_exceeds for %s", fs, err, du.ID)
 		}
 		wantOutbox(t, f.store, p.ID, events.PurchaseSucceeded, events.DisputeOpened, events.DisputeLost, events.FindingOpened, events.RefundFailed)
+	})
+}
+
+// TestDisputeAuditRacesTheApplier: the audit's listing and the applier's
+// webhooks bring the same disputes at the same time, from two services:
+// whichever inserts a dispute first, the other loses the race, judges
+// again, and each dispute is stored once, decided once and told once.
+func TestDisputeAuditRacesTheApplier(t *testing.T) {
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		f := setup(t, newStore, fakeprovider.Config{}, reconcile.Config{})
+		start := f.clock.Now()
+		var ps []reconcile.Purchase
+		for i := range 8 {
+			p := f.settle(fmt.Sprintf("race-%d", i))
+			du, err := f.fake.OpenDispute(p.ProviderPaymentID, fakeprovider.DisputeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.fake.MoveDispute(du.ID, provider.DisputeLost); err != nil {
+				t.Fatal(err)
+			}
+			ps = append(ps, p)
+		}
+		evs := f.disputeEvents(start)
+		f.clock.Advance(time.Minute)
+		auditor := f.service(f.fake, "auditor", reconcile.Config{})
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		errs := make(chan error, 2)
+		wg.Go(func() {
+			_, err := auditor.Audit(ctx, provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()})
+			errs <- err
+		})
+		wg.Go(func() {
+			for _, ev := range evs {
+				if _, err := f.svc.ReceiveEvent(ctx, ev); err != nil {
+					errs <- err
+					return
+				}
+				if _, err := f.svc.ApplyPending(ctx); err != nil {
+					errs <- err
+					return
+				}
+			}
+			errs <- nil
+		})
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.deliver() // whatever the race left pending
+		for _, p := range ps {
+			r := f.theDispute(p.ID)
+			if r.Dispute.State != statemachine.Lost || len(r.Transitions) != 1 {
+				t.Fatalf("purchase %s: dispute %+v with moves %v, want lost in one move", p.ID, r.Dispute, disputeMoves(r))
+			}
+			wantOutbox(t, f.store, p.ID, events.PurchaseSucceeded, events.DisputeOpened, events.DisputeLost)
+		}
 	})
 }
