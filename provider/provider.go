@@ -169,6 +169,12 @@ type CreateRequest struct {
 	Currency      string `json:"currency"`
 	Description   string `json:"description"`
 	PaymentMethod string `json:"payment_method"`
+	// Account is the account charged on behalf of (Accounts.ForAccount):
+	// PlatformAccount for the platform's own. Stored with the request, so
+	// that every replay is made on behalf of the same account; omitted
+	// from the JSON when empty, so that a platform request encodes, and
+	// hashes, as it did before accounts existed.
+	Account string `json:"account,omitempty"`
 	// Version is the request's version (see RequestVersion): what the
 	// adapter sends for it beyond the fields above. The zero value is
 	// RequestOnSession, the version of every request stored before this
@@ -415,6 +421,9 @@ type RefundRequest struct {
 	// Reason is the provider's reason word, when one applies
 	// ("duplicate", "requested_by_customer", "fraudulent"); "" sends none.
 	Reason string `json:"reason,omitempty"`
+	// Account is the account the refunded payment belongs to, its
+	// purchase's (CreateRequest.Account); omitted when empty, as there.
+	Account string `json:"account,omitempty"`
 }
 
 // Hash returns a stable hex SHA-256 of the request's parameters, key
@@ -492,6 +501,11 @@ const (
 type Event struct {
 	// ID is the provider's event id, stable across redeliveries.
 	ID string
+	// Account is the connected account the event happened in (Stripe's
+	// top-level account, on events sent to a Connect endpoint), or
+	// PlatformAccount for the platform's own. The receiver judges the
+	// event against that account's books only.
+	Account string
 	// Type is the provider's event type, e.g. payment_intent.succeeded.
 	Type string
 	// Outcome is what the event reports about the payment: Succeeded,

@@ -52,6 +52,7 @@ func (s *Service) callDue(ctx context.Context, l Lease, p Purchase, op provider.
 		a.Key = p.ProviderRequest.IdempotencyKey
 	}
 	ans := answerOf(src, c.outcome, c.res)
+	ans.Account = p.Account
 	ans.At = c.start
 	return a, ans, nil
 }
@@ -106,13 +107,14 @@ func (c leasedCall[R]) attempt(s *Service, l Lease, op provider.Op) Attempt {
 // callProvider sends op for p: the stored create (never a new one), a
 // status query by the stored payment id, or a search by purchase id.
 func (s *Service) callProvider(ctx context.Context, op provider.Op, p Purchase) (provider.Result, error) {
+	prov := s.providerFor(p.Account)
 	switch op {
 	case provider.OpCreate:
-		return s.provider.Create(ctx, *p.ProviderRequest)
+		return prov.Create(ctx, *p.ProviderRequest)
 	case provider.OpStatus:
-		return s.provider.Status(ctx, p.ProviderPaymentID)
+		return prov.Status(ctx, p.ProviderPaymentID)
 	case provider.OpSearch:
-		return s.provider.Search(ctx, p.ID)
+		return prov.Search(ctx, p.ID)
 	}
 	return provider.Result{}, fmt.Errorf("reconcile: purchase %s: no such provider call %q: %w", p.ID, op, provider.ErrRejected)
 }

@@ -166,13 +166,13 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 		}
 		var found []Finding
 		for _, pay := range payments {
-			fs, err := s.matchPayment(ctx, tx, pay, now)
+			fs, err := s.matchPayment(ctx, tx, provider.PlatformAccount, pay, now)
 			if err != nil {
 				return err
 			}
 			found = append(found, fs...)
 		}
-		fs, err := s.matchRefunds(ctx, tx, refunds, now)
+		fs, err := s.matchRefunds(ctx, tx, provider.PlatformAccount, refunds, now)
 		if err != nil {
 			return err
 		}
@@ -235,8 +235,10 @@ func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payme
 // payment yet, the first money-taking payment the audit sees is recorded
 // (Tx.LinkAuditPayment), so that a second one is a duplicate whichever
 // run, chunk or resumption sees it. pay.Created is zero for a payment
-// looked up by id rather than listed (judgeForeign).
-func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment, now time.Time) ([]Finding, error) {
+// looked up by id rather than listed (judgeForeign). account is the one
+// pay was listed or looked up in: a payment naming, or linked to, a
+// purchase of another account is owned by no purchase of this one.
+func (s *Service) matchPayment(ctx context.Context, tx Tx, account string, pay provider.Payment, now time.Time) ([]Finding, error) {
 	created := "unknown"
 	if !pay.Created.IsZero() {
 		created = pay.Created.UTC().Format(time.RFC3339)
@@ -259,6 +261,10 @@ func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment,
 		return nil, err
 	}
 	p := owner
+	if linked && p.Account != account {
+		return []Finding{finding(FindingOrphanCharge, nil, "the books give it to purchase %s of account %s, but it is in account %s",
+			p.ID, accountName(p.Account), accountName(account))}, nil
+	}
 	if !linked {
 		if pay.PurchaseID == "" {
 			if !pay.MoneyTaken() {
@@ -275,6 +281,14 @@ func (s *Service) matchPayment(ctx context.Context, tx Tx, pay provider.Payment,
 			return []Finding{finding(FindingOrphanCharge, nil, "money taken for purchase id %q, which the books do not know", pay.PurchaseID)}, nil
 		case err != nil:
 			return nil, err
+		}
+		if p.Account != account {
+			// Another account's money: no purchase of this account owns it.
+			if !pay.MoneyTaken() {
+				return nil, nil
+			}
+			return []Finding{finding(FindingOrphanCharge, nil, "money taken in account %s for purchase %s, which is of account %s",
+				accountName(account), p.ID, accountName(p.Account))}, nil
 		}
 		switch {
 		case p.ProviderPaymentID != "":
@@ -365,7 +379,7 @@ func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, paym
 		}
 		// Not listed here: it may have been created just past the window's
 		// end. Ask for it by id before calling it missing.
-		res, outcome, err := s.auditRead(ctx, provider.OpStatus, p.ProviderPaymentID)
+		res, outcome, err := s.auditRead(ctx, provider.OpStatus, p.Account, p.ProviderPaymentID)
 		if err != nil {
 			return nil, err
 		}
@@ -382,7 +396,7 @@ func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, paym
 		if named[p.ID] {
 			continue // its charge is listed here: matchPayment links it
 		}
-		res, outcome, err := s.auditRead(ctx, provider.OpSearch, p.ID)
+		res, outcome, err := s.auditRead(ctx, provider.OpSearch, p.Account, p.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -399,11 +413,12 @@ func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, paym
 	return out, nil
 }
 
-// auditRead asks the provider, at the audit's priority, for a payment by
-// id (OpStatus) or for a purchase's payment by search (OpSearch), and
+// auditRead asks the provider, on behalf of account and at the audit's
+// priority, for a payment by id (OpStatus) or for a purchase's payment by
+// search (OpSearch), and
 // returns the answer with its outcome; an error only when the budget
 // refused to wait (the context ended).
-func (s *Service) auditRead(ctx context.Context, op provider.Op, id string) (provider.Result, provider.Outcome, error) {
+func (s *Service) auditRead(ctx context.Context, op provider.Op, account, id string) (provider.Result, provider.Outcome, error) {
 	if err := s.awaitBudget(ctx, op, PriorityAudit, 0, false); err != nil {
 		return provider.Result{}, "", err
 	}
@@ -415,9 +430,9 @@ func (s *Service) auditRead(ctx context.Context, op provider.Op, id string) (pro
 		err error
 	)
 	if op == provider.OpSearch {
-		res, err = s.provider.Search(callCtx, id)
+		res, err = s.providerFor(account).Search(callCtx, id)
 	} else {
-		res, err = s.provider.Status(callCtx, id)
+		res, err = s.providerFor(account).Status(callCtx, id)
 	}
 	s.noteThrottle(ctx, op, err)
 	outcome := provider.OutcomeOf(res, err)

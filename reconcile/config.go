@@ -86,6 +86,18 @@ type Config struct {
 	// "pm_card_visa", Stripe's test-mode card.
 	DefaultPaymentMethod string
 
+	// Accounts are the provider's connected accounts (acct_…) this
+	// deployment serves besides the platform's own, which it always
+	// serves. A purchase may name one of them (NewPurchase.Account), and
+	// the Provider must then act on behalf of accounts (provider.Accounts).
+	// Default none: the platform's account only.
+	Accounts []string
+
+	// UndeclaredAccounts is what becomes of a purchase naming a
+	// well-formed account that Accounts does not declare. Default
+	// AccountsRefuse: it is refused, nothing stored.
+	UndeclaredAccounts AccountPolicy
+
 	// ProviderName names the provider in audit findings and runs.
 	// Default "stripe".
 	ProviderName string
@@ -364,6 +376,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxAmount < 0 {
 		errs = append(errs, fmt.Errorf("max amount %d: must be positive", c.MaxAmount))
 	}
+	errs = append(errs, c.checkAccounts()...)
 	if err := errors.Join(errs...); err != nil {
 		return c, fmt.Errorf("reconcile: config: %w", err)
 	}

@@ -295,6 +295,7 @@ func EventFromProvider(name string, ev provider.Event, digest string, body []byt
 	out := Event{
 		Provider:    name,
 		ID:          ev.ID,
+		Account:     ev.Account,
 		Type:        ev.Type,
 		Outcome:     ev.Outcome,
 		PaymentID:   ev.PaymentID,

@@ -77,8 +77,12 @@ const UnverifiedEventType = "unverified"
 
 // Event is a verified provider event in neutral terms.
 type Event struct {
-	Provider    string // "stripe"
-	ID          string // the provider's event id
+	Provider string // "stripe"
+	ID       string // the provider's event id
+	// Account is the provider account the event happened in
+	// (provider.Event.Account): "" for the platform's own. The event is
+	// judged against that account's books only.
+	Account     string
 	Type        string // the provider's event type, e.g. payment_intent.succeeded
 	Outcome     provider.Outcome
 	PaymentID   string // the object the event is about
@@ -102,8 +106,11 @@ type Event struct {
 
 // InboxEvent is one row of the webhook inbox, unique by (Provider, EventID).
 type InboxEvent struct {
-	Provider    string
-	EventID     string
+	Provider string
+	EventID  string
+	// Account is the event's (see Event), stored with it so that the
+	// applier judges it, however late, against that account's books.
+	Account     string
 	Type        string
 	PayloadHash string
 	Payload     []byte
@@ -207,7 +214,7 @@ func (s *Service) applyEventAlone(ctx context.Context, tx Tx, run *eventRun) err
 // until applyEventTx records its outcome.
 func inboxRow(ev Event, now time.Time) InboxEvent {
 	return InboxEvent{
-		Provider: ev.Provider, EventID: ev.ID, Type: ev.Type, PayloadHash: ev.PayloadHash,
+		Provider: ev.Provider, EventID: ev.ID, Account: ev.Account, Type: ev.Type, PayloadHash: ev.PayloadHash,
 		Payload: ev.Payload, ObjectID: ev.PaymentID, Result: ev.Outcome, PurchaseID: ev.PurchaseID,
 		Amount: ev.Amount, Currency: ev.Currency, Created: ev.Created,
 		Outcome: EventUnmatched, ReceivedAt: now,
@@ -318,7 +325,7 @@ func (s *Service) judgeForeign(ctx context.Context, events []Event) (int, error)
 	var errs []error
 	for _, id := range order {
 		evs := byPayment[id]
-		res, outcome, err := s.auditRead(ctx, provider.OpStatus, id)
+		res, outcome, err := s.auditRead(ctx, provider.OpStatus, evs[0].Account, id)
 		if err != nil {
 			return judged, errors.Join(append(errs, fmt.Errorf("reconcile: judge payment %s of another integration: %w", id, err))...)
 		}
@@ -342,7 +349,7 @@ func (s *Service) judgeForeign(ctx context.Context, events []Event) (int, error)
 			}
 			var found []Finding
 			if outcome != provider.NotFound {
-				if found, err = s.matchPayment(ctx, tx, pay, now); err != nil {
+				if found, err = s.matchPayment(ctx, tx, evs[0].Account, pay, now); err != nil {
 					return err
 				}
 			}
@@ -492,7 +499,7 @@ func (s *Service) matchEvent(ctx context.Context, tx Tx, ev Event) (Purchase, er
 func (s *Service) applyToPurchase(ctx context.Context, tx Tx, p Purchase, ev Event, now time.Time) (EventOutcome, []move, error) {
 	ans := Answer{
 		Source: SourceWebhook, Outcome: ev.Outcome, PaymentID: ev.PaymentID, PurchaseID: ev.PurchaseID,
-		Amount: ev.Amount, Currency: ev.Currency, At: ev.Created,
+		Account: ev.Account, Amount: ev.Amount, Currency: ev.Currency, At: ev.Created,
 	}
 	var err error
 	if ans.Owner, err = ownerOf(ctx, tx, ev.PaymentID); err != nil {

@@ -172,6 +172,7 @@ func (s *Service) newPurchase(np NewPurchase, client string, now time.Time) Purc
 		Description:   np.Description,
 		PaymentMethod: np.PaymentMethod,
 		Client:        client,
+		Account:       np.Account,
 		State:         statemachine.Created,
 		Version:       1,
 		CreatedAt:     now,

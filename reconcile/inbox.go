@@ -241,7 +241,7 @@ func pendingRuns(claimed []InboxEvent, now time.Time) []*eventRun {
 // event is the Event an inbox row stores.
 func (ie InboxEvent) event() Event {
 	return Event{
-		Provider: ie.Provider, ID: ie.EventID, Type: ie.Type, PaymentID: ie.ObjectID,
+		Provider: ie.Provider, ID: ie.EventID, Account: ie.Account, Type: ie.Type, PaymentID: ie.ObjectID,
 		PurchaseID: ie.PurchaseID, PayloadHash: ie.PayloadHash, Payload: ie.Payload,
 		Outcome: ie.Result, Amount: ie.Amount, Currency: ie.Currency, Created: ie.Created,
 		Refund: ie.Refund, RefundID: ie.RefundID, Refunded: ie.Refunded, Dispute: ie.Dispute,

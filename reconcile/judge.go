@@ -51,6 +51,12 @@ type Answer struct {
 	// PurchaseID is the purchase the payment's metadata names, "" for
 	// none.
 	PurchaseID string
+	// Account is the provider account the answer comes from: the one a
+	// call was made on behalf of, or the one an event happened in. A
+	// payment of another account than the purchase's is never its own,
+	// whatever its metadata says: ids are the platform's to choose, and
+	// two accounts may hold payments naming one purchase id.
+	Account string
 	// Amount and Currency are the payment's as the provider reports them;
 	// 0 and "" when the answer carries none.
 	Amount   int64
@@ -197,6 +203,9 @@ func judgeIdentity(p Purchase, a Answer) (Verdict, bool) {
 		// No payment named (a key in use answers pending without one):
 		// nothing to compare; the answer is about the call, not a charge.
 		return Verdict{}, false
+	case a.Account != p.Account:
+		return escalateVerdict(EscalationForeignPayment, fmt.Sprintf(
+			"the provider's payment %s is in account %s, the purchase's is %s", orNone(a.PaymentID), accountName(a.Account), accountName(p.Account))), true
 	case a.PurchaseID != p.ID:
 		named := fmt.Sprintf("names purchase %q", a.PurchaseID)
 		if a.PurchaseID == "" {

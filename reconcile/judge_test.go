@@ -28,6 +28,12 @@ func own(src reconcile.Source, o provider.Outcome) reconcile.Answer {
 	return reconcile.Answer{Source: src, Outcome: o, PaymentID: "pi_own", PurchaseID: "pur_1", Amount: 300, Currency: "usd"}
 }
 
+// inAccount returns p as a purchase of a connected account.
+func inAccount(p reconcile.Purchase, account string) reconcile.Purchase {
+	p.Account = account
+	return p
+}
+
 func TestJudge(t *testing.T) {
 	before := time.Date(2026, 3, 1, 8, 59, 0, 0, time.UTC)
 	after := time.Date(2026, 3, 1, 9, 1, 0, 0, time.UTC)
@@ -66,6 +72,17 @@ func TestJudge(t *testing.T) {
 			with(own(src, provider.Succeeded), func(a *reconcile.Answer) { a.PurchaseID = "" }), reconcile.VerdictEscalate, "", reconcile.EscalationForeignPayment})
 		add(row{name("books give the payment to another purchase"), judgeBooks(statemachine.Submitted, false),
 			with(own(src, provider.Succeeded), func(a *reconcile.Answer) { a.Owner = "pur_2" }), reconcile.VerdictEscalate, "", reconcile.EscalationForeignPayment})
+		// Another account's payment is never the purchase's own, even
+		// naming it: the platform's purchase, a connected account's, and
+		// two connected accounts.
+		add(row{name("another account's payment, to the platform's purchase"), judgeBooks(statemachine.Reconciling, false),
+			with(own(src, provider.Succeeded), func(a *reconcile.Answer) { a.Account = "acct_A" }), reconcile.VerdictEscalate, "", reconcile.EscalationForeignPayment})
+		add(row{name("the platform's payment, to a connected account's purchase"), inAccount(judgeBooks(statemachine.Reconciling, false), "acct_B"),
+			own(src, provider.Succeeded), reconcile.VerdictEscalate, "", reconcile.EscalationForeignPayment})
+		add(row{name("another connected account's payment"), inAccount(judgeBooks(statemachine.Succeeded, true), "acct_B"),
+			with(own(src, provider.Succeeded), func(a *reconcile.Answer) { a.Account = "acct_A" }), reconcile.VerdictEscalate, "", reconcile.EscalationForeignPayment})
+		add(row{name("its own account's payment"), inAccount(judgeBooks(statemachine.Reconciling, false), "acct_B"),
+			with(own(src, provider.Succeeded), func(a *reconcile.Answer) { a.Account = "acct_B" }), reconcile.VerdictApply, statemachine.Succeeded, ""})
 		add(row{name("second payment succeeded"), judgeBooks(statemachine.Succeeded, true),
 			with(own(src, provider.Succeeded), func(a *reconcile.Answer) { a.PaymentID = "pi_other" }), reconcile.VerdictEscalate, "", reconcile.EscalationDuplicateCharge})
 		add(row{name("second payment pending"), judgeBooks(statemachine.Reconciling, true),

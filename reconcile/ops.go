@@ -130,6 +130,7 @@ func (s *Service) liveView(ctx context.Context, p Purchase, actor string, token 
 	s.cfg.Observer.ProviderCall(op, outcome, took)
 	s.noteThrottle(ctx, op, err)
 	ans := answerOf(SourceOperator, outcome, res)
+	ans.Account = p.Account
 	a := Attempt{
 		PurchaseID: p.ID, Op: op, Outcome: outcome, PaymentID: res.PaymentID, Status: res.Status,
 		Latency: took, Actor: actor, LeaseToken: token, Note: "shown to an operator; changes nothing",

@@ -123,6 +123,12 @@ type Purchase struct {
 	// before the store recorded it (migration 00005): no API client may
 	// read such a purchase (see Service.ClientPurchase).
 	Client string
+	// Account is the provider account whose money the purchase is:
+	// provider.PlatformAccount ("") for the platform's own, or a
+	// connected account (acct_…). Fixed at insert, before the first call,
+	// like the key: every provider call about the purchase is made on
+	// behalf of it, and only that account's answers can settle it.
+	Account string
 
 	State   statemachine.State
 	Version int64 // bumped by every write; writes are conditional on it

@@ -129,6 +129,7 @@ func (s *Service) createRefundTx(ctx context.Context, tx Tx, nr NewRefund, clien
 		Amount:         nr.Amount,
 		Currency:       strings.ToLower(currency),
 		Reason:         why,
+		Account:        p.Account,
 	}
 	r := Refund{
 		ID:              id,

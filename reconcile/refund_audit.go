@@ -36,8 +36,10 @@ func (s *Service) listRefunds(ctx context.Context, w provider.Window) ([]provide
 // books' refunds they name in one read, and returns what does not match.
 // A books' refund the provider disagrees with is escalated here, where it
 // is known (a finding's PaymentID is the provider's refund id, which the
-// books' refund may not hold yet); now is the store's time.
-func (s *Service) matchRefunds(ctx context.Context, tx Tx, refunds []provider.RefundResult, now time.Time) ([]Finding, error) {
+// books' refund may not hold yet); now is the store's time. account is
+// the one the refunds were listed in: a refund of another account's books
+// is none of this account's.
+func (s *Service) matchRefunds(ctx context.Context, tx Tx, account string, refunds []provider.RefundResult, now time.Time) ([]Finding, error) {
 	if len(refunds) == 0 {
 		return nil, nil
 	}
@@ -65,6 +67,10 @@ func (s *Service) matchRefunds(ctx context.Context, tx Tx, refunds []provider.Re
 			r, ok = byID[x.RefundID]
 		}
 		f := Finding{PaymentID: x.ID, Amount: x.Amount, Currency: x.Currency, Status: x.Status}
+		if ok && r.Account() != account {
+			// A refund of another account's books: none of this account's.
+			ok = false
+		}
 		if !ok {
 			if x.Outcome == provider.Failed {
 				continue // no money moved: nothing to account for

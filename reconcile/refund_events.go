@@ -64,7 +64,7 @@ func (s *Service) matchRefundEvent(ctx context.Context, tx Tx, ev Event) (Refund
 func (s *Service) applyToRefund(ctx context.Context, tx Tx, r Refund, ev Event, now time.Time) (EventOutcome, error) {
 	ans := Answer{
 		Source: SourceWebhook, Outcome: ev.Outcome, PaymentID: ev.PaymentID, PurchaseID: ev.PurchaseID,
-		RefundID: ev.RefundID, Refunded: ev.Refunded, Amount: ev.Amount, Currency: ev.Currency, At: ev.Created,
+		RefundID: ev.RefundID, Refunded: ev.Refunded, Account: ev.Account, Amount: ev.Amount, Currency: ev.Currency, At: ev.Created,
 	}
 	var err error
 	if ans.Owner, err = refundOwnerOf(ctx, tx, ev.PaymentID); err != nil {

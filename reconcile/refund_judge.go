@@ -78,6 +78,9 @@ func judgeRefundIdentity(r Refund, a Answer) (Verdict, bool) {
 	switch {
 	case a.PaymentID == "" && a.RefundID == "":
 		return Verdict{}, false // about the call, not a refund
+	case a.Account != r.Account():
+		return escalateVerdict(EscalationForeignPayment, fmt.Sprintf(
+			"the provider's refund %s is in account %s, the refund's is %s", orNone(a.PaymentID), accountName(a.Account), accountName(r.Account()))), true
 	case a.RefundID != r.ID:
 		named := fmt.Sprintf("names refund %q", a.RefundID)
 		if a.RefundID == "" {

@@ -196,6 +196,7 @@ func (s *Service) callRefund(ctx context.Context, l Lease, r Refund, op provider
 		a.Key = r.ProviderRequest.IdempotencyKey
 	}
 	ans := refundAnswerOf(src, c.outcome, res)
+	ans.Account = r.Account()
 	ans.Charges = c.res.charges
 	ans.At = c.start
 	return a, ans, nil
@@ -206,20 +207,21 @@ func (s *Service) callRefund(ctx context.Context, l Lease, r Refund, op provider
 // payment's refunds, from which it picks r's by its metadata and counts
 // how many of them moved or may move money.
 func (s *Service) callRefundProvider(ctx context.Context, op provider.Op, r Refund) (provider.RefundResult, int, error) {
+	if r.ProviderRequest == nil {
+		return provider.RefundResult{}, 0, fmt.Errorf("reconcile: refund %s has no stored request: %w", r.ID, provider.ErrRejected)
+	}
+	prov := s.providerFor(r.ProviderRequest.Account)
 	switch op {
 	case provider.OpRefundCreate:
-		if r.ProviderRequest == nil {
-			return provider.RefundResult{}, 0, fmt.Errorf("reconcile: refund %s has no stored request: %w", r.ID, provider.ErrRejected)
-		}
-		res, err := s.provider.CreateRefund(ctx, *r.ProviderRequest)
+		res, err := prov.CreateRefund(ctx, *r.ProviderRequest)
 		return res, 0, err
 	case provider.OpRefundGet:
-		res, err := s.provider.GetRefund(ctx, r.ProviderRefundID)
+		res, err := prov.GetRefund(ctx, r.ProviderRefundID)
 		return res, 0, err
 	case provider.OpRefundList:
 		// callRefund took the first page's token; each later page takes
 		// its own.
-		all, err := s.provider.ListRefunds(ctx, r.PaymentID, s.pageGate(op, PriorityReconcile, true))
+		all, err := prov.ListRefunds(ctx, r.PaymentID, s.pageGate(op, PriorityReconcile, true))
 		if err != nil {
 			return provider.RefundResult{}, 0, err
 		}

@@ -21,6 +21,9 @@ import (
 type Service struct {
 	store    Store
 	provider provider.Provider
+	// accounts is provider's view per connected account, when it can act
+	// on behalf of accounts; nil otherwise (see providerFor).
+	accounts provider.Accounts
 	cfg      Config
 	group    *groupCommitter // nil with Config.GroupCommitOff
 	// recovery is the open recovery epoch's guard as last read (see
@@ -55,10 +58,14 @@ func New(store Store, p provider.Provider, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	accounts, _ := p.(provider.Accounts)
+	if cfg.servesConnected() && accounts == nil {
+		return nil, errors.New("reconcile: config: connected accounts are served, but the provider cannot act on their behalf")
+	}
 	listener, _ := store.(InboxListener)
 	// Every transaction writes the outbox events of its changes.
 	store = outboxStore{Store: store}
-	s := &Service{store: store, provider: p, cfg: cfg, inboxWake: make(chan struct{}, 1), listener: listener}
+	s := &Service{store: store, provider: p, accounts: accounts, cfg: cfg, inboxWake: make(chan struct{}, 1), listener: listener}
 	if !cfg.GroupCommitOff {
 		s.group = newGroupCommitter(store, cfg.GroupCommitMax, cfg.GroupCommitLeaders, cfg.Logger)
 	}
@@ -101,6 +108,10 @@ type NewPurchase struct {
 	Currency      string // ISO 4217, any case
 	Description   string
 	PaymentMethod string // optional; Config.DefaultPaymentMethod if empty
+	// Account is the provider account to charge on behalf of: "" for the
+	// platform's own, or a connected account (acct_…) the deployment
+	// serves (Config.Accounts, Config.UndeclaredAccounts).
+	Account string
 }
 
 // FieldError is an invalid input field. It wraps ErrInvalid.
@@ -144,6 +155,10 @@ func (s *Service) Validate(np NewPurchase) (NewPurchase, error) {
 	checkText("reference", np.Reference, false, 255)
 	checkText("description", np.Description, false, 1000)
 	checkText("payment_method", np.PaymentMethod, true, 255)
+	np.Account = strings.TrimSpace(np.Account)
+	if why := s.cfg.checkAccount(np.Account); why != "" {
+		bad("account", "%s", why)
+	}
 	switch {
 	case np.Amount <= 0:
 		bad("amount", "must be a positive number of minor units, got %d", np.Amount)

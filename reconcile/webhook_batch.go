@@ -368,7 +368,7 @@ func matchFound(ev Event, byID, byPayment map[string]Purchase) (Purchase, bool) 
 func planSettle(ev Event, p Purchase, owner string, now time.Time) *settlePlan {
 	ans := Answer{
 		Source: SourceWebhook, Outcome: ev.Outcome, PaymentID: ev.PaymentID, PurchaseID: ev.PurchaseID,
-		Amount: ev.Amount, Currency: ev.Currency, At: ev.Created, Owner: owner,
+		Account: ev.Account, Amount: ev.Amount, Currency: ev.Currency, At: ev.Created, Owner: owner,
 	}
 	v := Judge(p, ans)
 	if v.Kind != VerdictApply || v.Settles == "" {

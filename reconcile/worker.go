@@ -399,6 +399,7 @@ func (s *Service) submitIntent(l Lease, p Purchase) intent {
 		Currency:       p.Currency,
 		Description:    p.Description,
 		PaymentMethod:  p.PaymentMethod,
+		Account:        p.Account,
 		Version:        provider.CurrentRequestVersion,
 	}
 	next := p

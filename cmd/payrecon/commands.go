@@ -143,6 +143,9 @@ func serviceOverBudget(ctx context.Context, e *env, p provider.Provider, cfg rec
 // noProvider is the provider of a command that never asks one.
 type noProvider struct{}
 
+// ForAccount is the books' provider for every account: none asks it.
+func (noProvider) ForAccount(string) provider.Provider { return noProvider{} }
+
 var errNoProvider = errors.New("this command does not ask the provider")
 
 func (noProvider) Create(context.Context, provider.CreateRequest) (provider.Result, error) {
@@ -203,6 +206,7 @@ func runPurchaseCreate(ctx context.Context, e *env, args []string) error {
 		fs.StringVar(&np.Description, "description", "", "what is bought")
 		fs.StringVar(&np.Reference, "reference", "", "optional business reference, unique per customer")
 		fs.StringVar(&np.PaymentMethod, "payment-method", "", "provider payment method (default pm_card_visa, Stripe's test card)")
+		fs.StringVar(&np.Account, "account", "", "the connected account (acct_…) to charge on behalf of; default the platform's own")
 	})
 	if err != nil {
 		return err

@@ -64,7 +64,7 @@ var (
 		"escalated-interval", "key-retention", "key-replay-margin", "batch-size", "concurrency", "apply-window", "poll-interval", "shutdown-grace",
 		"max-amount", "audit-overlap", "audit-settle", "event-sweep-overlap", "event-sweep-first-window"}
 	providerSettings = []string{"provider", "fake-faults", "stripe-api-base", "stripe-secret-key", "stripe-secret-key-file",
-		"budget", "budget-account", "budget-global", "budget-create", "budget-retrieve", "budget-search", "budget-list", "budget-refund"}
+		"accounts", "undeclared-accounts", "budget", "budget-account", "budget-global", "budget-create", "budget-retrieve", "budget-search", "budget-list", "budget-refund"}
 	httpSettings = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
 		"api", "api-token", "api-token-file", "ops-token", "ops-token-file", "group-commit", "group-commit-max", "group-commit-leaders"}
 	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit", "sweep-events",
@@ -108,9 +108,9 @@ func commands() []command {
 				"Give each worker process its own --worker-id when the default (host-pid) is not unique.",
 			settings: join(basicSettings, storeSettings, []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file"}, providerSettings, protocolSettings, sweepSettings), run: runWorker},
 		{name: "purchase", args: "create | show ID", summary: "purchase create | purchase show ID", run: runPurchase},
-		{name: "purchase create", args: "--amount N --currency CODE --customer ID [--description TEXT] [--reference REF] [--payment-method PM]",
+		{name: "purchase create", args: "--amount N --currency CODE --customer ID [--description TEXT] [--reference REF] [--payment-method PM] [--account acct_…]",
 			summary:  "create a purchase and print its id; the worker charges it",
-			settings: join(readSettings, []string{"max-amount"}), run: runPurchaseCreate},
+			settings: join(readSettings, []string{"max-amount", "accounts", "undeclared-accounts"}), run: runPurchaseCreate},
 		{name: "purchase show", args: "ID [--json]", summary: "a purchase: its state, transitions, provider calls and refunds",
 			settings: readSettings, run: runPurchaseShow},
 		{name: "refund", args: "create PURCHASE | show ID", summary: "refund create PURCHASE | refund show ID", run: runRefund},

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/payrecon/payrecon/provider"
 	"log/slog"
 	"math"
 	"net"
@@ -54,6 +55,30 @@ func checkCount(v string) error {
 		return errors.New("want a positive whole number")
 	}
 	return nil
+}
+
+// checkAccounts checks a comma-separated list of connected accounts as
+// reconcile.Config does, so that a typo stops the command at once.
+func checkAccounts(v string) error {
+	var errs []error
+	for _, a := range splitList(v) {
+		if _, err := provider.ParseAccount(a); err != nil || a == provider.PlatformAccount {
+			errs = append(errs, fmt.Errorf("%q is not a connected account: want acct_ followed by letters and digits", a))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// splitList splits a comma-separated setting, dropping blanks around and
+// between its items.
+func splitList(v string) []string {
+	var out []string
+	for _, x := range strings.Split(v, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }
 
 func checkRate(v string) error {

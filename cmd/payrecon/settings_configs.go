@@ -65,6 +65,8 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	cfg.InboxMaxAttempts = int(num("inbox-max-attempts"))
 	dur(&cfg.InboxBackoff, "inbox-backoff")
 	dur(&cfg.InboxGather, "inbox-gather")
+	cfg.Accounts = splitList(s.str("accounts"))
+	cfg.UndeclaredAccounts = reconcile.AccountPolicy(s.str("undeclared-accounts"))
 	return cfg, errors.Join(errs...)
 }
 

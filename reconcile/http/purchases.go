@@ -147,6 +147,9 @@ type purchaseRequest struct {
 	Description   string `json:"description"`
 	PaymentMethod string `json:"payment_method,omitempty"`
 	Reference     string `json:"reference,omitempty"`
+	// Account is the provider account charged on behalf of; omitted for
+	// the platform's own, so that such a request hashes as before.
+	Account string `json:"account,omitempty"`
 }
 
 // PurchaseJSON is the API's view of a purchase.
@@ -158,6 +161,7 @@ type PurchaseJSON struct {
 	Amount            int64     `json:"amount"`
 	Currency          string    `json:"currency"`
 	Description       string    `json:"description"`
+	Account           string    `json:"account,omitempty"`
 	ProviderPaymentID string    `json:"provider_payment_id,omitempty"`
 	Escalated         bool      `json:"escalated,omitempty"`
 	EscalationReason  string    `json:"escalation_reason,omitempty"`
@@ -168,7 +172,7 @@ type PurchaseJSON struct {
 func purchaseJSON(p reconcile.Purchase) PurchaseJSON {
 	return PurchaseJSON{
 		ID: p.ID, State: string(p.State), Customer: p.Customer, Reference: p.Reference,
-		Amount: p.Amount, Currency: p.Currency, Description: p.Description,
+		Amount: p.Amount, Currency: p.Currency, Description: p.Description, Account: p.Account,
 		ProviderPaymentID: p.ProviderPaymentID, Escalated: p.Escalated(),
 		EscalationReason: string(p.EscalationReason), CreatedAt: p.CreatedAt, UpdatedAt: p.UpdatedAt,
 	}
@@ -201,6 +205,7 @@ func (a *PurchaseAPI) create(w http.ResponseWriter, r *http.Request, c APIClient
 	np := reconcile.NewPurchase{
 		Customer: req.Customer, Amount: *req.Amount, Currency: req.Currency,
 		Description: req.Description, PaymentMethod: req.PaymentMethod, Reference: req.Reference,
+		Account: req.Account,
 	}
 	saved, err := a.svc.CreatePurchaseOnce(r.Context(), c.Name, key, hash, np, func(p reconcile.Purchase) (int, []byte, error) {
 		body, err := json.Marshal(purchaseJSON(p))
@@ -240,7 +245,7 @@ func (a *PurchaseAPI) create(w http.ResponseWriter, r *http.Request, c APIClient
 }
 
 // purchaseFields are the keys of a purchase request, exactly.
-var purchaseFields = []string{"customer", "amount", "currency", "description", "payment_method", "reference"}
+var purchaseFields = []string{"customer", "amount", "currency", "description", "payment_method", "reference", "account"}
 
 // decodePurchase reads and checks the body. On failure it has written the
 // answer, 413 for a body over maxPurchaseBody, else 400, and returns ok
@@ -294,7 +299,7 @@ func writeTooLarge(w http.ResponseWriter) {
 // order do not count.
 func parsePurchase(body []byte) (req purchaseRequest, hash string, err error) {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return req, "", &reconcile.FieldError{Field: "body", Message: "is empty: want a JSON object {customer, amount, currency, description, payment_method, reference}"}
+		return req, "", &reconcile.FieldError{Field: "body", Message: "is empty: want a JSON object {customer, amount, currency, description, payment_method, reference, account}"}
 	}
 	if fe := checkStrictJSON(body, purchaseFields); fe != nil {
 		return req, "", fe
@@ -345,6 +350,7 @@ func mismatch(req purchaseRequest, saved []byte) string {
 	diff("customer", prev.Customer, strings.TrimSpace(req.Customer))
 	diff("description", prev.Description, req.Description)
 	diff("reference", prev.Reference, strings.TrimSpace(req.Reference))
+	diff("account", prev.Account, strings.TrimSpace(req.Account))
 	if len(diffs) == 0 {
 		return "the request body differs (payment_method or formatting of a field)"
 	}
