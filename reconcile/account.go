@@ -65,6 +65,43 @@ func (c Config) checkAccount(account string) string {
 	return fmt.Sprintf("%s is not an account this deployment serves (declare it, or accept undeclared accounts)", account)
 }
 
+// watchedAccounts lists the accounts whose provider side the audit, the
+// event sweep, the restore check and recovery read, the platform's first:
+// every declared account, and under AccountsAccept every account the
+// books hold a purchase of.
+func (s *Service) watchedAccounts(ctx context.Context) ([]string, error) {
+	out := append([]string{provider.PlatformAccount}, s.cfg.Accounts...)
+	if s.cfg.UndeclaredAccounts != AccountsAccept {
+		return out, nil
+	}
+	var books []string
+	err := s.store.InTx(ctx, func(tx Tx) error {
+		var err error
+		books, err = tx.ListAccounts(ctx)
+		return err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: the books' accounts: %w", err)
+	}
+	for _, a := range books {
+		if !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
+}
+
+// runName is the name of a run of the audit or the event sweep over
+// account's provider side, each with its own watermark: the provider's
+// name, then the connected account if any, then suffix ("/manual",
+// "/events", …).
+func (s *Service) runName(account, suffix string) string {
+	if account == provider.PlatformAccount {
+		return s.cfg.ProviderName + suffix
+	}
+	return s.cfg.ProviderName + "/" + account + suffix
+}
+
 // accountName names account for people: "the platform's" for the
 // platform's own.
 func accountName(account string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -51,13 +52,50 @@ type AuditReport struct {
 // audit's (AuditDue), so that a run by hand over any window never moves
 // where the periodic one goes on. Returns an error wrapping ErrAuditWindow
 // when w is empty.
+//
+// Each watched account is audited from its own side, with its own
+// watermark; the report sums them (Run is the platform's). An account
+// whose audit fails does not stop the others: the error names it.
 func (s *Service) Audit(ctx context.Context, w provider.Window) (AuditReport, error) {
-	return s.audit(ctx, s.cfg.ProviderName+"/manual", w)
+	return s.auditAccounts(ctx, "/manual", func(context.Context, string) (provider.Window, error) { return w, nil })
 }
 
-// audit runs the audit named name over w, resuming its run if it stopped
-// midway over the same window.
-func (s *Service) audit(ctx context.Context, name string, w provider.Window) (AuditReport, error) {
+// auditAccounts runs, for each watched account, the audit named
+// runName(account, suffix) over the window window returns for it, and
+// sums the reports.
+func (s *Service) auditAccounts(ctx context.Context, suffix string, window func(ctx context.Context, name string) (provider.Window, error)) (AuditReport, error) {
+	accounts, err := s.watchedAccounts(ctx)
+	if err != nil {
+		return AuditReport{}, err
+	}
+	var (
+		sum  AuditReport
+		errs []error
+	)
+	for i, account := range accounts {
+		name := s.runName(account, suffix)
+		w, err := window(ctx, name)
+		if err == nil {
+			var rep AuditReport
+			rep, err = s.audit(ctx, account, name, w)
+			if i == 0 {
+				sum.Run, sum.Resumed = rep.Run, rep.Resumed
+			}
+			sum.Payments += rep.Payments
+			sum.Refunds += rep.Refunds
+			sum.Disputes += rep.Disputes
+			sum.New = append(sum.New, rep.New...)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("account %s: %w", accountName(account), err))
+		}
+	}
+	return sum, errors.Join(errs...)
+}
+
+// audit runs the audit named name over w, from account's side, resuming
+// its run if it stopped midway over the same window.
+func (s *Service) audit(ctx context.Context, account, name string, w provider.Window) (AuditReport, error) {
 	w.From, w.Until = w.From.UTC().Truncate(time.Second), w.Until.UTC().Truncate(time.Second)
 	if !w.From.Before(w.Until) {
 		return AuditReport{}, fmt.Errorf("reconcile: audit [%s, %s): %w", w.From, w.Until, ErrAuditWindow)
@@ -87,7 +125,7 @@ func (s *Service) audit(ctx context.Context, name string, w provider.Window) (Au
 	}
 	for !rep.Run.Complete() {
 		chunk := provider.Window{From: rep.Run.Done, Until: minTime(rep.Run.Done.Add(s.cfg.AuditChunk), rep.Run.Until)}
-		n, found, err := s.auditChunk(ctx, &rep.Run, chunk)
+		n, found, err := s.auditChunk(ctx, account, &rep.Run, chunk)
 		if err != nil {
 			return rep, fmt.Errorf("reconcile: audit [%s, %s): %w", chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
 		}
@@ -97,7 +135,7 @@ func (s *Service) audit(ctx context.Context, name string, w provider.Window) (Au
 		rep.Disputes += n.disputes
 		rep.New = append(rep.New, found...)
 	}
-	s.cfg.Logger.Info("audit run complete", "audit", name, "from", rep.Run.From, "until", rep.Run.Until,
+	s.cfg.Logger.Info("audit run complete", "audit", name, "account", account, "from", rep.Run.From, "until", rep.Run.Until,
 		"payments", rep.Payments, "refunds", rep.Refunds, "new_findings", len(rep.New))
 	return rep, nil
 }
@@ -107,8 +145,14 @@ func (s *Service) audit(ctx context.Context, name string, w provider.Window) (Au
 // the store's now minus Config.AuditSettle, so that consecutive windows
 // overlap and a run that stopped midway leaves no gap. Its watermark is
 // its own: audits by hand (Audit) never move it.
+//
+// Each watched account has its own run and watermark (see Audit).
 func (s *Service) AuditDue(ctx context.Context) (AuditReport, error) {
-	name := s.cfg.ProviderName
+	return s.auditAccounts(ctx, "", s.dueWindow)
+}
+
+// dueWindow is the periodic audit's next window for the run named name.
+func (s *Service) dueWindow(ctx context.Context, name string) (provider.Window, error) {
 	var w provider.Window
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		now, err := tx.Now(ctx)
@@ -130,27 +174,27 @@ func (s *Service) AuditDue(ctx context.Context) (AuditReport, error) {
 		return nil
 	})
 	if err != nil {
-		return AuditReport{}, fmt.Errorf("reconcile: audit: %w", err)
+		return provider.Window{}, fmt.Errorf("reconcile: audit: %w", err)
 	}
-	return s.audit(ctx, name, w)
+	return w, nil
 }
 
 // auditChunk lists the payments of one chunk and matches them, storing the
 // findings and advancing the run's watermark in one transaction.
-func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Window) (listed, []Finding, error) {
-	payments, err := s.list(ctx, w)
+func (s *Service) auditChunk(ctx context.Context, account string, run *AuditRun, w provider.Window) (listed, []Finding, error) {
+	payments, err := s.list(ctx, account, w)
 	if err != nil {
 		return listed{}, nil, err
 	}
-	missing, err := s.missingAtProvider(ctx, w, payments)
+	missing, err := s.missingAtProvider(ctx, account, w, payments)
 	if err != nil {
 		return listed{}, nil, err
 	}
-	refunds, err := s.listRefunds(ctx, w)
+	refunds, err := s.listRefunds(ctx, account, w)
 	if err != nil {
 		return listed{}, nil, err
 	}
-	disputes, err := s.listDisputes(ctx, w)
+	disputes, err := s.listDisputes(ctx, account, w)
 	if err != nil {
 		return listed{}, nil, err
 	}
@@ -166,13 +210,13 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 		}
 		var found []Finding
 		for _, pay := range payments {
-			fs, err := s.matchPayment(ctx, tx, provider.PlatformAccount, pay, now)
+			fs, err := s.matchPayment(ctx, tx, account, pay, now)
 			if err != nil {
 				return err
 			}
 			found = append(found, fs...)
 		}
-		fs, err := s.matchRefunds(ctx, tx, provider.PlatformAccount, refunds, now)
+		fs, err := s.matchRefunds(ctx, tx, account, refunds, now)
 		if err != nil {
 			return err
 		}
@@ -215,13 +259,13 @@ func (s *Service) auditChunk(ctx context.Context, run *AuditRun, w provider.Wind
 type listed struct{ payments, refunds, disputes int }
 
 // list asks the provider for the payments created in w.
-func (s *Service) list(ctx context.Context, w provider.Window) ([]provider.Payment, error) {
+func (s *Service) list(ctx context.Context, account string, w provider.Window) ([]provider.Payment, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
 	// One token for each page of the listing: the audit waits behind
 	// every other call.
 	start := s.cfg.Now()
-	payments, err := s.provider.List(callCtx, w, s.pageGate(provider.OpList, PriorityAudit, false))
+	payments, err := s.providerFor(account).List(callCtx, w, s.pageGate(provider.OpList, PriorityAudit, false))
 	s.cfg.Observer.ProviderCall(provider.OpList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, provider.OpList, err)
 	if err != nil {
@@ -347,7 +391,7 @@ func (s *Service) matchPayment(ctx context.Context, tx Tx, account string, pay p
 // it lies. The periodic audit's window ends Config.AuditSettle before now,
 // so that a payment the search index has not caught up with yet is not
 // called missing.
-func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, payments []provider.Payment) ([]Finding, error) {
+func (s *Service) missingAtProvider(ctx context.Context, account string, w provider.Window, payments []provider.Payment) ([]Finding, error) {
 	seen := make(map[string]bool, len(payments))
 	named := map[string]bool{} // the purchases a money-taking payment listed in w names
 	listed := make([]string, 0, len(payments))
@@ -372,6 +416,9 @@ func (s *Service) missingAtProvider(ctx context.Context, w provider.Window, paym
 	if err != nil {
 		return nil, err
 	}
+	// Another account's purchases are that account's audit's.
+	mine := func(p Purchase) bool { return p.Account == account }
+	settled, unpaid = slices.DeleteFunc(settled, func(p Purchase) bool { return !mine(p) }), slices.DeleteFunc(unpaid, func(p Purchase) bool { return !mine(p) })
 	var out []Finding
 	for _, p := range settled {
 		if p.ProviderPaymentID == "" || seen[p.ProviderPaymentID] {

@@ -24,11 +24,11 @@ type listedDisputes struct {
 }
 
 // listDisputes asks the provider for the disputes opened in w.
-func (s *Service) listDisputes(ctx context.Context, w provider.Window) (listedDisputes, error) {
+func (s *Service) listDisputes(ctx context.Context, account string, w provider.Window) (listedDisputes, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
 	start := s.cfg.Now()
-	disputes, err := s.provider.ListDisputes(callCtx, w, s.pageGate(provider.OpDisputeList, PriorityAudit, false))
+	disputes, err := s.providerFor(account).ListDisputes(callCtx, w, s.pageGate(provider.OpDisputeList, PriorityAudit, false))
 	s.cfg.Observer.ProviderCall(provider.OpDisputeList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, provider.OpDisputeList, err)
 	if err != nil {

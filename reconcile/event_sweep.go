@@ -79,20 +79,34 @@ type EventSweepObserver interface {
 
 // eventSweepName is the name of the event sweep's watermark among the
 // audit runs.
-func (s *Service) eventSweepName() string { return s.cfg.ProviderName + "/events" }
+func (s *Service) eventSweepName(account string) string { return s.runName(account, "/events") }
 
 // EventWatermark returns the event sweep's watermark: every event the
 // provider created before it has been through the inbox. The zero time
 // before the first run committed.
+//
+// With several watched accounts, each has its own, and this is the
+// oldest: the zero time until every account's first run committed.
 func (s *Service) EventWatermark(ctx context.Context) (time.Time, error) {
+	accounts, err := s.watchedAccounts(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reconcile: event watermark: %w", err)
+	}
 	var at time.Time
-	err := s.store.InTx(ctx, func(tx Tx) error {
-		run, err := tx.GetAuditRun(ctx, s.eventSweepName())
-		if errors.Is(err, ErrNotFound) {
-			return nil
+	err = s.store.InTx(ctx, func(tx Tx) error {
+		for i, account := range accounts {
+			run, err := tx.GetAuditRun(ctx, s.eventSweepName(account))
+			switch {
+			case errors.Is(err, ErrNotFound):
+				at = time.Time{}
+				return nil
+			case err != nil:
+				return err
+			case i == 0 || run.Done.Before(at):
+				at = run.Done
+			}
 		}
-		at = run.Done
-		return err
+		return nil
 	})
 	if err != nil {
 		return time.Time{}, fmt.Errorf("reconcile: event watermark: %w", err)
@@ -110,9 +124,46 @@ const providerEventRetention = 30 * 24 * time.Hour
 // watermark. A failure of the listing changes nothing; a failure while
 // applying keeps the chunks committed before it. Either way the next run
 // resumes from the watermark.
+//
+// Each watched account's log is read on behalf of that account, with its
+// own watermark; the report sums them (Since, Until and Watermark are
+// the oldest). An account whose sweep fails does not stop the others.
 func (s *Service) SweepEvents(ctx context.Context) (EventSweepReport, error) {
+	accounts, err := s.watchedAccounts(ctx)
+	if err != nil {
+		return EventSweepReport{}, fmt.Errorf("reconcile: event sweep: %w", err)
+	}
+	sum := EventSweepReport{Outcomes: map[EventOutcome]int{}}
+	var errs []error
+	for i, account := range accounts {
+		rep, err := s.sweepAccountEvents(ctx, account)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("account %s: %w", accountName(account), err))
+		}
+		if i == 0 || rep.Since.Before(sum.Since) {
+			sum.Since = rep.Since
+		}
+		if i == 0 || rep.Until.Before(sum.Until) {
+			sum.Until = rep.Until
+		}
+		if i == 0 || rep.Watermark.Before(sum.Watermark) {
+			sum.Watermark = rep.Watermark
+		}
+		sum.Pages += rep.Pages
+		sum.Read += rep.Read
+		sum.Refused += rep.Refused
+		for o, n := range rep.Outcomes {
+			sum.Outcomes[o] += n
+		}
+	}
+	s.observeEventSweep(sum)
+	return sum, errors.Join(errs...)
+}
+
+// sweepAccountEvents is SweepEvents for one account.
+func (s *Service) sweepAccountEvents(ctx context.Context, account string) (EventSweepReport, error) {
 	rep := EventSweepReport{Outcomes: map[EventOutcome]int{}}
-	name := s.eventSweepName()
+	name := s.eventSweepName(account)
 	var prev AuditRun
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		now, err := tx.Now(ctx)
@@ -141,9 +192,8 @@ func (s *Service) SweepEvents(ctx context.Context) (EventSweepReport, error) {
 			"watermark", prev.Done, "since", rep.Since)
 	}
 
-	events, err := s.listEvents(ctx, &rep)
+	events, err := s.listEvents(ctx, account, &rep)
 	if err != nil {
-		s.observeEventSweep(rep)
 		return rep, fmt.Errorf("reconcile: event sweep since %s: %w", rep.Since.Format(time.RFC3339), err)
 	}
 	run := AuditRun{Name: name, From: rep.Since, Until: rep.Until, Done: prev.Done, StartedAt: rep.Until, Findings: prev.Findings}
@@ -154,13 +204,11 @@ func (s *Service) SweepEvents(ctx context.Context) (EventSweepReport, error) {
 			done = chunk[len(chunk)-1].Created
 		}
 		if err := s.applyEventChunk(ctx, &run, chunk, done, &rep); err != nil {
-			s.observeEventSweep(rep)
 			return rep, fmt.Errorf("reconcile: event sweep since %s: apply events: %w", rep.Since.Format(time.RFC3339), err)
 		}
 		rep.Watermark = run.Done
 	}
-	s.observeEventSweep(rep)
-	s.cfg.Logger.Info("event sweep complete", "since", rep.Since, "until", rep.Until, "pages", rep.Pages,
+	s.cfg.Logger.Info("event sweep complete", "account", account, "since", rep.Since, "until", rep.Until, "pages", rep.Pages,
 		"events", rep.Read, "new", rep.New(), "refused", rep.Refused)
 	return rep, nil
 }
@@ -168,16 +216,21 @@ func (s *Service) SweepEvents(ctx context.Context) (EventSweepReport, error) {
 // listEvents reads every page of the provider's event log since
 // rep.Since, each after a token of the rate budget, and returns the
 // events oldest first, each once.
-func (s *Service) listEvents(ctx context.Context, rep *EventSweepReport) ([]provider.Event, error) {
+func (s *Service) listEvents(ctx context.Context, account string, rep *EventSweepReport) ([]provider.Event, error) {
 	q := provider.EventQuery{Since: rep.Since, Limit: s.cfg.EventSweepPage}
 	var listed []provider.Event
 	for {
-		page, err := s.listEventPage(ctx, q)
+		page, err := s.listEventPage(ctx, account, q)
 		if err != nil {
 			return nil, err
 		}
 		rep.Pages++
-		listed = append(listed, page.Events...)
+		for _, ev := range page.Events {
+			// Listed on behalf of account: it happened there, whatever
+			// the adapter read.
+			ev.Account = account
+			listed = append(listed, ev)
+		}
 		rep.Refused += len(page.Refused)
 		for _, r := range page.Refused {
 			s.cfg.Logger.Warn("event sweep: the provider's event is refused as its webhook would be", "event", r.ID, "type", r.Type, "err", r.Err)
@@ -205,14 +258,14 @@ func (s *Service) listEvents(ctx context.Context, rep *EventSweepReport) ([]prov
 
 // listEventPage asks the provider for one page of its event log, after
 // one token of the rate budget, at the audit's priority.
-func (s *Service) listEventPage(ctx context.Context, q provider.EventQuery) (provider.EventPage, error) {
+func (s *Service) listEventPage(ctx context.Context, account string, q provider.EventQuery) (provider.EventPage, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
 	if err := s.awaitBudget(callCtx, provider.OpEventList, PriorityAudit, 0, false); err != nil {
 		return provider.EventPage{}, fmt.Errorf("list the provider's events: %w", err)
 	}
 	start := s.cfg.Now()
-	page, err := s.provider.ListEvents(callCtx, q)
+	page, err := s.providerFor(account).ListEvents(callCtx, q)
 	s.cfg.Observer.ProviderCall(provider.OpEventList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, provider.OpEventList, err)
 	if err != nil {

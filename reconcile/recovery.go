@@ -249,21 +249,30 @@ func (s *Service) Recover(ctx context.Context, restoredAt time.Time) (RecoveryRe
 	}
 	rep := RecoveryReport{Recovery: r, Resumed: resumed}
 	w := provider.Window{From: r.AuditFrom, Until: r.AuditUntil.Add(time.Second)} // the audit truncates to seconds
-	for from := w.From; from.Before(w.Until); from = from.Add(s.cfg.AuditChunk) {
-		chunk := provider.Window{From: from, Until: minTime(from.Add(s.cfg.AuditChunk), w.Until)}
-		ids, err := s.relinkChunk(ctx, chunk)
-		if err != nil {
-			return rep, fmt.Errorf("reconcile: recovery %d: re-link [%s, %s): %w", r.ID,
-				chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
-		}
-		rep.Relinked = append(rep.Relinked, ids...)
-		if ids, err = s.relinkRefunds(ctx, chunk); err != nil {
-			return rep, fmt.Errorf("reconcile: recovery %d: re-link refunds [%s, %s): %w", r.ID,
-				chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
-		}
-		rep.RelinkedRefunds = append(rep.RelinkedRefunds, ids...)
+	// Every watched account: the restore lost its sends as much as the
+	// platform's, and its guard holds them all until this completes.
+	accounts, err := s.watchedAccounts(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("reconcile: recovery %d: %w", r.ID, err)
 	}
-	if rep.Audit, err = s.audit(ctx, fmt.Sprintf("%s/recovery-%d", s.cfg.ProviderName, r.ID), w); err != nil {
+	for _, account := range accounts {
+		for from := w.From; from.Before(w.Until); from = from.Add(s.cfg.AuditChunk) {
+			chunk := provider.Window{From: from, Until: minTime(from.Add(s.cfg.AuditChunk), w.Until)}
+			ids, err := s.relinkChunk(ctx, account, chunk)
+			if err != nil {
+				return rep, fmt.Errorf("reconcile: recovery %d: account %s: re-link [%s, %s): %w", r.ID, accountName(account),
+					chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
+			}
+			rep.Relinked = append(rep.Relinked, ids...)
+			if ids, err = s.relinkRefunds(ctx, account, chunk); err != nil {
+				return rep, fmt.Errorf("reconcile: recovery %d: account %s: re-link refunds [%s, %s): %w", r.ID, accountName(account),
+					chunk.From.Format(time.RFC3339), chunk.Until.Format(time.RFC3339), err)
+			}
+			rep.RelinkedRefunds = append(rep.RelinkedRefunds, ids...)
+		}
+	}
+	suffix := fmt.Sprintf("/recovery-%d", r.ID)
+	if rep.Audit, err = s.auditAccounts(ctx, suffix, func(context.Context, string) (provider.Window, error) { return w, nil }); err != nil {
 		return rep, fmt.Errorf("reconcile: recovery %d: %w", r.ID, err)
 	}
 	// The orphans: those of this run, and of a run this one resumed.
@@ -309,8 +318,8 @@ func (s *Service) Recover(ctx context.Context, restoredAt time.Time) (RecoveryRe
 // that the worker settles it by a status query. A payment that took money
 // is preferred over a decline for the same purchase. It returns the ids
 // of the purchases it re-linked.
-func (s *Service) relinkChunk(ctx context.Context, w provider.Window) ([]string, error) {
-	payments, err := s.list(ctx, w)
+func (s *Service) relinkChunk(ctx context.Context, account string, w provider.Window) ([]string, error) {
+	payments, err := s.list(ctx, account, w)
 	if err != nil {
 		return nil, err
 	}
@@ -336,6 +345,8 @@ func (s *Service) relinkChunk(ctx context.Context, w provider.Window) ([]string,
 				return err
 			case p.ProviderPaymentID != "" || p.State.Terminal():
 				return nil
+			case p.Account != account:
+				return nil // another account's money: the audit reports it
 			}
 			if owner, err := tx.FindPurchaseByPaymentID(ctx, pay.ID); err == nil && owner.ID != p.ID {
 				return nil // the books give it to another purchase: the audit reports it
@@ -369,8 +380,8 @@ func (s *Service) relinkChunk(ctx context.Context, w provider.Window) ([]string,
 // provider refund gets its provider refund id, moves to uncertain and is
 // made due, so that the worker settles it by a lookup, never by sending
 // it again. It returns the ids of the refunds it re-linked.
-func (s *Service) relinkRefunds(ctx context.Context, w provider.Window) ([]string, error) {
-	refunds, err := s.listRefunds(ctx, w)
+func (s *Service) relinkRefunds(ctx context.Context, account string, w provider.Window) ([]string, error) {
+	refunds, err := s.listRefunds(ctx, account, w)
 	if err != nil {
 		return nil, err
 	}
@@ -390,6 +401,8 @@ func (s *Service) relinkRefunds(ctx context.Context, w provider.Window) ([]strin
 				return err
 			case r.ProviderRefundID != "" || statemachine.Refund.Terminal(r.State):
 				return nil
+			case r.Account() != account:
+				return nil // another account's refund: the audit reports it
 			}
 			now, err := tx.Now(ctx)
 			if err != nil {
@@ -563,13 +576,31 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 		from = now.Add(-s.cfg.AuditFirstWindow)
 	}
 	w := provider.Window{From: from, Until: now.Add(s.cfg.RestoreSkew)}
-	payments, err := s.list(ctx, w)
+	// Every watched account's sends count: a backup loses a connected
+	// account's as it loses the platform's.
+	accounts, err := s.watchedAccounts(ctx)
 	if err != nil {
 		return fmt.Errorf("reconcile: check for a restore: %w", err)
 	}
-	refunds, err := s.listRefunds(ctx, w)
-	if err != nil {
-		return fmt.Errorf("reconcile: check for a restore: %w", err)
+	var (
+		payments []accountPayment
+		refunds  []accountRefund
+	)
+	for _, account := range accounts {
+		ps, err := s.list(ctx, account, w)
+		if err != nil {
+			return fmt.Errorf("reconcile: check for a restore: account %s: %w", accountName(account), err)
+		}
+		for _, pay := range ps {
+			payments = append(payments, accountPayment{account, pay})
+		}
+		rs, err := s.listRefunds(ctx, account, w)
+		if err != nil {
+			return fmt.Errorf("reconcile: check for a restore: account %s: %w", accountName(account), err)
+		}
+		for _, x := range rs {
+			refunds = append(refunds, accountRefund{account, x})
+		}
 	}
 	var signs []string
 	n := 0
@@ -581,7 +612,8 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 	}
 	err = s.store.InTx(ctx, func(tx Tx) error {
 		signs, n = nil, 0
-		for _, pay := range payments {
+		for _, ap := range payments {
+			pay := ap.Payment
 			if pay.PurchaseID == "" {
 				continue
 			}
@@ -592,6 +624,8 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 				why = "which the books do not know"
 			case err != nil:
 				return err
+			case p.Account != ap.account:
+				continue // another account's purchase: not a send of its
 			case p.State == statemachine.Created:
 				why = "which the books show as never submitted"
 			default:
@@ -600,7 +634,8 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 			sign(fmt.Sprintf("payment %s of purchase %s, created %s, %s",
 				pay.ID, pay.PurchaseID, pay.Created.UTC().Format(time.RFC3339), why))
 		}
-		for _, x := range refunds {
+		for _, ar := range refunds {
+			x := ar.RefundResult
 			if x.RefundID == "" {
 				continue
 			}
@@ -611,6 +646,8 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 				why = "which the books do not know"
 			case err != nil:
 				return err
+			case r.Account() != ar.account:
+				continue // another account's refund: not a send of its
 			case r.State == statemachine.Created:
 				why = "which the books show as never submitted"
 			default:
@@ -631,6 +668,18 @@ func (s *Service) CheckRestore(ctx context.Context) error {
 	}
 	s.restoreChecked.Store(true)
 	return nil
+}
+
+// accountPayment is a payment listed in account.
+type accountPayment struct {
+	account string
+	provider.Payment
+}
+
+// accountRefund is a refund listed in account.
+type accountRefund struct {
+	account string
+	provider.RefundResult
 }
 
 // startHorizon returns the books' send horizon as the service's first

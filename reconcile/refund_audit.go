@@ -19,11 +19,11 @@ import (
 // an orphan_refund finding; one that disagrees is a refund_mismatch.
 
 // listRefunds asks the provider for the refunds created in w.
-func (s *Service) listRefunds(ctx context.Context, w provider.Window) ([]provider.RefundResult, error) {
+func (s *Service) listRefunds(ctx context.Context, account string, w provider.Window) ([]provider.RefundResult, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
 	start := s.cfg.Now()
-	refunds, err := s.provider.ListRefundsCreated(callCtx, w, s.pageGate(provider.OpRefundList, PriorityAudit, false))
+	refunds, err := s.providerFor(account).ListRefundsCreated(callCtx, w, s.pageGate(provider.OpRefundList, PriorityAudit, false))
 	s.cfg.Observer.ProviderCall(provider.OpRefundList, provider.RefundOutcomeOf(provider.RefundResult{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, provider.OpRefundList, err)
 	if err != nil {

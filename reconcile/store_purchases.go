@@ -21,6 +21,10 @@ type PurchaseStore interface {
 	// GetPurchase returns the purchase with id, or ErrNotFound.
 	GetPurchase(ctx context.Context, id string) (Purchase, error)
 
+	// ListAccounts returns every connected account the books hold a
+	// purchase of, in order; the platform's own is not listed.
+	ListAccounts(ctx context.Context) ([]string, error)
+
 	// FindPurchaseByPaymentID returns the purchase whose provider payment id
 	// is paymentID, or ErrNotFound.
 	FindPurchaseByPaymentID(ctx context.Context, paymentID string) (Purchase, error)
