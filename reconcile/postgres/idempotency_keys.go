@@ -87,10 +87,10 @@ var _ reconcile.KeyedPurchaseInserter = (*txn)(nil)
 const insertKeyedPurchasesSQL = `WITH input AS (
     SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::int[], $5::bytea[], $6::timestamptz[],
         $7::text[], $8::text[], $9::text[], $10::bigint[], $11::text[], $12::text[], $13::text[],
-        $14::text[], $15::bigint[], $16::timestamptz[], $17::timestamptz[])
+        $14::text[], $15::bigint[], $16::timestamptz[], $17::timestamptz[], $18::text[])
         WITH ORDINALITY AS i(client, key, request_hash, status_code, response, key_created_at,
             id, customer, reference, amount, currency, description, payment_method,
-            state, version, created_at, updated_at, n)
+            state, version, created_at, updated_at, account, n)
 ),
 keys AS (
     INSERT INTO idempotency_keys (` + idempotencyColumns + `)
@@ -101,9 +101,9 @@ keys AS (
 ),
 created AS (
     INSERT INTO purchases (id, customer, reference, amount, currency, description, payment_method,
-        state, version, doubt, created_at, updated_at, client)
+        state, version, doubt, created_at, updated_at, client, account)
     SELECT i.id, i.customer, NULLIF(i.reference, ''), i.amount, i.currency, i.description, i.payment_method,
-        i.state, i.version, '', i.created_at, i.updated_at, NULLIF(i.client, '')
+        i.state, i.version, '', i.created_at, i.updated_at, NULLIF(i.client, ''), i.account
     FROM input i JOIN keys k ON k.client = i.client AND k.key = i.key
     ORDER BY i.n
     RETURNING id, created_at
@@ -137,7 +137,7 @@ func (t *txn) InsertKeyedPurchases(ctx context.Context, items []reconcile.KeyedP
 	n := len(items)
 	var (
 		clients, keys, hashes, ids, customers, refs, currencies = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		descriptions, methods, states                           = make([]string, n), make([]string, n), make([]string, n)
+		descriptions, methods, states, accounts                 = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
 		statuses                                                = make([]int32, n)
 		responses                                               = make([][]byte, n)
 		amounts, versions                                       = make([]int64, n), make([]int64, n)
@@ -147,13 +147,13 @@ func (t *txn) InsertKeyedPurchases(ctx context.Context, items []reconcile.KeyedP
 		k, p := items[i].Key, items[i].Purchase
 		clients[j], keys[j], hashes[j], statuses[j], responses[j], keyTimes[j] = k.Client, k.Key, k.RequestHash, int32(k.StatusCode), k.Response, k.CreatedAt
 		ids[j], customers[j], refs[j], amounts[j], currencies[j] = p.ID, p.Customer, p.Reference, p.Amount, p.Currency
-		descriptions[j], methods[j], states[j], versions[j] = p.Description, p.PaymentMethod, string(p.State), p.Version
+		descriptions[j], methods[j], states[j], versions[j], accounts[j] = p.Description, p.PaymentMethod, string(p.State), p.Version, p.Account
 		created[j], updated[j] = p.CreatedAt, p.UpdatedAt
 	}
 	ns, err := t.queryInts(ctx, insertKeyedPurchasesSQL,
 		clients, keys, hashes, statuses, responses, keyTimes,
 		ids, customers, refs, amounts, currencies, descriptions, methods,
-		states, versions, created, updated)
+		states, versions, created, updated, accounts)
 	if err != nil {
 		return nil, wrapRef(err, "%s", what)
 	}

@@ -31,7 +31,7 @@ import (
 
 const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id, result,
     purchase_id, outcome, received_at, processed_at, amount, currency, event_created,
-    refund, refund_id, refunded_payment, dispute`
+    refund, refund_id, refunded_payment, dispute, account`
 
 // inboxReadColumns are inboxColumns and the applier's bookkeeping, which
 // an insert leaves at its defaults.
@@ -72,11 +72,11 @@ func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (boo
 		return false, wrap(err, "%s", what)
 	}
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)
 ON CONFLICT (provider, event_id) DO NOTHING`,
 		e.Provider, e.EventID, e.Type, e.PayloadHash, sqlstore.NotNullBytes(e.Payload), e.ObjectID, string(e.Result),
 		sqlstore.NullString(e.PurchaseID), string(e.Outcome), nullTime(e.ReceivedAt), nullTime(e.ProcessedAt),
-		e.Amount, e.Currency, nullTime(e.Created), e.Refund, e.RefundID, e.Refunded, nullJSON(dispute))
+		e.Amount, e.Currency, nullTime(e.Created), e.Refund, e.RefundID, e.Refunded, nullJSON(dispute), e.Account)
 	if err != nil {
 		return false, wrap(err, "%s", what)
 	}
@@ -95,22 +95,22 @@ ON CONFLICT (provider, event_id) DO NOTHING
 RETURNING provider, event_id`
 
 // inboxArraysSQL unnests a batch of inbox events given as parallel
-// arrays, $1 to $18, in the order of inboxColumns.
+// arrays, $1 to $19, in the order of inboxColumns.
 const inboxArraysSQL = `unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bytea[], $6::text[], $7::text[],
     $8::text[], $9::text[], $10::timestamptz[], $11::timestamptz[], $12::bigint[], $13::text[], $14::timestamptz[],
-    $15::boolean[], $16::text[], $17::text[], $18::jsonb[]) AS e (` + inboxColumns + `)`
+    $15::boolean[], $16::text[], $17::text[], $18::jsonb[], $19::text[]) AS e (` + inboxColumns + `)`
 
 // receiveInboxEventsSQL is insertInboxEventsSQL with the store's clock
 // for every row's received_at (the arrays' own are ignored), which it
 // returns in a row of its own, provider and event_id NULL, after the keys
-// it stored. The clock is $19, not $1 as nowSQL has it, so that both
+// it stored. The clock is $20, not $1 as nowSQL has it, so that both
 // statements take the same arrays.
-const receiveInboxEventsSQL = `WITH clock AS (SELECT COALESCE($19::timestamptz, statement_timestamp()) AS now),
+const receiveInboxEventsSQL = `WITH clock AS (SELECT COALESCE($20::timestamptz, statement_timestamp()) AS now),
 ins AS (
     INSERT INTO webhook_inbox (` + inboxColumns + `)
     SELECT e.provider, e.event_id, e.type, e.payload_hash, e.payload, e.object_id, e.result,
         e.purchase_id, e.outcome, clock.now, e.processed_at, e.amount, e.currency, e.event_created,
-        e.refund, e.refund_id, e.refunded_payment, e.dispute
+        e.refund, e.refund_id, e.refunded_payment, e.dispute, e.account
     FROM ` + inboxArraysSQL + ` CROSS JOIN clock
     ORDER BY 1, 2
     ON CONFLICT (provider, event_id) DO NOTHING
@@ -145,12 +145,12 @@ func (t *txn) ReceiveInboxEvents(ctx context.Context, events []reconcile.InboxEv
 func (t *txn) insertInboxEvents(ctx context.Context, events []reconcile.InboxEvent, stamp bool) ([]bool, time.Time, error) {
 	type key struct{ provider, eventID string }
 	var (
-		providers, ids, types, hashes, objects, results, outcomes, currencies, refundIDs, refunded []string
-		payloads                                                                                   [][]byte
-		purchases, disputes                                                                        []*string
-		received, processed, created                                                               []*time.Time
-		amounts                                                                                    []int64
-		refunds                                                                                    []bool
+		providers, ids, types, hashes, objects, results, outcomes, currencies, refundIDs, refunded, accounts []string
+		payloads                                                                                             [][]byte
+		purchases, disputes                                                                                  []*string
+		received, processed, created                                                                         []*time.Time
+		amounts                                                                                              []int64
+		refunds                                                                                              []bool
 	)
 	first := make(map[key]int, len(events)) // the index of each key's first member
 	for i, e := range events {
@@ -177,10 +177,10 @@ func (t *txn) insertInboxEvents(ctx context.Context, events []reconcile.InboxEve
 		received, processed = append(received, timePtr(e.ReceivedAt)), append(processed, timePtr(e.ProcessedAt))
 		amounts, currencies, created = append(amounts, e.Amount), append(currencies, e.Currency), append(created, timePtr(e.Created))
 		refunds, refundIDs, refunded = append(refunds, e.Refund), append(refundIDs, e.RefundID), append(refunded, e.Refunded)
-		disputes = append(disputes, strPtr(string(dispute)))
+		disputes, accounts = append(disputes, strPtr(string(dispute))), append(accounts, e.Account)
 	}
 	args := []any{providers, ids, types, hashes, payloads, objects, results,
-		purchases, outcomes, received, processed, amounts, currencies, created, refunds, refundIDs, refunded, disputes}
+		purchases, outcomes, received, processed, amounts, currencies, created, refunds, refundIDs, refunded, disputes, accounts}
 	query := insertInboxEventsSQL
 	if stamp {
 		query, args = receiveInboxEventsSQL, append(args, clockArg(t.now))
@@ -408,7 +408,7 @@ func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	var dispute []byte
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
 		&purchaseID, &outcome, &e.ReceivedAt, &processed, &e.Amount, &e.Currency, &created,
-		&e.Refund, &e.RefundID, &e.Refunded, &dispute, &e.Attempts, &retryAt, &e.LastError)
+		&e.Refund, &e.RefundID, &e.Refunded, &dispute, &e.Account, &e.Attempts, &retryAt, &e.LastError)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
 	}

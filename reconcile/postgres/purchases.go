@@ -17,7 +17,7 @@ import (
 const purchaseColumns = `id, customer, reference, amount, currency, description, payment_method,
     state, version, provider_key, provider_request, params_hash, provider_payment_id,
     first_attempt_at, uncertain_since, escalated_at, escalation_reason, settled_at, doubt,
-    created_at, updated_at, client`
+    created_at, updated_at, client, account`
 
 // InsertPurchase implements reconcile.Tx.
 func (t *txn) InsertPurchase(ctx context.Context, p reconcile.Purchase) error {
@@ -26,14 +26,14 @@ func (t *txn) InsertPurchase(ctx context.Context, p reconcile.Purchase) error {
 		return wrap(err, "insert purchase %s", p.ID)
 	}
 	_, err = t.exec(ctx, `INSERT INTO purchases (`+purchaseColumns+`)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22)`,
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`,
 		p.ID, p.Customer, sqlstore.NullString(p.Reference), p.Amount, p.Currency, p.Description, p.PaymentMethod,
 		string(p.State), p.Version, sqlstore.NullString(p.ProviderKey), req, sqlstore.NullString(p.ParamsHash),
 		sqlstore.NullString(p.ProviderPaymentID),
 		nullTime(p.FirstAttemptAt), nullTime(p.UncertainSince), nullTime(p.EscalatedAt),
 		sqlstore.NullString(string(p.EscalationReason)),
 		nullTime(p.SettledAt), p.Doubt, nullTime(p.CreatedAt), nullTime(p.UpdatedAt),
-		sqlstore.NullString(p.Client))
+		sqlstore.NullString(p.Client), p.Account)
 	if err != nil {
 		return wrap(err, "insert purchase %s", p.ID)
 	}
@@ -224,7 +224,7 @@ func scanPurchase(row sqlstore.Row) (reconcile.Purchase, error) {
 	)
 	err := row.Scan(&p.ID, &p.Customer, &reference, &p.Amount, &p.Currency, &p.Description, &p.PaymentMethod,
 		&state, &p.Version, &providerKey, &req, &paramsHash, &paymentID,
-		&firstAttempt, &uncertain, &escalated, &reason, &settled, &p.Doubt, &p.CreatedAt, &p.UpdatedAt, &client)
+		&firstAttempt, &uncertain, &escalated, &reason, &settled, &p.Doubt, &p.CreatedAt, &p.UpdatedAt, &client, &p.Account)
 	if err != nil {
 		return reconcile.Purchase{}, err
 	}

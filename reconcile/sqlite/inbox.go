@@ -22,7 +22,7 @@ import (
 
 const inboxColumns = `provider, event_id, type, payload_hash, payload, object_id, result,
     purchase_id, outcome, received_at, processed_at, amount, currency, event_created,
-    refund, refund_id, refunded_payment, dispute`
+    refund, refund_id, refunded_payment, dispute, account`
 
 // inboxReadColumns are inboxColumns and the applier's bookkeeping, which
 // an insert leaves at its defaults.
@@ -36,11 +36,11 @@ func (t *txn) InsertInboxEvent(ctx context.Context, e reconcile.InboxEvent) (boo
 		return false, wrap(err, "%s", what)
 	}
 	n, err := t.exec(ctx, `INSERT INTO webhook_inbox (`+inboxColumns+`)
-VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19)
 ON CONFLICT (provider, event_id) DO NOTHING`,
 		e.Provider, e.EventID, e.Type, e.PayloadHash, sqlstore.NotNullBytes(e.Payload), e.ObjectID, string(e.Result),
 		sqlstore.NullString(e.PurchaseID), string(e.Outcome), micros(e.ReceivedAt), micros(e.ProcessedAt),
-		e.Amount, e.Currency, micros(e.Created), e.Refund, e.RefundID, e.Refunded, sqlstore.NullString(string(dispute)))
+		e.Amount, e.Currency, micros(e.Created), e.Refund, e.RefundID, e.Refunded, sqlstore.NullString(string(dispute)), e.Account)
 	if err != nil {
 		return false, wrap(err, "%s", what)
 	}
@@ -228,7 +228,7 @@ func scanInboxEvent(row sqlstore.Row) (reconcile.InboxEvent, error) {
 	var dispute []byte
 	err := row.Scan(&e.Provider, &e.EventID, &e.Type, &e.PayloadHash, &e.Payload, &e.ObjectID, &result,
 		&purchaseID, &outcome, &received, &processed, &e.Amount, &e.Currency, &created,
-		&e.Refund, &e.RefundID, &e.Refunded, &dispute, &e.Attempts, &retryAt, &e.LastError)
+		&e.Refund, &e.RefundID, &e.Refunded, &dispute, &e.Account, &e.Attempts, &retryAt, &e.LastError)
 	if err != nil {
 		return reconcile.InboxEvent{}, err
 	}

@@ -91,6 +91,8 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"FindPurchaseByPaymentID", withStore(testFindByPaymentID)},
 		{"FindPurchaseByReference", withStore(testFindByReference)},
 		{"ListEscalated", withStore(testListEscalated)},
+		// accounts.go
+		{"Accounts", withStore(testAccounts)},
 		// purchase_counts.go
 		{"CountByState", withStore(testCountByState)},
 		{"CountByStateFollowsWrites", withStore(testCountByStateFollowsWrites)},
