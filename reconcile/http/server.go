@@ -26,6 +26,13 @@ type Config struct {
 	// is served at POST /webhooks/{name}. Default none.
 	Webhooks map[string]WebhookVerifier
 
+	// ConnectWebhooks maps a provider name to the verifier of its Connect
+	// endpoint, which receives the events of the platform's connected
+	// accounts, signed with a secret of its own; each is served at POST
+	// /webhooks/{name}/connect. An event there must name its account, and
+	// one at the platform's endpoint must name none. Default none.
+	ConnectWebhooks map[string]WebhookVerifier
+
 	// MaxWebhookBytes caps a webhook body. Default 256 KiB (Stripe's
 	// events are a few KiB).
 	MaxWebhookBytes int64
@@ -100,7 +107,10 @@ func New(svc *reconcile.Service, cfg Config) *Server {
 	s.mux.HandleFunc("GET /healthz", s.handleHealth)
 	s.mux.HandleFunc("GET /readyz", s.handleReady)
 	for name, v := range cfg.Webhooks {
-		s.mux.Handle("POST /webhooks/"+name, s.webhookHandler(name, v))
+		s.mux.Handle("POST /webhooks/"+name, s.webhookHandler(name, v, false))
+	}
+	for name, v := range cfg.ConnectWebhooks {
+		s.mux.Handle("POST /webhooks/"+name+"/connect", s.webhookHandler(name, v, true))
 	}
 	if cfg.Metrics != nil {
 		metrics := s.guardMetrics(cfg.Metrics)

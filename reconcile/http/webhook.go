@@ -24,8 +24,12 @@ type WebhookVerifier interface {
 // webhookHandler verifies each event and stores it in the inbox,
 // pending, and answers 2xx only once that has committed: a 2xx means
 // stored, not applied. The applier applies it after the answer; the
-// provider redelivers anything not stored.
-func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
+// provider redelivers anything not stored. connect is true for a Connect
+// endpoint: its events must name a connected account, and the
+// platform's must name none, since an event is judged against its
+// account's books and a mismatch means the endpoint's configuration is
+// wrong.
+func (s *Server) webhookHandler(name string, v WebhookVerifier, connect bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxWebhookBytes))
 		var tooBig *http.MaxBytesError
@@ -40,6 +44,14 @@ func (s *Server) webhookHandler(name string, v WebhookVerifier) http.Handler {
 		ev, err := v.Verify(body, r.Header.Get(v.SignatureHeader()))
 		if err != nil {
 			s.rejectWebhook(w, http.StatusBadRequest, "rejected", err.Error())
+			return
+		}
+		switch {
+		case connect && ev.Account == provider.PlatformAccount:
+			s.rejectWebhook(w, http.StatusBadRequest, "rejected", "event "+ev.ID+" names no connected account: the platform's events go to POST /webhooks/"+name)
+			return
+		case !connect && ev.Account != provider.PlatformAccount:
+			s.rejectWebhook(w, http.StatusBadRequest, "rejected", "event "+ev.ID+" is of connected account "+ev.Account+": connected accounts' events go to POST /webhooks/"+name+"/connect")
 			return
 		}
 		crashpoint.Hit(crashpoint.WebhookVerified)
