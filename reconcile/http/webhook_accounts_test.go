@@ -21,7 +21,7 @@ import (
 type fixedVerifier struct{ ev provider.Event }
 
 func (v fixedVerifier) Verify([]byte, string) (provider.Event, error) { return v.ev, nil }
-func (fixedVerifier) SignatureHeader() string                           { return "Stripe-Signature" }
+func (fixedVerifier) SignatureHeader() string                         { return "Stripe-Signature" }
 
 // TestConnectEndpoint: an event of a connected account is received at the
 // Connect endpoint and stored with its account; at the platform's
