@@ -54,13 +54,13 @@ func (f *Fake) nextEventID() string {
 // as ev (its ID, Type, Created and Digest filled here). Call with f.mu
 // held.
 func (f *Fake) logEvent(info WebhookEvent, object any, key string, ev provider.Event) *loggedEvent {
-	info.ID = f.nextEventID()
+	info.ID, info.Account = f.nextEventID(), f.account
 	obj, err := json.Marshal(object)
 	if err != nil { // plain structs: cannot fail
 		panic(fmt.Sprintf("fakeprovider: marshal event object: %v", err))
 	}
 	info.Payload = renderEvent(info, obj, key)
-	ev.ID, ev.Type, ev.Created = info.ID, info.Type, info.Created.UTC().Truncate(time.Second)
+	ev.ID, ev.Type, ev.Created, ev.Account = info.ID, info.Type, info.Created.UTC().Truncate(time.Second), info.Account
 	ev.Digest = eventDigest(info.ID, info.Type, info.Created.Unix(), obj)
 	l := &loggedEvent{WebhookEvent: info, seq: f.eventSeq, ev: ev}
 	f.eventLog = append(f.eventLog, l)
@@ -75,6 +75,7 @@ func renderEvent(info WebhookEvent, obj []byte, key string) []byte {
 	body := stripeEvent{
 		ID:              info.ID,
 		Object:          "event",
+		Account:         info.Account,
 		APIVersion:      APIVersion,
 		Created:         info.Created.Unix(),
 		Livemode:        false,

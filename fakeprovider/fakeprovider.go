@@ -316,6 +316,12 @@ func (c OutsideCharge) validate() (OutsideCharge, error) {
 // New. Safe for concurrent use.
 type Fake struct {
 	cfg Config
+	// account is the connected account this fake is (see Account); "" for
+	// the platform's.
+	account string
+	// accounts are the platform's connected accounts' fakes, by account.
+	accountsMu sync.Mutex
+	accounts   map[string]*Fake
 
 	mu       sync.Mutex
 	seq      int

@@ -155,6 +155,7 @@ func (w *webhooks) newEvent(info WebhookEvent, object any, key string) *event {
 	f := w.s.fake
 	f.mu.Lock()
 	info.ID = f.nextEventID()
+	info.Account = f.account
 	f.mu.Unlock()
 	obj, err := json.Marshal(object)
 	if err != nil { // plain structs: cannot fail
@@ -196,6 +197,7 @@ func eventType(status string) string {
 type stripeEvent struct {
 	ID         string `json:"id"`
 	Object     string `json:"object"`
+	Account    string `json:"account,omitempty"`
 	APIVersion string `json:"api_version"`
 	Created    int64  `json:"created"`
 	Data       struct {

@@ -83,6 +83,10 @@ import (
 type WebhookEvent struct {
 	ID   string // "evt_..."
 	Type string // "payment_intent.succeeded", "refund.created", ...
+	// Account is the connected account the event happened in (the fake
+	// of Fake.Account), rendered as Stripe's top-level account; "" for
+	// the platform's.
+	Account string
 	// PaymentID is the PaymentIntent's id, or the refunded (disputed)
 	// one's for an event about a refund (a dispute); PurchaseID the
 	// purchase its metadata names.

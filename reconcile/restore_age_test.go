@@ -26,24 +26,29 @@ import (
 // the age, so does an operator's recheck, and nothing is sent a second
 // time. After recover the purchase
 // and the refund settle with one charge and one refund.
+//
+// The same holds when the purchase and the refund are of a connected
+// account, whose sends only that account's listings show.
 func TestRestoreOfAnyAgeIsDetected(t *testing.T) {
 	for _, b := range stores.Backupables {
 		for _, age := range []time.Duration{26 * time.Hour, 7 * 24 * time.Hour, 40 * 24 * time.Hour} {
-			t.Run(fmt.Sprintf("%s/%s", b.Name, age), func(t *testing.T) { testRestoreOfAge(t, b.Make, age) })
+			t.Run(fmt.Sprintf("%s/%s", b.Name, age), func(t *testing.T) { testRestoreOfAge(t, b.Make, age, "") })
 		}
+		t.Run(b.Name+"/connected-account", func(t *testing.T) { testRestoreOfAge(t, b.Make, 26*time.Hour, acctB) })
 	}
 }
 
-func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.Time) stores.Backupable, age time.Duration) {
+func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.Time) stores.Backupable, age time.Duration, account string) {
 	ctx := context.Background()
 	clock := testclock.New(time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC))
 	b := makeBackupable(t, clock.Now)
-	fake := fakeprovider.New(fakeprovider.Config{Now: clock.Now}) // keys kept 24h, as Stripe does
+	platform := fakeprovider.New(fakeprovider.Config{Now: clock.Now}) // keys kept 24h, as Stripe does
+	fake := platform.Account(account)
 	// Recover's audit covers the whole age: a day a chunk keeps it short.
-	cfg := reconcile.Config{Now: clock.Now, Logger: discardLogger(), AuditChunk: 24 * time.Hour}
+	cfg := reconcile.Config{Now: clock.Now, Logger: discardLogger(), AuditChunk: 24 * time.Hour, Accounts: []string{acctA, acctB}}
 	newService := func(st reconcile.Store) *reconcile.Service {
 		t.Helper()
-		svc, err := reconcile.New(st, fake, cfg)
+		svc, err := reconcile.New(st, platform, cfg)
 		if err != nil {
 			t.Fatalf("reconcile.New: %v", err)
 		}
@@ -64,7 +69,7 @@ func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.
 	}
 	create := func(svc *reconcile.Service, customer string) reconcile.Purchase {
 		t.Helper()
-		p, err := svc.CreatePurchase(ctx, reconcile.NewPurchase{Customer: customer, Amount: 500, Currency: "usd", Description: "course"})
+		p, err := svc.CreatePurchase(ctx, reconcile.NewPurchase{Customer: customer, Amount: 500, Currency: "usd", Description: "course", Account: account})
 		if err != nil {
 			t.Fatalf("create purchase: %v", err)
 		}
@@ -165,6 +170,9 @@ func testRestoreOfAge(t *testing.T, makeBackupable func(*testing.T, func() time.
 	}
 	if d := fake.DoubleCharged(); len(d) != 0 {
 		t.Errorf("double charged: %v", d)
+	}
+	if account != "" && (len(platform.Charges()) != 0 || len(platform.Refunds()) != 0) {
+		t.Errorf("the platform's account holds %d charges and %d refunds of a connected account's purchase", len(platform.Charges()), len(platform.Refunds()))
 	}
 	t.Logf("backup %s older than the last charge: refused; charges %d (of %s: %d), provider refunds %d (of %s: %d)",
 		age, len(fake.Charges()), pending.ID, fake.MoneyTaken(pending.ID), len(fake.Refunds()), refund.ID, len(fake.RefundsFor(refund.ID)))
