@@ -65,7 +65,7 @@ var (
 		"max-amount", "audit-overlap", "audit-settle", "event-sweep-overlap", "event-sweep-first-window"}
 	providerSettings = []string{"provider", "fake-faults", "stripe-api-base", "stripe-secret-key", "stripe-secret-key-file",
 		"accounts", "undeclared-accounts", "budget", "budget-account", "budget-global", "budget-create", "budget-retrieve", "budget-search", "budget-list", "budget-refund"}
-	httpSettings = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file",
+	httpSettings = []string{"addr", "metrics-addr", "metrics-token", "metrics-token-file", "worker", "webhooks", "webhook-tolerance", "stripe-webhook-secret", "stripe-webhook-secret-file", "stripe-connect-webhook-secret", "stripe-connect-webhook-secret-file",
 		"api", "api-token", "api-token-file", "ops-token", "ops-token-file", "group-commit", "group-commit-max", "group-commit-leaders"}
 	sweepSettings = []string{"sweep-rescue", "sweep-escalate", "sweep-gauges", "sweep-unmatched", "sweep-retention", "sweep-audit", "sweep-events",
 		"inbox-retention", "idempotency-key-retention", "outbox-retry-window", "outbox-retention"}

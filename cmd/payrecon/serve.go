@@ -68,7 +68,7 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 	if err != nil {
 		return fail(usageError(err))
 	}
-	webhooks := map[string]rhttp.WebhookVerifier{}
+	webhooks, connectHooks := map[string]rhttp.WebhookVerifier{}, map[string]rhttp.WebhookVerifier{}
 	if opts.webhooks {
 		on, err := e.settings.boolean("webhooks")
 		if err != nil {
@@ -96,19 +96,32 @@ func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
 		default:
 			e.log.Warn("STRIPE_WEBHOOK_SECRET is not set: POST /webhooks/stripe is not served")
 		}
+		connect, err := e.settings.secret("stripe-connect-webhook-secret")
+		if err != nil && on {
+			return fail(usageError(err))
+		}
+		if on && connect != "" {
+			v, err := stripe.NewWebhookVerifier(stripe.WebhookConfig{Secret: connect, Tolerance: tolerance})
+			if err != nil {
+				return fail(usageError(fmt.Errorf("STRIPE_CONNECT_WEBHOOK_SECRET: %w", err)))
+			}
+			connectHooks["stripe"] = v
+			e.log.Info("serving POST /webhooks/stripe/connect, the connected accounts' events")
+		}
 	}
 	metricsToken, err := e.settings.secret("metrics-token")
 	if err != nil {
 		return fail(usageError(err))
 	}
 	a.server = rhttp.New(a.svc, rhttp.Config{
-		Addr:         e.settings.str("addr"),
-		Webhooks:     webhooks,
-		Metrics:      metrics.Handler(),
-		MetricsAddr:  e.settings.str("metrics-addr"),
-		MetricsToken: metricsToken,
-		Observer:     metrics,
-		Logger:       e.log,
+		Addr:            e.settings.str("addr"),
+		Webhooks:        webhooks,
+		ConnectWebhooks: connectHooks,
+		Metrics:         metrics.Handler(),
+		MetricsAddr:     e.settings.str("metrics-addr"),
+		MetricsToken:    metricsToken,
+		Observer:        metrics,
+		Logger:          e.log,
 	})
 
 	if opts.api {

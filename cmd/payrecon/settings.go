@@ -182,6 +182,7 @@ func newSettings() *settings {
 	plain("stripe-api-base", "PAYRECON_STRIPE_API_BASE", "", kindHTTPURL, "Stripe API base URL override, e.g. a payrecon fakeprovider (default Stripe's)")
 	secret("stripe-secret-key", "STRIPE_SECRET_KEY", kindSecret, "Stripe secret key (sk_…) for --provider stripe; environment only, to keep it out of argv", "STRIPE_SECRET_KEY_FILE")
 	secret("stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", kindSecret, "Stripe webhook signing secret (whsec_…): serve verifies POST /webhooks/stripe with it, fakeprovider signs with it; environment only", "STRIPE_WEBHOOK_SECRET_FILE")
+	secret("stripe-connect-webhook-secret", "STRIPE_CONNECT_WEBHOOK_SECRET", kindSecret, "the Connect endpoint's signing secret (whsec_…): serve verifies POST /webhooks/stripe/connect, the connected accounts' events, with it, fakeprovider signs them with it; environment only", "STRIPE_CONNECT_WEBHOOK_SECRET_FILE")
 	// In seconds, as Stripe states it.
 	plain("webhook-tolerance", "PAYRECON_WEBHOOK_TOLERANCE", formatSeconds(stripe.DefaultWebhookTolerance), kindDuration, "maximum age of a webhook signature")
 	plain("worker", "PAYRECON_WORKER", "true", kindBool, "serve also runs the worker and its scheduler (--worker=false turns them off)")
