@@ -55,6 +55,7 @@ func (p *Provider) ListDisputes(ctx context.Context, w provider.Window, gate pro
 			}
 			params.AddExpand(disputeExpandPaymentIntent)
 			params.Limit, params.StartingAfter, params.Single = stripego.Int64(p.pageSize), after, true
+			p.on(params)
 			return p.client.V1Disputes.List(ctx, params)
 		},
 		func(d *stripego.Dispute) (string, error) {

@@ -71,6 +71,7 @@ func (p *Provider) ListEvents(ctx context.Context, q provider.EventQuery) (provi
 	}
 	params.Context = ctx
 	params.Limit = stripego.Int64(int64(limit))
+	p.on(params)
 	if q.After != "" {
 		params.StartingAfter = stripego.String(q.After)
 	}

@@ -84,7 +84,9 @@ func (p *Provider) CreateRefund(ctx context.Context, req provider.RefundRequest)
 	if err := ctx.Err(); err != nil {
 		return provider.RefundResult{}, notSentYet(where, err)
 	}
-	r, err := p.client.V1Refunds.Create(ctx, refundParams(req))
+	params := refundParams(req)
+	p.on(params)
+	r, err := p.client.V1Refunds.Create(ctx, params)
 	return translateRefund(provider.OpRefundCreate, where, r, err)
 }
 
@@ -117,7 +119,9 @@ func (p *Provider) GetRefund(ctx context.Context, refundID string) (provider.Ref
 	if err := ctx.Err(); err != nil {
 		return provider.RefundResult{}, notSentYet(where, err)
 	}
-	r, err := p.client.V1Refunds.Retrieve(ctx, refundID, nil)
+	params := &stripego.RefundRetrieveParams{}
+	p.on(params)
+	r, err := p.client.V1Refunds.Retrieve(ctx, refundID, params)
 	return translateRefund(provider.OpRefundGet, where, r, err)
 }
 
@@ -172,6 +176,7 @@ func (p *Provider) listRefunds(ctx context.Context, gate provider.PageGate, wher
 		func(ctx context.Context, after *string) stripego.Seq2[*stripego.Refund, error] {
 			ps := params()
 			ps.Limit, ps.StartingAfter, ps.Single = stripego.Int64(p.pageSize), after, true
+			p.on(ps)
 			return p.client.V1Refunds.List(ctx, ps)
 		},
 		func(r *stripego.Refund) (string, error) {

@@ -144,9 +144,32 @@ type Provider struct {
 	key string
 	// pageSize is Config.ListPageSize, defaulted.
 	pageSize int64
+	// account is the connected account every request is made on behalf
+	// of (ForAccount), "" for the platform's own.
+	account string
 }
 
-var _ provider.Provider = (*Provider)(nil)
+var (
+	_ provider.Provider = (*Provider)(nil)
+	_ provider.Accounts = (*Provider)(nil)
+)
+
+// ForAccount implements provider.Accounts: a Provider sharing p's client
+// whose every request carries the Stripe-Account header of account, so
+// that Stripe acts in, and answers from, that account alone.
+// PlatformAccount returns p's platform view.
+func (p *Provider) ForAccount(account string) provider.Provider {
+	v := *p
+	v.account = account
+	return &v
+}
+
+// on makes params a request on behalf of p's account, if it has one.
+func (p *Provider) on(params interface{ SetStripeAccount(string) }) {
+	if p.account != provider.PlatformAccount {
+		params.SetStripeAccount(p.account)
+	}
+}
 
 // New returns a Provider configured by cfg, or an error if cfg is invalid.
 // It makes no request. It uses its own stripe-go client and never the
@@ -238,7 +261,9 @@ func (p *Provider) Create(ctx context.Context, req provider.CreateRequest) (prov
 	if err := ctx.Err(); err != nil {
 		return provider.Result{}, notSentYet(where, err)
 	}
-	pi, err := p.client.V1PaymentIntents.Create(ctx, createParams(req))
+	params := createParams(req)
+	p.on(params)
+	pi, err := p.client.V1PaymentIntents.Create(ctx, params)
 	return translate(provider.OpCreate, where, pi, err)
 }
 
@@ -298,7 +323,9 @@ func (p *Provider) Status(ctx context.Context, paymentID string) (provider.Resul
 	if err := ctx.Err(); err != nil {
 		return provider.Result{}, notSentYet(where, err)
 	}
-	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, paymentID, nil)
+	params := &stripego.PaymentIntentRetrieveParams{}
+	p.on(params)
+	pi, err := p.client.V1PaymentIntents.Retrieve(ctx, paymentID, params)
 	return translate(provider.OpStatus, where, pi, err)
 }
 
@@ -344,6 +371,7 @@ func (p *Provider) Search(ctx context.Context, purchaseID string) (provider.Resu
 	params := &stripego.PaymentIntentSearchParams{}
 	params.Query = searchQuery(purchaseID)
 	params.Limit = stripego.Int64(maxSearchResults)
+	p.on(params)
 
 	var (
 		best    provider.Result
@@ -472,6 +500,7 @@ func (p *Provider) List(ctx context.Context, w provider.Window, gate provider.Pa
 				},
 			}
 			params.Limit, params.StartingAfter, params.Single = stripego.Int64(p.pageSize), after, true
+			p.on(params)
 			return p.client.V1PaymentIntents.List(ctx, params)
 		},
 		func(pi *stripego.PaymentIntent) (string, error) {

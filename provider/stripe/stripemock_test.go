@@ -152,12 +152,60 @@ func TestStripeMock(t *testing.T) {
 	t.Run("Disputes", func(t *testing.T) { checkStripeMockDisputes(t, base) })
 }
 
+// TestStripeMockAccounts: every call the adapter makes carries the
+// Stripe-Account header of the account its view is for, and passes
+// stripe-mock's validation; the platform's view sends none.
+func TestStripeMockAccounts(t *testing.T) {
+	base := startStripeMock(t)
+	proxyURL, recorded := recordingProxy(t, base)
+	platform := newProvider(t, proxyURL, stripe.Config{})
+	const account = "acct_1MockConnected"
+	ctx := t.Context()
+	now := time.Now()
+	w := provider.Window{From: now.Add(-24 * time.Hour), Until: now}
+	calls := map[string]func(p provider.Provider) error{
+		"Create":             func(p provider.Provider) error { _, err := p.Create(ctx, testRequest()); return err },
+		"Status":             func(p provider.Provider) error { _, err := p.Status(ctx, "pi_1"); return err },
+		"Search":             func(p provider.Provider) error { _, err := p.Search(ctx, "pur_1"); return err },
+		"List":               func(p provider.Provider) error { _, err := p.List(ctx, w, nil); return err },
+		"CreateRefund":       func(p provider.Provider) error { _, err := p.CreateRefund(ctx, testRefundRequest()); return err },
+		"GetRefund":          func(p provider.Provider) error { _, err := p.GetRefund(ctx, "re_1"); return err },
+		"ListRefunds":        func(p provider.Provider) error { _, err := p.ListRefunds(ctx, "pi_1", nil); return err },
+		"ListRefundsCreated": func(p provider.Provider) error { _, err := p.ListRefundsCreated(ctx, w, nil); return err },
+		"ListDisputes":       func(p provider.Provider) error { _, err := p.ListDisputes(ctx, w, nil); return err },
+		"ListEvents": func(p provider.Provider) error {
+			_, err := p.ListEvents(ctx, provider.EventQuery{Since: now.Add(-time.Hour), Limit: 10})
+			return err
+		},
+	}
+	for name, call := range calls {
+		for _, want := range []string{account, ""} {
+			before := len(recorded())
+			if err := call(platform.ForAccount(want)); err != nil {
+				t.Fatalf("%s on behalf of %q: %v", name, want, err)
+			}
+			sent := recorded()[before:]
+			if len(sent) == 0 {
+				t.Fatalf("%s on behalf of %q: no request reached stripe-mock", name, want)
+			}
+			for _, r := range sent {
+				if r.account != want || r.status != http.StatusOK {
+					t.Errorf("%s on behalf of %q: %s %s sent Stripe-Account %q, answered %d; want %q and 200",
+						name, want, r.method, r.path, r.account, r.status, want)
+				}
+			}
+		}
+	}
+}
+
 // proxied is one request a recording proxy passed to stripe-mock, and
 // stripe-mock's answer's status.
 type proxied struct {
 	method, path string
 	query        url.Values
 	status       int
+	// account is the request's Stripe-Account header, "" for none.
+	account string
 }
 
 // recordingProxy returns the base URL of a proxy to stripe-mock at base
@@ -178,7 +226,8 @@ func recordingProxy(t *testing.T, base string) (string, func() []proxied) {
 		mu.Lock()
 		defer mu.Unlock()
 		r := resp.Request
-		seen = append(seen, proxied{method: r.Method, path: r.URL.Path, query: r.URL.Query(), status: resp.StatusCode})
+		seen = append(seen, proxied{method: r.Method, path: r.URL.Path, query: r.URL.Query(), status: resp.StatusCode,
+			account: r.Header.Get("Stripe-Account")})
 		return nil
 	}
 	srv := httptest.NewServer(proxy)

@@ -268,8 +268,13 @@ func translateEvent(payload []byte, apiVersion string) (provider.Event, error) {
 	case e.Data == nil || e.Data.Object == nil:
 		return provider.Event{}, fmt.Errorf("%w: event %s has no data.object", ErrMalformedEvent, e.ID)
 	}
+	account, err := provider.ParseAccount(e.Account)
+	if err != nil {
+		return provider.Event{}, fmt.Errorf("%w: event %s: %w", ErrMalformedEvent, e.ID, err)
+	}
 	ev := provider.Event{
 		ID:      e.ID,
+		Account: account,
 		Type:    string(e.Type),
 		Created: time.Unix(e.Created, 0).UTC(),
 		Digest:  eventDigest(e),

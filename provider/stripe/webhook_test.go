@@ -829,3 +829,41 @@ func showEvent(ev provider.Event) string {
 	}
 	return s
 }
+
+// TestWebhookAccount: an event a Connect endpoint receives names its
+// connected account at the top level, and the verifier reads it into
+// Event.Account; a platform event names none; a malformed account is
+// refused as a malformed event, nothing translated.
+func TestWebhookAccount(t *testing.T) {
+	v := whVerifier(t, stripe.WebhookConfig{})
+	for _, tc := range []struct {
+		name, account string
+		want          error
+	}{
+		{"connected account", "acct_1Connected", nil},
+		{"platform", "", nil},
+		{"malformed", "acct-1", stripe.ErrMalformedEvent},
+		{"empty id", "acct_", stripe.ErrMalformedEvent},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var body map[string]any
+			if err := json.Unmarshal(whEvent(t, "payment_intent.succeeded", "", whPI("pi_1", "succeeded", whPurchase, nil)), &body); err != nil {
+				t.Fatal(err)
+			}
+			if tc.account != "" {
+				body["account"] = tc.account
+			}
+			payload, err := json.Marshal(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev, err := v.Verify(payload, whSign(whSecret, whNow, payload))
+			switch {
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Fatalf("account %q: %+v, %v; want %v", tc.account, ev, err, tc.want)
+			case tc.want == nil && (err != nil || ev.Account != tc.account):
+				t.Fatalf("account %q: Event.Account %q, %v", tc.account, ev.Account, err)
+			}
+		})
+	}
+}
