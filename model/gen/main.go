@@ -1,11 +1,11 @@
-// Command gen writes model/transitions.pml, the purchase machine's states
-// and allowed moves for the Promela model, from package statemachine. It
-// is run by `go generate ./model`; a test fails when the checked-in file
-// differs from what it writes.
+// Command gen writes the model's include files (model.Files): each
+// machine's states and allowed moves for the Promela models, from package
+// statemachine. It is run by `go generate ./model`, in the model's
+// directory; a test fails when a checked-in file differs from what it
+// writes.
 package main
 
 import (
-	"flag"
 	"log"
 	"os"
 
@@ -13,9 +13,9 @@ import (
 )
 
 func main() {
-	out := flag.String("o", model.TransitionsFile, "the file to write")
-	flag.Parse()
-	if err := os.WriteFile(*out, model.Transitions(), 0o644); err != nil {
-		log.Fatal(err)
+	for _, g := range model.Files {
+		if err := os.WriteFile(g.File, g.Text(), 0o644); err != nil {
+			log.Fatal(err)
+		}
 	}
 }
