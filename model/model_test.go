@@ -49,7 +49,7 @@ type machine struct {
 
 // models lists every model checked, and the mutants of each are in
 // mutants.
-var models = []spec{purchaseModel, refundsModel, outboxModel}
+var models = []spec{purchaseModel, refundsModel, outboxModel, purchasesModel}
 
 var purchaseModel = spec{
 	file:     "model.pml",
@@ -205,7 +205,7 @@ var mutants = []mutant{
 
 // allMutants lists every model's mutants.
 func allMutants() []mutant {
-	return slices.Concat(mutants, refundsMutants, outboxMutants)
+	return slices.Concat(mutants, refundsMutants, outboxMutants, purchasesMutants)
 }
 
 // apply returns the model's text with m's lines in place of its markers.
