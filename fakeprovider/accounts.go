@@ -2,6 +2,7 @@ package fakeprovider
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 
 	"github.com/payrecon/payrecon/provider"
@@ -42,3 +43,33 @@ func (f *Fake) Account(account string) *Fake {
 
 // ForAccount implements provider.Accounts: the fake of account (Account).
 func (f *Fake) ForAccount(account string) provider.Provider { return f.Account(account) }
+
+// accountServer returns the Server of connected account account: its
+// requests (those carrying the Stripe-Account header) are served from the
+// account's fake, with the platform's settings, its webhooks sent to the
+// Connect endpoint (ServerConfig.ConnectWebhookURL) under that endpoint's
+// secret. It is started on first use and closed with s.
+func (s *Server) accountServer(account string) *Server {
+	s.accountsMu.Lock()
+	defer s.accountsMu.Unlock()
+	if sub, ok := s.accounts[account]; ok {
+		return sub
+	}
+	cfg := s.cfg
+	cfg.WebhookURL, cfg.WebhookSecret = s.cfg.ConnectWebhookURL, s.cfg.ConnectWebhookSecret
+	cfg.ConnectWebhookURL, cfg.ConnectWebhookSecret = "", ""
+	sub := NewServer(s.fake.Account(account), cfg)
+	if s.accounts == nil {
+		s.accounts = map[string]*Server{}
+	}
+	s.accounts[account] = sub
+	return sub
+}
+
+// withoutAccount is r without its Stripe-Account header: the request as
+// the account's own Server serves it.
+func withoutAccount(r *http.Request) *http.Request {
+	r = r.Clone(r.Context())
+	r.Header.Del("Stripe-Account")
+	return r
+}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/payrecon/payrecon/provider"
 )
 
 // APIVersion is the Stripe API version the server renders objects and
@@ -48,6 +50,13 @@ type ServerConfig struct {
 	// key of the HMAC-SHA256 in each delivery's Stripe-Signature header.
 	// Default empty; required with WebhookURL, refused without it.
 	WebhookSecret string
+
+	// ConnectWebhookURL and ConnectWebhookSecret are the Connect
+	// endpoint's, where the connected accounts' events go (each naming
+	// its account), signed with their own secret; both or neither. Empty:
+	// the connected accounts' events are logged, not sent.
+	ConnectWebhookURL    string
+	ConnectWebhookSecret string
 	// WebhookFaults are the probabilities of delivery faults. Default
 	// none. The draws are seeded by the Fake's Config.Seed.
 	WebhookFaults WebhookFaults
@@ -230,6 +239,10 @@ type Server struct {
 
 	outageMu    sync.Mutex
 	outageUntil time.Time // every /v1 call is refused before it (Outage)
+
+	// accounts are the connected accounts' Servers (accountServer).
+	accountsMu sync.Mutex
+	accounts   map[string]*Server
 }
 
 var _ http.Handler = (*Server)(nil)
@@ -293,6 +306,8 @@ func (c ServerConfig) validate() error {
 	switch {
 	case (c.WebhookURL == "") != (c.WebhookSecret == ""):
 		return errors.New("fakeprovider: ServerConfig: WebhookURL and WebhookSecret go together")
+	case (c.ConnectWebhookURL == "") != (c.ConnectWebhookSecret == ""):
+		return errors.New("fakeprovider: ServerConfig: ConnectWebhookURL and ConnectWebhookSecret go together")
 	case c.WebhookMaxAttempts < 0:
 		return fmt.Errorf("fakeprovider: ServerConfig: WebhookMaxAttempts %d is negative", c.WebhookMaxAttempts)
 	case c.WebhookBackoff < 0 || c.WebhookMaxBackoff < 0:
@@ -316,6 +331,11 @@ func (s *Server) Close() {
 		close(s.closing)
 		s.cancel()
 	})
+	s.accountsMu.Lock()
+	for _, sub := range s.accounts {
+		sub.Close()
+	}
+	s.accountsMu.Unlock()
 	s.wg.Wait()
 	if s.wh != nil {
 		s.fake.unwatch(s.wh.log) // it announces nothing more
@@ -340,7 +360,17 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("Request-Id", reqID)
 	h.Set("Stripe-Version", APIVersion)
+	account := r.Header.Get("Stripe-Account")
+	if _, err := provider.ParseAccount(account); err != nil {
+		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error",
+			Message: fmt.Sprintf("Stripe-Account %q is not an account id: acct_ followed by letters and digits", account)})
+		return
+	}
 	if strings.HasPrefix(r.URL.Path, controlPrefix) {
+		if account != provider.PlatformAccount {
+			s.accountServer(account).ServeHTTP(w, withoutAccount(r))
+			return
+		}
 		s.control(w, r)
 		return
 	}
@@ -351,6 +381,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if msg := checkAuth(r.Header.Get("Authorization")); msg != "" {
 		h.Set("Www-Authenticate", `Bearer realm="Stripe"`)
 		writeError(w, http.StatusUnauthorized, apiError{Type: "invalid_request_error", Message: msg})
+		return
+	}
+	if account != provider.PlatformAccount {
+		s.accountServer(account).ServeHTTP(w, withoutAccount(r))
 		return
 	}
 	r, ok := s.throttleHTTP(w, r)

@@ -21,9 +21,10 @@ import (
 // no API key: keep --addr on a loopback address. The list lag is an item
 // of --fake-faults (list_lag=DUR), like the search lag.
 func runFakeProvider(ctx context.Context, e *env, args []string) error {
-	var webhookURL string
+	var webhookURL, connectURL string
 	rest, err := e.parse("fakeprovider", args, func(fs *flag.FlagSet) {
 		fs.StringVar(&webhookURL, "webhook-url", "", "where to POST signed webhooks, e.g. http://127.0.0.1:8080/webhooks/stripe (needs STRIPE_WEBHOOK_SECRET)")
+		fs.StringVar(&connectURL, "connect-webhook-url", "", "where to POST the connected accounts' webhooks, e.g. http://127.0.0.1:8080/webhooks/stripe/connect (needs STRIPE_CONNECT_WEBHOOK_SECRET)")
 	})
 	if err != nil {
 		return err
@@ -44,6 +45,16 @@ func runFakeProvider(ctx context.Context, e *env, args []string) error {
 			return usageError(errors.New("--webhook-url needs STRIPE_WEBHOOK_SECRET (or STRIPE_WEBHOOK_SECRET_FILE) to sign the webhooks"))
 		}
 		scfg.WebhookURL, scfg.WebhookSecret = webhookURL, secret
+	}
+	if connectURL != "" {
+		secret, err := e.settings.secret("stripe-connect-webhook-secret")
+		if err != nil {
+			return usageError(err)
+		}
+		if secret == "" {
+			return usageError(errors.New("--connect-webhook-url needs STRIPE_CONNECT_WEBHOOK_SECRET (or STRIPE_CONNECT_WEBHOOK_SECRET_FILE) to sign the webhooks"))
+		}
+		scfg.ConnectWebhookURL, scfg.ConnectWebhookSecret = connectURL, secret
 	}
 	scfg.Logger = e.log
 	srv := fakeprovider.NewServer(fakeprovider.New(cfg), scfg)

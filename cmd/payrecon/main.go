@@ -209,10 +209,10 @@ func commands() []command {
 				"the share of calls answered 429, the transitions of cause lease_lost, the time between the backlog's last two charges, the new purchases' created → final p50 and p99 during the drain, and the fake's ledger. " +
 				"It needs --database-url and refuses a database that holds purchases not final: use a scratch database.",
 			settings: join(basicSettings, storeSettings, protocolSettings, []string{"budget-account", "budget-global", "budget-create", "budget-retrieve", "budget-search", "budget-list", "budget-refund"}), run: runBenchBacklog},
-		{name: "fakeprovider", args: "[--webhook-url URL]",
+		{name: "fakeprovider", args: "[--webhook-url URL] [--connect-webhook-url URL]",
 			summary:  "a Stripe-compatible fake provider over HTTP, with webhooks",
 			about:    "Serves the fake provider as a Stripe-compatible HTTP server on --addr, with its ledger at GET /_fake/ledger, and sends webhooks signed with STRIPE_WEBHOOK_SECRET to --webhook-url. Its own endpoints take no key: keep it on loopback.",
-			settings: join(basicSettings, []string{"addr", "fake-faults", "stripe-webhook-secret", "stripe-webhook-secret-file"}), run: runFakeProvider},
+			settings: join(basicSettings, []string{"addr", "fake-faults", "stripe-webhook-secret", "stripe-webhook-secret-file", "stripe-connect-webhook-secret", "stripe-connect-webhook-secret-file"}), run: runFakeProvider},
 		{name: "statemachine", args: "[--mermaid] [--refund]", summary: "print the state machine (--mermaid for a Mermaid diagram)",
 			about: "Prints the purchase's state machine, one allowed move a line, or with --mermaid the Mermaid diagram the README carries; --refund prints the refund's machine instead.",
 			run:   runStatemachine},
