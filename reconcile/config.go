@@ -228,6 +228,7 @@ func DefaultConfig() Config {
 		ShutdownGrace:         15 * time.Second,
 		MaxAmount:             99_999_999,
 		DefaultPaymentMethod:  "pm_card_visa",
+		UndeclaredAccounts:    AccountsRefuse,
 		ProviderName:          "stripe",
 		AuditChunk:            15 * time.Minute,
 		AuditOverlap:          time.Hour,
