@@ -3,118 +3,301 @@ package fakeprovider_test
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
-	"strings"
-	"sync"
+	"errors"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/payrecon/payrecon/fakeprovider"
+	"github.com/payrecon/payrecon/internal/testing/providertest"
 	"github.com/payrecon/payrecon/provider"
 )
 
-// TestAccountsAreSeparateBooks: one key and one purchase id in two
-// connected accounts and the platform make three charges, each found
-// only in its own account, whose events name it.
-func TestAccountsAreSeparateBooks(t *testing.T) {
-	ctx := context.Background()
-	platform := fakeprovider.New(fakeprovider.Config{})
-	req := provider.CreateRequest{IdempotencyKey: "payrecon-pur_1", PurchaseID: "pur_1", Customer: "c", Amount: 300, Currency: "usd", PaymentMethod: "pm_card_visa"}
-	ids := map[string]string{}
-	for _, account := range []string{"", "acct_1A", "acct_1B"} {
-		res, err := platform.ForAccount(account).Create(ctx, req)
-		if err != nil || res.Outcome != provider.Succeeded {
-			t.Fatalf("create in %q: %+v, %v", account, res, err)
-		}
-		ids[account] = res.PaymentID
+// Connected accounts, in-process.
+
+// accounts are the accounts the tests keep books in: the platform's and
+// two connected accounts.
+var accounts = []string{provider.PlatformAccount, "acct_1A", "acct_1B"}
+
+// books are the records a test made in one account.
+type books struct {
+	payment, refund, dispute string
+}
+
+// keepBooks makes, in f, a charge of purchase pur_same under its usual
+// key, a refund of part of it and a dispute of another part: the same
+// requests in every account.
+func keepBooks(t *testing.T, f *fakeprovider.Fake) books {
+	t.Helper()
+	req := request("pur_same")
+	pay := mustCreate(t, f, req)
+	if replay := mustCreate(t, f, req); replay.PaymentID != pay.PaymentID {
+		t.Fatalf("account %q: replay of the key charged again: %s, then %s", f.AccountID(), pay.PaymentID, replay.PaymentID)
 	}
-	for account, id := range ids {
-		for other := range ids {
-			res, err := platform.ForAccount(other).Status(ctx, id)
-			want := provider.NotFound
-			if other == account {
-				want = provider.Succeeded
+	rf := mustRefund(t, f, refundRequest("ref_same", "pur_same", pay.PaymentID, 250))
+	d := mustOpenDispute(t, f, pay.PaymentID, fakeprovider.DisputeOptions{Amount: 100})
+	return books{payment: pay.PaymentID, refund: rf.ID, dispute: d.ID}
+}
+
+func TestAccountResolves(t *testing.T) {
+	platform, _ := newFake(t, fakeprovider.Config{Instance: "plat1"})
+	a := platform.Account("acct_1A")
+	tests := []struct {
+		name      string
+		got, want *fakeprovider.Fake
+	}{
+		{"the platform's", platform.Account(provider.PlatformAccount), platform},
+		{"an account again", platform.Account("acct_1A"), a},
+		{"ForAccount", platform.ForAccount("acct_1A").(*fakeprovider.Fake), a},
+		{"the platform's from an account", a.Account(provider.PlatformAccount), platform},
+		{"an account from itself", a.Account("acct_1A"), a},
+		{"another account from an account", a.Account("acct_1B"), platform.Account("acct_1B")},
+	}
+	for _, tc := range tests {
+		if tc.got != tc.want {
+			t.Errorf("%s: got the fake of %q, want %q's", tc.name, tc.got.AccountID(), tc.want.AccountID())
+		}
+	}
+	if a.AccountID() != "acct_1A" || platform.AccountID() != provider.PlatformAccount {
+		t.Errorf("AccountID: %q and %q, want acct_1A and the platform's", a.AccountID(), platform.AccountID())
+	}
+	if a.Instance() != "plat1x1A" {
+		t.Errorf("instance of acct_1A: %q, want plat1x1A", a.Instance())
+	}
+}
+
+// TestAccountRefusesMalformed: an account provider.ParseAccount refuses
+// is a bug in the caller, never a fake of its own.
+func TestAccountRefusesMalformed(t *testing.T) {
+	f, _ := newFake(t, fakeprovider.Config{})
+	for _, bad := range []string{"acct_", "acct-1A", "acct_1 A", "ACCT_1A", "pi_1A", "acct_1A\n"} {
+		t.Run(fmt.Sprintf("%q", bad), func(t *testing.T) {
+			wantPanic(t, "Account", func() { f.Account(bad) })
+			wantPanic(t, "New with AccountRateLimits", func() {
+				fakeprovider.New(fakeprovider.Config{AccountRateLimits: map[string]fakeprovider.RateLimits{bad: {Create: 1}}})
+			})
+		})
+	}
+	wantPanic(t, "New with the platform's AccountRateLimits", func() {
+		fakeprovider.New(fakeprovider.Config{AccountRateLimits: map[string]fakeprovider.RateLimits{provider.PlatformAccount: {}}})
+	})
+}
+
+func wantPanic(t *testing.T, what string, fn func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s did not panic", what)
+		}
+	}()
+	fn()
+}
+
+// TestAccountsKeepSeparateBooks: the same key and purchase id in the
+// platform and two connected accounts make three charges, one in each,
+// with three ids.
+func TestAccountsKeepSeparateBooks(t *testing.T) {
+	platform, _ := newFake(t, fakeprovider.Config{})
+	ids := map[string]bool{}
+	for _, account := range accounts {
+		f := platform.Account(account)
+		b := keepBooks(t, f)
+		for _, id := range []string{b.payment, b.refund, b.dispute} {
+			if ids[id] {
+				t.Errorf("account %q: id %s is another account's too", account, id)
 			}
-			if err != nil || res.Outcome != want {
-				t.Errorf("status of %q's payment %s in %q: %s, %v; want %s", account, id, other, res.Outcome, err, want)
-			}
+			ids[id] = true
 		}
-		if n := platform.Account(account).MoneyTaken("pur_1"); n != 1 {
-			t.Errorf("account %q: %d charges of pur_1, want 1", account, n)
+		if n, m := len(f.ChargesFor("pur_same")), f.MoneyTaken("pur_same"); n != 1 || m != 1 {
+			t.Errorf("account %q: %d charges of pur_same, %d took money; want 1 and 1", account, n, m)
 		}
-		found, err := platform.ForAccount(account).Search(ctx, "pur_1")
-		if err != nil || found.PaymentID != id || found.Charges != 1 {
-			t.Errorf("search in %q: %+v, %v; want its own %s alone", account, found, err, id)
-		}
-		page, err := platform.ForAccount(account).ListEvents(ctx, provider.EventQuery{Since: platform.Account(account).Charges()[0].CreatedAt})
-		if err != nil || len(page.Events) != 1 {
-			t.Fatalf("events of %q: %+v, %v; want its one", account, page.Events, err)
-		}
-		ev := page.Events[0]
-		var body struct {
-			Account string `json:"account"`
-		}
-		if err := json.Unmarshal([]byte(ev.Payload), &body); err != nil || ev.Account != account || body.Account != account || ev.PaymentID != id {
-			t.Errorf("event of %q: account %q (payload %q), payment %s; want %q and %s", account, ev.Account, body.Account, ev.PaymentID, account, id)
+		if n := f.Ledger().CreateCalls["payrecon-pur_same"]; n != 2 {
+			t.Errorf("account %q: %d creates under the key, want its own 2", account, n)
 		}
 	}
 }
 
-// TestServerRoutesByAccount: over HTTP, a request with the Stripe-Account
-// header is served from that account's books, its webhooks go to the
-// Connect endpoint signed with its secret and naming the account; a
-// malformed header is refused 400, nothing made.
-func TestServerRoutesByAccount(t *testing.T) {
-	var (
-		mu       sync.Mutex
-		received []string
-	)
-	connect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		mu.Lock()
-		received = append(received, r.Header.Get("Stripe-Signature")+" "+string(body))
-		mu.Unlock()
-	}))
-	defer connect.Close()
-	platform := fakeprovider.New(fakeprovider.Config{})
-	srv := fakeprovider.NewServer(platform, fakeprovider.ServerConfig{
-		ConnectWebhookURL: connect.URL, ConnectWebhookSecret: "whsec_connect", SyncDelivery: true,
+// TestAccountsDoNotSeeEachOther: every read through one account's view
+// finds that account's records and never another's.
+func TestAccountsDoNotSeeEachOther(t *testing.T) {
+	platform, clk := newFake(t, fakeprovider.Config{})
+	all := provider.Window{From: clk.Now().Add(-time.Hour), Until: clk.Now().Add(time.Hour)}
+	kept := map[string]books{}
+	for _, account := range accounts {
+		kept[account] = keepBooks(t, platform.Account(account))
+	}
+	probes := []struct {
+		name string
+		sees func(ctx context.Context, p provider.Provider, b books) (bool, error)
+	}{
+		{"Status", func(ctx context.Context, p provider.Provider, b books) (bool, error) {
+			res, err := p.Status(ctx, b.payment)
+			return res.Outcome != provider.NotFound, err
+		}},
+		{"Search", func(ctx context.Context, p provider.Provider, b books) (bool, error) {
+			res, err := p.Search(ctx, "pur_same")
+			if err == nil && res.Charges != 1 {
+				err = fmt.Errorf("found %d charges of pur_same, want the account's 1", res.Charges)
+			}
+			return res.PaymentID == b.payment, err
+		}},
+		{"List", func(ctx context.Context, p provider.Provider, b books) (bool, error) {
+			ps, err := p.List(ctx, all, nil)
+			return slices.ContainsFunc(ps, func(x provider.Payment) bool { return x.ID == b.payment }), err
+		}},
+		{"GetRefund", func(ctx context.Context, p provider.Provider, b books) (bool, error) {
+			res, err := p.GetRefund(ctx, b.refund)
+			return res.Outcome != provider.NotFound, err
+		}},
+		{"ListRefunds", func(ctx context.Context, p provider.Provider, b books) (bool, error) {
+			rs, err := p.ListRefunds(ctx, b.payment, nil)
+			if errors.Is(err, fakeprovider.ErrNoSuchPayment) {
+				return false, nil // Stripe refuses to list an unknown payment's
+			}
+			return slices.ContainsFunc(rs, func(r provider.RefundResult) bool { return r.ID == b.refund }), err
+		}},
+		{"ListRefundsCreated", func(ctx context.Context, p provider.Provider, b books) (bool, error) {
+			rs, err := p.ListRefundsCreated(ctx, all, nil)
+			return slices.ContainsFunc(rs, func(r provider.RefundResult) bool { return r.ID == b.refund }), err
+		}},
+		{"ListDisputes", func(ctx context.Context, p provider.Provider, b books) (bool, error) {
+			ds, err := p.ListDisputes(ctx, all, nil)
+			return slices.ContainsFunc(ds, func(d provider.Dispute) bool { return d.ID == b.dispute }), err
+		}},
+		{"ListEvents", func(ctx context.Context, p provider.Provider, b books) (bool, error) {
+			page, err := p.ListEvents(ctx, provider.EventQuery{Since: all.From})
+			return slices.ContainsFunc(page.Events, func(ev provider.Event) bool { return ev.PaymentID == b.payment }), err
+		}},
+	}
+	for _, probe := range probes {
+		t.Run(probe.name, func(t *testing.T) {
+			for _, viewer := range accounts {
+				for _, owner := range accounts {
+					sees, err := probe.sees(t.Context(), platform.ForAccount(viewer), kept[owner])
+					if err != nil {
+						t.Errorf("through %q, of %q's records: %v", viewer, owner, err)
+					} else if want := viewer == owner; sees != want {
+						t.Errorf("through %q, sees %q's records: %t, want %t", viewer, owner, sees, want)
+					}
+				}
+			}
+		})
+	}
+	// Nor does one account act on another's payment.
+	for _, viewer := range accounts {
+		for _, owner := range accounts {
+			if viewer == owner {
+				continue
+			}
+			p := platform.ForAccount(viewer)
+			_, err := p.CreateRefund(t.Context(), refundRequest("ref_cross", "pur_same", kept[owner].payment, 1))
+			if !errors.Is(err, fakeprovider.ErrNoSuchPayment) || !errors.Is(err, provider.ErrRejected) {
+				t.Errorf("refund through %q of %q's payment: %v, want it refused as unknown", viewer, owner, err)
+			}
+			if _, err := platform.Account(viewer).OpenDispute(kept[owner].payment, fakeprovider.DisputeOptions{}); !errors.Is(err, fakeprovider.ErrNoSuchPayment) {
+				t.Errorf("dispute in %q of %q's payment: %v, want ErrNoSuchPayment", viewer, owner, err)
+			}
+		}
+	}
+}
+
+// TestAccountEventsNameTheAccount: every event of a connected account
+// names it, in provider.Event.Account and at the top of its JSON; the
+// platform's name none.
+func TestAccountEventsNameTheAccount(t *testing.T) {
+	platform, clk := newFake(t, fakeprovider.Config{})
+	for _, account := range accounts {
+		keepBooks(t, platform.Account(account))
+	}
+	for _, account := range accounts {
+		t.Run("account="+account, func(t *testing.T) {
+			page, err := platform.ForAccount(account).ListEvents(t.Context(), provider.EventQuery{Since: clk.Now().Add(-time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The charge, the refund's created and charge.refunded, the
+			// dispute's created and funds_withdrawn.
+			if len(page.Events) != 5 {
+				t.Errorf("%d events, want the account's 5", len(page.Events))
+			}
+			for _, ev := range page.Events {
+				var top map[string]json.RawMessage
+				if err := json.Unmarshal([]byte(ev.Payload), &top); err != nil {
+					t.Fatalf("event %s: %v", ev.ID, err)
+				}
+				raw, named := top["account"]
+				var inJSON string
+				if named {
+					json.Unmarshal(raw, &inJSON)
+				}
+				if ev.Account != account || inJSON != account || named != (account != provider.PlatformAccount) {
+					t.Errorf("event %s (%s): Account %q, JSON account %s; want %q", ev.ID, ev.Type, ev.Account, raw, account)
+				}
+			}
+			if n := len(platform.Account(account).EventLog()); n != len(page.Events) {
+				t.Errorf("event log holds %d, listed %d", n, len(page.Events))
+			}
+		})
+	}
+}
+
+// TestAccountRateLimits: each account has its own buckets, with the
+// limits Config.AccountRateLimits names, else the platform's as
+// configured: one account exhausting its limit leaves the others served.
+func TestAccountRateLimits(t *testing.T) {
+	platform, _ := newFake(t, fakeprovider.Config{
+		RateLimits:        fakeprovider.RateLimits{Create: 2},
+		AccountRateLimits: map[string]fakeprovider.RateLimits{"acct_1Tight": {Create: 1}},
 	})
-	defer srv.Close()
-	ts := httptest.NewServer(srv)
-	defer ts.Close()
-	post := func(account string) int {
-		t.Helper()
-		form := url.Values{"amount": {"300"}, "currency": {"usd"}, "confirm": {"true"}, "payment_method": {"pm_card_visa"},
-			"metadata[purchase_id]": {"pur_1"}}
-		req, _ := http.NewRequest(http.MethodPost, ts.URL+"/v1/payment_intents", strings.NewReader(form.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("Authorization", "Bearer sk_test_fake")
-		req.Header.Set("Idempotency-Key", "payrecon-pur_1")
-		if account != "" {
-			req.Header.Set("Stripe-Account", account)
+	// The platform's alone: the accounts keep the configured default.
+	platform.SetRateLimits(fakeprovider.RateLimits{Create: 3})
+	// In order, on a clock that never moves: no bucket refills.
+	tests := []struct {
+		account  string
+		admitted int
+	}{
+		{"acct_1A", 2},
+		{"acct_1B", 2},
+		{provider.PlatformAccount, 3},
+		{"acct_1Tight", 1},
+	}
+	for _, tc := range tests {
+		f := platform.Account(tc.account)
+		for i := range tc.admitted + 1 {
+			_, err := f.Create(t.Context(), request(fmt.Sprintf("pur_rate_%d", i)))
+			var rl *fakeprovider.RateLimitError
+			switch {
+			case i < tc.admitted && err != nil:
+				t.Errorf("account %q: create %d: %v, want it served", tc.account, i+1, err)
+			case i == tc.admitted && (!errors.As(err, &rl) || !errors.Is(err, provider.ErrRateLimited)):
+				t.Errorf("account %q: create %d: %v, want a RateLimitError", tc.account, i+1, err)
+			}
 		}
-		resp, err := ts.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
+		if n, m := len(f.AdmittedTimes("create")), f.ThrottledCalls("create"); n != tc.admitted || m != 1 {
+			t.Errorf("account %q: %d creates admitted, %d throttled; want %d and 1", tc.account, n, m, tc.admitted)
 		}
-		resp.Body.Close()
-		return resp.StatusCode
 	}
-	if code := post("acct_1Http"); code != http.StatusOK {
-		t.Fatalf("create on behalf of acct_1Http: %d", code)
-	}
-	if code := post("acct-bad"); code != http.StatusBadRequest {
-		t.Fatalf("create with a malformed Stripe-Account: %d, want 400", code)
-	}
-	if n, m := platform.Account("acct_1Http").MoneyTaken("pur_1"), platform.MoneyTaken("pur_1"); n != 1 || m != 0 {
-		t.Fatalf("charges of pur_1: %d in acct_1Http, %d on the platform; want 1 and 0", n, m)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(received) == 0 || !strings.Contains(received[0], `"account":"acct_1Http"`) {
-		t.Fatalf("Connect endpoint received %q, want the account's event naming it", received)
-	}
+}
+
+// TestAccountConformance: a connected account's fake is a whole
+// provider, whatever the platform's books hold.
+func TestAccountConformance(t *testing.T) {
+	providertest.Run(t, providertest.Harness{
+		New: func(t *testing.T) providertest.Target {
+			platform, clk := newFake(t, fakeprovider.Config{ListPageSize: 2})
+			keepBooks(t, platform)
+			f := platform.Account("acct_1Conformance")
+			return providertest.Target{
+				Provider:    platform.ForAccount("acct_1Conformance"),
+				Advance:     clk.Advance,
+				Charges:     func(p string) int { return len(f.ChargesFor(p)) },
+				MoneyTaken:  f.MoneyTaken,
+				Refunds:     func(r string) int { return len(f.RefundsFor(r)) },
+				PageSize:    2,
+				Requests:    f.Calls,
+				OpenDispute: openDispute(f),
+			}
+		},
+	})
 }

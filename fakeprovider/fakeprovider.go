@@ -72,7 +72,14 @@
 // sequence number counting from 1 ("pi_fake3f09a2c1_00000000000000000001",
 // ...); refund ids ("re_fake..."), dispute ids ("du_fake...") and event
 // ids ("evt_fake...") are built the same way, each with a sequence of its
-// own.
+// own. A connected account's instance is the platform's, "x" and the
+// account's letters after "acct_" ("pi_fake3f09a2c1x1AbC_...").
+//
+// Connected accounts (accounts.go): Fake.Account and ForAccount return the
+// fake of a platform's connected account (Stripe Connect), a Fake of its
+// own, made on first use: its ledger, keys, event log, refunds, disputes
+// and rate limits are its alone, and its ids, whose instance names the
+// account, are found in no other account. Its events carry the account.
 //
 // The Fake keeps an event log, as Stripe does (events.go): an event for
 // every change of a charge, a refund or a dispute, announced by a webhook
@@ -93,6 +100,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -216,7 +224,9 @@ type Config struct {
 	// accepted (its key marked in flight) and before the charge is made.
 	// Blocking in it holds the request in flight, so that tests can send a
 	// concurrent create with the same key, or cancel the caller's context
-	// mid-call, without sleeping. Default none.
+	// mid-call, without sleeping. The connected accounts' fakes call it
+	// too; a Server's requests carry the account of their Stripe-Account
+	// header in req.Account. Default none.
 	OnAccept func(req provider.CreateRequest)
 	// OnAcceptRefund is OnAccept for CreateRefund: called without the
 	// fake's lock after a refund create is accepted (its key marked in
@@ -225,6 +235,14 @@ type Config struct {
 	// RateLimits are the per-class rate limits the fake enforces, in
 	// calls per second. Default none.
 	RateLimits RateLimits
+	// AccountRateLimits are the rate limits of connected accounts (see
+	// Fake.Account), by account ("acct_..."), each enforced over buckets
+	// of the account's own, as Stripe limits each account apart. An
+	// account not named has RateLimits as given to New (a later
+	// SetRateLimits changes the platform's alone). Default none: every
+	// connected account has RateLimits. New panics on a key that is not a
+	// connected account (provider.ParseAccount, not PlatformAccount).
+	AccountRateLimits map[string]RateLimits
 	// ListPageSize is how many objects one call of an in-process listing
 	// (List, ListRefunds, ListRefundsCreated, ListDisputes) reads: a
 	// listing of more reads several pages, each one call (counted, rate
@@ -317,11 +335,17 @@ func (c OutsideCharge) validate() (OutsideCharge, error) {
 type Fake struct {
 	cfg Config
 	// account is the connected account this fake is (see Account); "" for
-	// the platform's.
-	account string
-	// accounts are the platform's connected accounts' fakes, by account.
+	// the platform's, and platform the platform's fake, nil for it.
+	account  string
+	platform *Fake
+	// accountLimits is Config.RateLimits as New received it: the default
+	// of a connected account's (SetRateLimits changes cfg's).
+	accountLimits RateLimits
+	// accounts are the platform's connected accounts' fakes, by account,
+	// and servers the Servers told of each new one (accounts.go).
 	accountsMu sync.Mutex
 	accounts   map[string]*Fake
+	servers    []*Server
 
 	mu       sync.Mutex
 	seq      int
@@ -432,6 +456,12 @@ func New(cfg Config) *Fake {
 		panic(fmt.Sprintf("fakeprovider: negative duration in config (key retention %v, settle after %v, search lag %v, list lag %v)",
 			cfg.KeyRetention, cfg.SettleAfter, cfg.SearchLag, cfg.ListLag))
 	}
+	for account := range cfg.AccountRateLimits {
+		if _, err := provider.ParseAccount(account); err != nil || account == provider.PlatformAccount {
+			panic(fmt.Sprintf("fakeprovider: AccountRateLimits: %q is not a connected account (acct_ followed by letters and digits)", account))
+		}
+	}
+	cfg.AccountRateLimits = maps.Clone(cfg.AccountRateLimits) // the caller's map may change
 	if cfg.ListPageSize < 0 {
 		panic(fmt.Sprintf("fakeprovider: list page size %d is negative", cfg.ListPageSize))
 	}
@@ -465,6 +495,8 @@ func New(cfg Config) *Fake {
 		limiter:        newLimiter(),
 		disputeByID:    make(map[string]*disputeEntry),
 		eventByID:      make(map[string]*loggedEvent),
+
+		accountLimits: cfg.RateLimits,
 	}
 }
 

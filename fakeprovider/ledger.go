@@ -111,6 +111,9 @@ func (f *Fake) setStatus(paymentID, status string, silent bool) (Charge, error) 
 // refunds, disputes and calls; a Server serves it as JSON at GET
 // /_fake/ledger.
 type Ledger struct {
+	// Account is the connected account whose ledger it is (Fake.Account);
+	// "" and left out of the JSON for the platform's.
+	Account string `json:"account,omitempty"`
 	// Charges is the ledger, oldest first, settled as of now.
 	Charges []LedgerCharge `json:"charges"`
 	// Refunds are the refunds of the ledger's charges, oldest first,
@@ -233,6 +236,7 @@ func (f *Fake) Ledger() Ledger {
 	defer f.mu.Unlock()
 	now := f.cfg.Now()
 	l := Ledger{
+		Account:           f.account,
 		Charges:           make([]LedgerCharge, 0, len(f.ledger)),
 		Refunds:           make([]LedgerRefund, 0, len(f.refunds)),
 		Disputes:          make([]LedgerDispute, 0, len(f.disputes)),

@@ -10,7 +10,9 @@ import (
 // from now, by the server's clock, with a 503 api_error and nothing done:
 // a provider outage. The simulator's own endpoints keep answering, and
 // webhooks keep being delivered. A later call replaces the deadline; d 0
-// ends an outage. POST /_fake/outage serves it.
+// ends an outage. The platform's outage refuses its connected accounts'
+// calls too; an account's Server's (Account) refuses that account's alone.
+// POST /_fake/outage serves it.
 func (s *Server) Outage(d time.Duration) {
 	s.outageMu.Lock()
 	defer s.outageMu.Unlock()

@@ -125,7 +125,8 @@ func newLimiter() *limiter {
 }
 
 // SetRateLimits replaces the fake's rate limits from now on, as a provider
-// changes an account's limits (or a test starts and ends a storm of 429s).
+// changes an account's limits (or a test starts and ends a storm of 429s):
+// the platform's alone, or a connected account's alone on its fake.
 func (f *Fake) SetRateLimits(l RateLimits) {
 	f.limiter.mu.Lock()
 	defer f.limiter.mu.Unlock()

@@ -53,8 +53,10 @@ type ServerConfig struct {
 
 	// ConnectWebhookURL and ConnectWebhookSecret are the Connect
 	// endpoint's, where the connected accounts' events go (each naming
-	// its account), signed with their own secret; both or neither. Empty:
-	// the connected accounts' events are logged, not sent.
+	// its account, see Server.Account), signed with this secret, with the
+	// delivery settings and faults below; WebhookURL's rules apply. Both
+	// or neither; they need no WebhookURL. Default empty: the connected
+	// accounts' events are in their event logs, never sent.
 	ConnectWebhookURL    string
 	ConnectWebhookSecret string
 	// WebhookFaults are the probabilities of delivery faults. Default
@@ -177,6 +179,16 @@ type ServerConfig struct {
 //
 // Webhooks: see Tick, Events, Deliveries and WebhookStats.
 //
+// Connected accounts (Stripe Connect): a request with a Stripe-Account
+// header (acct_ followed by letters and digits), to /v1 and /_fake alike,
+// is served by that account's Server (Account), from the account's books
+// alone (Fake.Account) and under its own rate limits; without the header,
+// by the platform's. A header that names no account is a 400
+// invalid_request_error account_invalid, and nothing is done. Each event
+// of an account carries its top-level "account" and is sent to
+// ConnectWebhookURL. The platform's outage (POST /_fake/outage without the
+// header) refuses every account's calls too; an account's, its alone.
+//
 // The simulator's own endpoints, outside Stripe's API, for tests in
 // other processes (plain net/http, no API key: they need none, so that a
 // test needs no Stripe client; the fake serves test keys only). Errors
@@ -214,6 +226,8 @@ type ServerConfig struct {
 //	                                          deliveries and the counts, as JSON
 //	                                          (see WebhookView)
 //
+// Each acts on the account its Stripe-Account header names, the platform
+// without one: GET /_fake/ledger with the header is that account's ledger.
 // Their parameters come form-encoded (body or query) or as a JSON object
 // (Content-Type: application/json; amount a number, webhooks and inquiry
 // booleans).
@@ -240,15 +254,18 @@ type Server struct {
 	outageMu    sync.Mutex
 	outageUntil time.Time // every /v1 call is refused before it (Outage)
 
-	// accounts are the connected accounts' Servers (accountServer).
+	// accounts are the connected accounts' Servers (accounts.go), and
+	// parent, for one of them, the platform's Server.
 	accountsMu sync.Mutex
 	accounts   map[string]*Server
+	parent     *Server
 }
 
 var _ http.Handler = (*Server)(nil)
 
 // NewServer returns a Server for f with cfg's zero fields defaulted, and
 // starts its background goroutines (see ServerConfig.SyncDelivery). It
+// serves f's connected accounts too, those made later included (Account). It
 // panics if cfg is invalid (a webhook URL without secret or the reverse, a
 // bad probability, a negative duration or attempt count): that is a bug in
 // the caller, and ParseServerConfig never returns such a config.
@@ -293,12 +310,14 @@ func NewServer(f *Fake, cfg ServerConfig) *Server {
 		if !cfg.SyncDelivery {
 			s.wg.Add(1)
 			go s.deliverLoop()
-			if cfg.TickEvery > 0 {
-				s.wg.Add(1)
-				go s.tickLoop()
-			}
 		}
 	}
+	// The ticker ticks the connected accounts' Servers too.
+	if (cfg.WebhookURL != "" || cfg.ConnectWebhookURL != "") && !cfg.SyncDelivery && cfg.TickEvery > 0 {
+		s.wg.Add(1)
+		go s.tickLoop()
+	}
+	f.serveAccounts(s)
 	return s
 }
 
@@ -313,10 +332,13 @@ func (c ServerConfig) validate() error {
 	case c.WebhookBackoff < 0 || c.WebhookMaxBackoff < 0:
 		return fmt.Errorf("fakeprovider: ServerConfig: negative webhook backoff (%v, max %v)", c.WebhookBackoff, c.WebhookMaxBackoff)
 	}
-	if c.WebhookURL != "" {
-		u, err := url.Parse(c.WebhookURL)
-		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("fakeprovider: ServerConfig: WebhookURL %q: want an absolute http or https URL", c.WebhookURL)
+	for _, u := range []struct{ name, v string }{{"WebhookURL", c.WebhookURL}, {"ConnectWebhookURL", c.ConnectWebhookURL}} {
+		if u.v == "" {
+			continue
+		}
+		p, err := url.Parse(u.v)
+		if err != nil || (p.Scheme != "http" && p.Scheme != "https") || p.Host == "" {
+			return fmt.Errorf("fakeprovider: ServerConfig: %s %q: want an absolute http or https URL", u.name, u.v)
 		}
 	}
 	return c.WebhookFaults.Validate()
@@ -325,17 +347,17 @@ func (c ServerConfig) validate() error {
 // Close stops the background goroutines and waits for them, abandons the
 // deliveries not made yet (they stay counted in WebhookStats.Pending),
 // and releases the requests held by Timeout faults (their connections are
-// closed). Later Ticks do nothing. Close may be called more than once.
+// closed), its connected accounts' Servers' included. Later Ticks do
+// nothing. Close may be called more than once.
 func (s *Server) Close() {
 	s.closeOne.Do(func() {
 		close(s.closing)
 		s.cancel()
 	})
-	s.accountsMu.Lock()
-	for _, sub := range s.accounts {
-		sub.Close()
+	s.fake.unserveAccounts(s)
+	for _, sub := range s.accountServers() {
+		sub.Close() // one made from now on closes itself
 	}
-	s.accountsMu.Unlock()
 	s.wg.Wait()
 	if s.wh != nil {
 		s.fake.unwatch(s.wh.log) // it announces nothing more
@@ -356,19 +378,23 @@ func (s *Server) closed() bool {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	reqID := s.requestID()
+	s.serve(w, r, s.requestID())
+}
+
+// serve serves r, whose request id is reqID: a request with a
+// Stripe-Account header is served by that account's Server.
+func (s *Server) serve(w http.ResponseWriter, r *http.Request, reqID string) {
 	h := w.Header()
 	h.Set("Request-Id", reqID)
 	h.Set("Stripe-Version", APIVersion)
 	account := r.Header.Get("Stripe-Account")
 	if _, err := provider.ParseAccount(account); err != nil {
-		writeError(w, http.StatusBadRequest, apiError{Type: "invalid_request_error",
-			Message: fmt.Sprintf("Stripe-Account %q is not an account id: acct_ followed by letters and digits", account)})
+		refuseAccount(w, account)
 		return
 	}
 	if strings.HasPrefix(r.URL.Path, controlPrefix) {
 		if account != provider.PlatformAccount {
-			s.accountServer(account).ServeHTTP(w, withoutAccount(r))
+			s.accountServer(account).serve(w, withoutAccount(r), reqID)
 			return
 		}
 		s.control(w, r)
@@ -384,7 +410,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if account != provider.PlatformAccount {
-		s.accountServer(account).ServeHTTP(w, withoutAccount(r))
+		s.accountServer(account).serve(w, withoutAccount(r), reqID)
 		return
 	}
 	r, ok := s.throttleHTTP(w, r)
@@ -434,7 +460,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// requestID returns a new request id, unique among the platform's and
+// its accounts' Servers.
 func (s *Server) requestID() string {
+	if s.parent != nil {
+		return s.parent.requestID()
+	}
 	s.reqSeq.Lock()
 	defer s.reqSeq.Unlock()
 	s.nextReq++

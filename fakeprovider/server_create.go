@@ -37,6 +37,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request, reqID string) {
 			Message: fmt.Sprintf("Idempotency keys can be at most %d characters long.", maxKeyLength)})
 		return
 	}
+	// As the in-process caller's, for Config.OnAccept; hash, of the
+	// form, stays as it was.
+	req.Account = s.fake.account
 
 	a := s.fake.createHashed(req, hash)
 	switch a.fault {

@@ -37,6 +37,8 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	// As the in-process caller's, for Config.OnAcceptRefund.
+	req.Account = s.fake.account
 	// The request holds every parameter the form may carry, so its own
 	// hash stands for them all.
 	a := s.fake.createRefundHashed(req, req.Hash())

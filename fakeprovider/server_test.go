@@ -624,7 +624,14 @@ type received struct {
 
 func newReceiver(t *testing.T, now func() time.Time, answer func(n int) int) *receiver {
 	t.Helper()
-	v, err := stripe.NewWebhookVerifier(stripe.WebhookConfig{Secret: whSecret, Now: now})
+	return newReceiverFor(t, whSecret, now, answer)
+}
+
+// newReceiverFor is newReceiver of an endpoint whose signing secret is
+// secret.
+func newReceiverFor(t *testing.T, secret string, now func() time.Time, answer func(n int) int) *receiver {
+	t.Helper()
+	v, err := stripe.NewWebhookVerifier(stripe.WebhookConfig{Secret: secret, Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,13 +171,19 @@ func SignatureHeader(payload []byte, secret string, t time.Time) string {
 // it delivers them before returning; otherwise the background goroutine
 // does. Tests call it after moving a
 // fake clock; on the real clock the background ticker calls it every
-// TickEvery. It does nothing without webhooks or after Close.
+// TickEvery. It does nothing without webhooks or after Close. It then
+// ticks the connected accounts' Servers (Account), by account.
 func (s *Server) Tick() {
-	if s.wh == nil || s.closed() {
+	if s.closed() {
 		return
 	}
-	s.wh.scan(true)
-	s.afterEmit()
+	if s.wh != nil {
+		s.wh.scan(true)
+		s.afterEmit()
+	}
+	for _, sub := range s.accountServers() {
+		sub.Tick()
+	}
 }
 
 // emit looks for new changes after a create, without releasing delayed
@@ -201,8 +207,9 @@ func (s *Server) afterEmit() {
 	}
 }
 
-// Events returns the events emitted so far, in emission order, dropped
-// ones included.
+// Events returns the events s emitted so far, in emission order, dropped
+// ones included: the platform's for the platform's Server, a connected
+// account's for its Server (Account).
 func (s *Server) Events() []WebhookEvent {
 	if s.wh == nil {
 		return nil
@@ -219,7 +226,8 @@ func (s *Server) Events() []WebhookEvent {
 	return out
 }
 
-// Deliveries returns every POST made so far, in order of completion.
+// Deliveries returns every POST s made so far, in order of completion:
+// the platform's or an account's, as Events.
 func (s *Server) Deliveries() []Delivery {
 	if s.wh == nil {
 		return nil
@@ -229,7 +237,8 @@ func (s *Server) Deliveries() []Delivery {
 	return slices.Clone(s.wh.deliveries)
 }
 
-// WebhookStats returns the delivery counts so far.
+// WebhookStats returns s's delivery counts so far: the platform's or an
+// account's, as Events.
 func (s *Server) WebhookStats() WebhookStats {
 	if s.wh == nil {
 		return WebhookStats{}
@@ -242,9 +251,23 @@ func (s *Server) WebhookStats() WebhookStats {
 }
 
 // Drain waits until every copy released for delivery has been acked or
-// given up, or ctx ends. Events held by WebhookDelay (until the next Tick)
-// or WebhookReorder (behind a later event) are not waited for.
+// given up, or ctx ends: the platform's, then the connected accounts'
+// (Account). Events held by WebhookDelay (until the next Tick) or
+// WebhookReorder (behind a later event) are not waited for.
 func (s *Server) Drain(ctx context.Context) error {
+	if err := s.drain(ctx); err != nil {
+		return err
+	}
+	for _, sub := range s.accountServers() {
+		if err := sub.drain(ctx); err != nil {
+			return fmt.Errorf("%w (account %s)", err, sub.fake.account)
+		}
+	}
+	return nil
+}
+
+// drain is Drain of s's own deliveries.
+func (s *Server) drain(ctx context.Context) error {
 	if s.wh == nil {
 		return nil
 	}
