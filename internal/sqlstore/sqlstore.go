@@ -241,6 +241,13 @@ type Row interface {
 	Scan(dest ...any) error
 }
 
+// ScanString reads a row of one text column, for a store's queryAll.
+func ScanString(row Row) (string, error) {
+	var v string
+	err := row.Scan(&v)
+	return v, err
+}
+
 // ScanCounts returns a scan of rows of (key, count) that stores each
 // count in counts, for a store's queryAll.
 func ScanCounts[K ~string](counts map[K]int) func(Row) (struct{}, error) {

@@ -14,14 +14,14 @@
 -- (reconcile.InboxEvent.Account), '' for the platform's, kept so that the
 -- applier judges the event, however late, against that account's books.
 --
--- The partial index serves the books' accounts (ListAccounts) and stays
--- empty while every purchase is the platform's.
+-- The partial index serves the books' accounts (ListAccounts, one probe
+-- per account) and stays empty while every purchase is the platform's.
 
 -- +goose Up
 
 ALTER TABLE purchases
     ADD COLUMN account text NOT NULL DEFAULT ''
-        CONSTRAINT purchases_account_check CHECK (account ~ '^(acct_[A-Za-z0-9]+)?$');
+        CONSTRAINT purchases_account_check CHECK (account ~ '^(acct_[A-Za-z0-9]+)?$' AND length(account) <= 255);
 
 CREATE INDEX purchases_account_idx ON purchases (account, state) WHERE account <> '';
 
@@ -42,7 +42,7 @@ CREATE TRIGGER purchases_account_fixed
 
 ALTER TABLE webhook_inbox
     ADD COLUMN account text NOT NULL DEFAULT ''
-        CONSTRAINT webhook_inbox_account_check CHECK (account ~ '^(acct_[A-Za-z0-9]+)?$');
+        CONSTRAINT webhook_inbox_account_check CHECK (account ~ '^(acct_[A-Za-z0-9]+)?$' AND length(account) <= 255);
 
 -- +goose Down
 

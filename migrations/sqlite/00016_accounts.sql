@@ -3,9 +3,11 @@
 -- says why.
 --
 -- purchases.account: '' for the platform's own account, or a connected
--- account, acct_ and letters and digits; fixed at insert (a trigger
--- refuses an UPDATE that changes it). webhook_inbox.account: the account
--- the event happened in. The partial index serves the books' accounts.
+-- account, acct_ and letters and digits, at most 255 characters; fixed
+-- at insert (a trigger refuses an UPDATE that changes it, "... fixed at
+-- insert ...", as for a refund's fixed columns). webhook_inbox.account:
+-- the account the event happened in. The partial index serves the books'
+-- accounts.
 --
 -- The Down drops the columns (SQLite 3.35 or later; their CHECKs are the
 -- columns' own, which does not prevent it).
@@ -13,7 +15,8 @@
 -- +goose Up
 
 ALTER TABLE purchases ADD COLUMN account TEXT NOT NULL DEFAULT ''
-    CHECK (account = '' OR (account GLOB 'acct_?*' AND substr(account, 6) NOT GLOB '*[^A-Za-z0-9]*'));
+    CHECK (account = '' OR (account GLOB 'acct_?*' AND substr(account, 6) NOT GLOB '*[^A-Za-z0-9]*'
+        AND length(account) <= 255));
 
 CREATE INDEX purchases_account_idx ON purchases (account, state) WHERE account <> '';
 
@@ -28,7 +31,8 @@ END;
 -- +goose StatementEnd
 
 ALTER TABLE webhook_inbox ADD COLUMN account TEXT NOT NULL DEFAULT ''
-    CHECK (account = '' OR (account GLOB 'acct_?*' AND substr(account, 6) NOT GLOB '*[^A-Za-z0-9]*'));
+    CHECK (account = '' OR (account GLOB 'acct_?*' AND substr(account, 6) NOT GLOB '*[^A-Za-z0-9]*'
+        AND length(account) <= 255));
 
 -- +goose Down
 

@@ -58,6 +58,7 @@
 //     CountByState, CountEscalated, OldestUncertainSince,
 //     ListOverdueUncertain, ListSubmittedBetween, ListSucceededWithoutPayment,
 //     scanPurchase.
+//   - accounts.go: ListAccounts.
 //   - audit_trail.go: InsertTransition, ListTransitions,
 //     ListRefundTransitions, ListDisputeTransitions, InsertAttempt,
 //     ListAttempts, ListRefundAttempts.

@@ -15,8 +15,8 @@ const dialect sqlstore.Dialect = "postgres"
 
 // The SQLSTATEs the schema's triggers raise (migrations/postgres; PR002,
 // for writes to the append-only audit, the read-only transition tables
-// and a refund's or a dispute's fixed columns, is never expected from
-// this package and is left untranslated).
+// and a refund's, a dispute's or a purchase's fixed columns, is never
+// expected from this package and is left untranslated).
 const (
 	// codeForbiddenTransition: the state guard of purchases, refunds and
 	// disputes.

@@ -94,3 +94,7 @@ func QueryString(ctx context.Context, tx reconcile.Tx, sql string) (string, erro
 	err := tx.(*txn).tx.QueryRow(ctx, sql).Scan(&v)
 	return v, err
 }
+
+// ListAccountsSQL is the query of ListAccounts, for the test of its
+// plan.
+const ListAccountsSQL = listAccountsSQL

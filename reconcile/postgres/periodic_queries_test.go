@@ -63,6 +63,9 @@ ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`, args: []string{"now(
 		// The disputes' (migration 00017): the open ones, from their
 		// partial index.
 		{name: "ListOpenDisputes", sql: postgres.ListOpenDisputesSQL, index: "disputes_open_idx"},
+		// The books' accounts (migration 00018): one probe of the
+		// partial index per account.
+		{name: "ListAccounts", sql: postgres.ListAccountsSQL, index: "purchases_account_idx", noSort: true},
 	}
 }
 

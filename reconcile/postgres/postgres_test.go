@@ -862,6 +862,31 @@ VALUES ('pur_ok', 'dsp_1', 'submitted', 'declined', 'operator', now())`)
 VALUES ('pur_ok', 'dsp_1', 'open', 'lost', 'webhook', now())`)
 }
 
+// TestRawSQLCannotChangeAnAccount checks that a purchase's account is
+// fixed by the database, not only by UpdatePurchase, and that both
+// tables refuse a malformed account.
+func TestRawSQLCannotChangeAnAccount(t *testing.T) {
+	_, url := newStore(t)
+	conn := rawConn(t, url)
+	ctx := t.Context()
+	exec(t, conn, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at, account)
+VALUES ('pur_1', 'cus_1', 100, 'eur', 'created', 1, now(), now(), 'acct_1')`)
+	insertRaw(t, conn, "pur_platform")
+	for _, c := range []struct{ id, to string }{{"pur_1", "acct_2"}, {"pur_1", ""}, {"pur_platform", "acct_1"}} {
+		_, err := conn.Exec(ctx, `UPDATE purchases SET account = $2 WHERE id = $1`, c.id, c.to)
+		wantSQLState(t, "a change of "+c.id+"'s account to "+c.to, err, "PR002", "fixed at insert", c.id)
+	}
+	exec(t, conn, `UPDATE purchases SET state = 'submitted', account = account WHERE id = 'pur_1'`)
+	for _, bad := range []string{"acct_", "acct_1-2", "acct_1\n", "acct_" + strings.Repeat("1", 251)} {
+		_, err := conn.Exec(ctx, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at, account)
+VALUES ('pur_x', 'cus_1', 100, 'eur', 'created', 1, now(), now(), $1)`, bad)
+		wantSQLState(t, "a purchase of account "+bad, err, "23514", "purchases_account_check")
+		_, err = conn.Exec(ctx, `INSERT INTO webhook_inbox (provider, event_id, outcome, received_at, account)
+VALUES ('stripe', 'evt_x', 'unmatched', now(), $1)`, bad)
+		wantSQLState(t, "an event of account "+bad, err, "23514", "webhook_inbox_account_check")
+	}
+}
+
 // A transaction whose statement failed, with fn's nil error nonetheless,
 // is not reported committed: the server turns its COMMIT into a
 // ROLLBACK, and InTx returns pgx.ErrTxCommitRollback. Nothing it wrote

@@ -120,6 +120,7 @@
 //     CountByState, CountEscalated, OldestUncertainSince,
 //     ListOverdueUncertain, ListSubmittedBetween, ListSucceededWithoutPayment,
 //     scanPurchase.
+//   - accounts.go: ListAccounts.
 //   - audit_trail.go: InsertTransition, ListTransitions,
 //     ListRefundTransitions, ListDisputeTransitions, InsertAttempt,
 //     ListAttempts, ListRefundAttempts.

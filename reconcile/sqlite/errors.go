@@ -38,8 +38,9 @@ func (lockTimeout) Unwrap() error { return reconcile.ErrUnavailable }
 // The messages of the schema's triggers (migrations/sqlite) that this
 // package translates. The append-only and read-only triggers' messages
 // ("<table> is append-only: ...", "... is read-only: ...", "refunds: ...
-// fixed at insert ...", "disputes: ... fixed at insert ...") are never
-// expected from this package and are left untranslated.
+// fixed at insert ...", "disputes: ... fixed at insert ...", "purchases:
+// ... fixed at insert ...") are never expected from this package and are
+// left untranslated.
 const (
 	// forbiddenMessage starts the message of every RAISE by the state
 	// guards of purchases, refunds and disputes and the audit's move check.

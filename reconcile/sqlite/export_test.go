@@ -38,3 +38,7 @@ const (
 // ListOpenDisputesSQL is the query of ListOpenDisputes, for the test of
 // its plan.
 const ListOpenDisputesSQL = listOpenDisputesSQL
+
+// ListAccountsSQL is the query of ListAccounts, for the test of its
+// plan.
+const ListAccountsSQL = listAccountsSQL

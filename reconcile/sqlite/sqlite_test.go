@@ -614,6 +614,8 @@ ORDER BY lease_expires_at LIMIT ?2`, []any{base.UnixMicro(), 16}, "jobs_leased_i
 		{"ListEscalatedRefunds", sqlite.ListEscalatedRefundsSQL, nil, "refunds_escalated_at_idx", true},
 		// The disputes' (migration 00015).
 		{"ListOpenDisputes", sqlite.ListOpenDisputesSQL, nil, "disputes_open_idx", true},
+		// The books' accounts (migration 00016): one probe per account.
+		{"ListAccounts", sqlite.ListAccountsSQL, nil, "purchases_account_idx", true},
 	} {
 		rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+tc.sql, tc.args...)
 		if err != nil {
@@ -1256,4 +1258,39 @@ VALUES ('pur_ok', 'dsp_1', 'submitted', 'declined', 'operator', 0)`)
 	wantRaise(t, "a dispute's transition submitted -> declined", err, "forbidden transition submitted -> declined", "dispute dsp_1")
 	exec(t, db, `INSERT INTO transitions (purchase_id, dispute_id, from_state, to_state, cause, at)
 VALUES ('pur_ok', 'dsp_1', 'open', 'lost', 'webhook', 0)`)
+}
+
+// TestRawSQLCannotChangeAnAccount checks that a purchase's account is
+// fixed by the database, not only by UpdatePurchase, and that both
+// tables refuse a malformed account.
+func TestRawSQLCannotChangeAnAccount(t *testing.T) {
+	t.Parallel()
+	_, path := newStore(t)
+	db := rawDB(t, path)
+	ctx := t.Context()
+	exec(t, db, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at, account)
+VALUES ('pur_1', 'cus_1', 100, 'eur', 'created', 1, 0, 0, 'acct_1')`)
+	insertRaw(t, db, "pur_platform")
+	for _, c := range []struct{ id, to string }{{"pur_1", "acct_2"}, {"pur_1", ""}, {"pur_platform", "acct_1"}} {
+		_, err := db.ExecContext(ctx, `UPDATE purchases SET account = ?2 WHERE id = ?1`, c.id, c.to)
+		wantRaise(t, "a change of "+c.id+"'s account to "+c.to, err, "fixed at insert", c.id)
+	}
+	exec(t, db, `UPDATE purchases SET state = 'submitted', account = account WHERE id = 'pur_1'`)
+	for _, bad := range []string{"acct_", "acct_1-2", "acct_1\n", "acct_" + strings.Repeat("1", 251)} {
+		_, err := db.ExecContext(ctx, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at, account)
+VALUES ('pur_x', 'cus_1', 100, 'eur', 'created', 1, 0, 0, ?1)`, bad)
+		wantCheck(t, "a purchase of account "+bad, err)
+		_, err = db.ExecContext(ctx, `INSERT INTO webhook_inbox (provider, event_id, outcome, received_at, account)
+VALUES ('stripe', 'evt_x', 'unmatched', 0, ?1)`, bad)
+		wantCheck(t, "an event of account "+bad, err)
+	}
+}
+
+// wantCheck fails unless err is a CHECK constraint's refusal.
+func wantCheck(t *testing.T, what string, err error) {
+	t.Helper()
+	var se *driver.Error
+	if !errors.As(err, &se) || se.Code() != sqlite3.SQLITE_CONSTRAINT_CHECK {
+		t.Fatalf("%s: got %v, want a CHECK's refusal (SQLITE_CONSTRAINT_CHECK)", what, err)
+	}
 }

@@ -38,6 +38,7 @@
 // The suite is split by concept, as the stores are, and its files come
 // in the same order as theirs: storetest.go (Run and the helpers every
 // test uses), clock.go, store.go (Ready, InTx, Savepoint), purchases.go,
+// accounts.go (a purchase's and an inbox event's provider account),
 // audit_trail.go (transitions and provider attempts), jobs.go (claims and
 // leases), inbox.go, idempotency_keys.go, operator_actions.go,
 // sweep_locks.go, findings.go (audit findings, links and runs),
