@@ -174,3 +174,72 @@ func (n noAccounts) ListDisputes(context.Context, provider.Window, provider.Page
 func (n noAccounts) ListEvents(context.Context, provider.EventQuery) (provider.EventPage, error) {
 	return provider.EventPage{}, n.err()
 }
+
+// PlatformName is how the operator lists' filters and the metrics' account
+// label name the platform's own account (provider.PlatformAccount, which
+// is empty).
+const PlatformName = "platform"
+
+// AccountFilter selects the rows of the operator lists by provider
+// account: AnyAccount selects every row, PlatformOnly those of the
+// platform's own account, and a connected account's id (acct_…) that
+// account's. A purchase's rows are those of its account; a refund's and a
+// dispute's, their purchase's; an audit finding's, its purchase's, so that
+// a finding about no purchase (a payment no purchase owns) is selected by
+// AnyAccount only. Make one with ParseAccountFilter or OnlyAccount.
+type AccountFilter string
+
+// The filters that name no connected account.
+const (
+	// AnyAccount selects every row, whatever its account.
+	AnyAccount AccountFilter = ""
+	// PlatformOnly selects the rows of the platform's own account.
+	PlatformOnly AccountFilter = PlatformName
+)
+
+// OnlyAccount returns the filter selecting account's rows only: PlatformOnly
+// for provider.PlatformAccount.
+func OnlyAccount(account string) AccountFilter {
+	if account == provider.PlatformAccount {
+		return PlatformOnly
+	}
+	return AccountFilter(account)
+}
+
+// ParseAccountFilter parses an operator's account filter: "" is
+// AnyAccount, "platform" PlatformOnly, and anything else must be a
+// connected account (provider.ParseAccount). Returns an error wrapping
+// ErrInvalid for a malformed account.
+func ParseAccountFilter(s string) (AccountFilter, error) {
+	switch s {
+	case "":
+		return AnyAccount, nil
+	case PlatformName:
+		return PlatformOnly, nil
+	}
+	if _, err := provider.ParseAccount(s); err != nil {
+		return "", fmt.Errorf("reconcile: account filter: %w", &FieldError{"account", fmt.Sprintf("%q: want %q for the platform's own account, or a connected account acct_ followed by letters and digits", s, PlatformName)})
+	}
+	return AccountFilter(s), nil
+}
+
+// Account returns the provider account f selects (provider.PlatformAccount
+// for PlatformOnly), and false for AnyAccount.
+func (f AccountFilter) Account() (account string, ok bool) {
+	switch f {
+	case AnyAccount:
+		return "", false
+	case PlatformOnly:
+		return provider.PlatformAccount, true
+	}
+	return string(f), true
+}
+
+// AccountLabel names account as the operator lists and the metrics show
+// it: PlatformName for the platform's own account, else its id.
+func AccountLabel(account string) string {
+	if account == provider.PlatformAccount {
+		return PlatformName
+	}
+	return account
+}

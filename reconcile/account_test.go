@@ -149,7 +149,7 @@ func TestAnotherAccountNeverSettles(t *testing.T) {
 		if n := f.fake.Account(acctB).MoneyTaken(pb.ID); n != 0 {
 			t.Fatalf("%d charges of %s in %s: the create timed out before acting and was never sent again", n, pb.ID, acctB)
 		}
-		fs, err := f.svc.Findings(ctx, false)
+		fs, err := f.svc.Findings(ctx, reconcile.AnyAccount, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +177,7 @@ func TestAuditFindsDuplicateInItsAccount(t *testing.T) {
 		if rep.Payments != 3 {
 			t.Errorf("the audit listed %d payments, want 3 (two in %s, one in %s)", rep.Payments, acctA, acctB)
 		}
-		fs, err := f.svc.Findings(ctx, false)
+		fs, err := f.svc.Findings(ctx, reconcile.AnyAccount, false)
 		if err != nil {
 			t.Fatal(err)
 		}

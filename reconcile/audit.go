@@ -525,13 +525,14 @@ func (s *Service) escalateForFinding(ctx context.Context, tx Tx, f Finding, now 
 	return tx.UpdatePurchase(ctx, next, p.State)
 }
 
-// Findings returns the audit's findings, oldest first: the open ones, or
-// all of them with includeClosed.
-func (s *Service) Findings(ctx context.Context, includeClosed bool) ([]Finding, error) {
+// Findings returns the audit's findings about purchases of the account
+// that account selects (AnyAccount: every finding), oldest first: the open
+// ones, or all of them with includeClosed.
+func (s *Service) Findings(ctx context.Context, account AccountFilter, includeClosed bool) ([]Finding, error) {
 	var out []Finding
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		var err error
-		out, err = tx.ListFindings(ctx, "", includeClosed, 0)
+		out, err = tx.ListFindings(ctx, "", account, includeClosed, 0)
 		return err
 	})
 	if err != nil {

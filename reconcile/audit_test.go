@@ -197,7 +197,7 @@ func TestAuditFindsEveryAnomalyOnce(t *testing.T) {
 				t.Fatalf("finding %s: purchase %s escalation %q", fd.Kind, fd.PurchaseID, d.Purchase.EscalationReason)
 			}
 		}
-		open, err := svc.Findings(ctx, false)
+		open, err := svc.Findings(ctx, reconcile.AnyAccount, false)
 		if err != nil || len(open) != len(rep.New) {
 			t.Fatalf("open findings: %d, %v; want %d", len(open), err, len(rep.New))
 		}
@@ -215,7 +215,7 @@ func TestAuditFindsEveryAnomalyOnce(t *testing.T) {
 		if _, err := svc.CloseFinding(ctx, open[0].ID, "olga", "again"); !errors.Is(err, reconcile.ErrConflict) {
 			t.Fatalf("closing twice: %v, want ErrConflict", err)
 		}
-		if rest, _ := svc.Findings(ctx, false); len(rest) != len(open)-1 {
+		if rest, _ := svc.Findings(ctx, reconcile.AnyAccount, false); len(rest) != len(open)-1 {
 			t.Fatalf("%d open after closing one, want %d", len(rest), len(open)-1)
 		}
 	})
@@ -276,7 +276,7 @@ func TestAuditResumesAfterACrash(t *testing.T) {
 		if got := foundBy(all); got.String() != want.String() {
 			t.Fatalf("findings after the resume:\n%s\nwant:\n%s", got, want)
 		}
-		stored, err := svc.Findings(ctx, true)
+		stored, err := svc.Findings(ctx, reconcile.AnyAccount, true)
 		if err != nil || len(stored) != len(all) {
 			t.Fatalf("stored %d findings, %v; want %d", len(stored), err, len(all))
 		}

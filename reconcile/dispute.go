@@ -18,6 +18,10 @@ type Dispute struct {
 	ID                string // payrecon's id, "dsp_…"
 	ProviderDisputeID string // the provider's, "du_…"
 	PurchaseID        string
+	// Account is the provider account of the dispute's purchase, as the
+	// store reads it with the dispute; "" for the platform's own. Inserts
+	// ignore it.
+	Account string
 	// PaymentID is the disputed payment: the purchase's own.
 	PaymentID string
 	Amount    int64  // minor units, > 0

@@ -24,6 +24,9 @@ type disputeSource struct {
 	actor    string // "webhook", "audit"
 	evidence string // the event or listing, for the transition's evidence
 	at       time.Time
+	// account is the provider account the answer comes from: the one its
+	// event happened in, or the one the audit listed it in.
+	account string
 }
 
 // applyDisputeEventTx applies ev, an event about a dispute already in the
@@ -33,7 +36,7 @@ func (s *Service) applyDisputeEventTx(ctx context.Context, tx Tx, ev Event, now 
 	if at.IsZero() {
 		at = now
 	}
-	src := disputeSource{cause: CauseWebhook, actor: "webhook", at: at,
+	src := disputeSource{cause: CauseWebhook, actor: "webhook", at: at, account: ev.Account,
 		evidence: fmt.Sprintf("%s event %s (%s) dispute=%s status=%s", ev.Provider, ev.ID, ev.Type, ev.Dispute.ID, ev.Dispute.Status)}
 	res, err := s.applyDisputeTx(ctx, tx, *ev.Dispute, src, now)
 	if err != nil {
@@ -83,10 +86,12 @@ func (s *Service) applyDisputeTx(ctx context.Context, tx Tx, d provider.Dispute,
 		}
 	}
 	if books.Owner == nil && cur == nil && d.PurchaseID != "" {
-		// The payment's metadata names a purchase that does not know its
-		// payment yet: the dispute waits, unmatched, until it does.
+		// The payment's metadata names a purchase of the answer's account
+		// that does not know its payment yet: the dispute waits,
+		// unmatched, until it does. A purchase of another account never
+		// owns it: the judge finds it foreign.
 		switch p, err := tx.GetPurchase(ctx, d.PurchaseID); {
-		case err == nil && p.ProviderPaymentID == "":
+		case err == nil && p.ProviderPaymentID == "" && p.Account == src.account:
 			return disputeApplied{outcome: EventUnmatched, purchaseID: p.ID}, nil
 		case err != nil && !errors.Is(err, ErrNotFound):
 			return fail(err)
@@ -98,13 +103,18 @@ func (s *Service) applyDisputeTx(ctx context.Context, tx Tx, d provider.Dispute,
 			return fail(err)
 		}
 	}
-	v := JudgeDispute(cur, books, d, src.at)
+	v := JudgeDispute(cur, books, d, src.account, src.at)
 	purchaseID := ""
 	switch {
 	case cur != nil:
 		purchaseID = cur.PurchaseID
 	case books.Owner != nil:
 		purchaseID = books.Owner.ID
+	}
+	if v.Finding == FindingForeignDispute {
+		// Another account's dispute, or one of a payment no purchase
+		// owns: no purchase of the books is concerned.
+		purchaseID = ""
 	}
 	switch v.Kind {
 	case DisputeStale:

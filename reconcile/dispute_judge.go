@@ -85,14 +85,20 @@ func DisputeStateOf(status string) (st statemachine.State, ok bool) {
 // JudgeDispute is the one judge of every answer about a dispute, whether
 // a webhook, the event log or the audit's listing brought it: cur is the
 // dispute the books hold (nil for none yet), books what they say about
-// the payment the answer names, d the answer, and at the provider's time
-// of it (an event's creation; the listing's read for the audit).
+// the payment the answer names, d the answer, account the provider
+// account it comes from (the one its event happened in, or the one the
+// audit listed it in; provider.PlatformAccount for the platform's own),
+// and at the provider's time of it (an event's creation; the listing's
+// read for the audit).
 //
-// A dispute of a payment no purchase owns, one linked to another purchase
-// than the payment's owner or the one its payment's metadata names, one
-// in another currency than its payment, or one of a payment the books
-// hold declined, is rejected with a finding: nothing is applied. So is a
-// new dispute whose amount exceeds what the payment kept after its
+// A dispute of a payment no purchase owns, or whose owner is a purchase
+// of another account than the answer's, is foreign: rejected with a
+// finding, whatever the payment's metadata names, since the platform
+// chooses purchase ids and two accounts may hold payments naming one. A
+// dispute linked to another purchase than the payment's owner or the one
+// its payment's metadata names, one in another currency than its payment,
+// or one of a payment the books hold declined, is rejected with a
+// finding: nothing is applied. So is a new dispute whose amount exceeds what the payment kept after its
 // succeeded refunds and lost disputes. A status that goes backwards (a
 // stale needs_response after won), an answer of the same status that
 // changes nothing, or one older than the last applied, is stale.
@@ -100,7 +106,7 @@ func DisputeStateOf(status string) (st statemachine.State, ok bool) {
 // withdrawn and reinstated only grow, and a lost dispute that with the
 // refunds, pending ones included, returns more than the payment took is
 // applied with a finding.
-func JudgeDispute(cur *Dispute, books DisputeBooks, d provider.Dispute, at time.Time) DisputeVerdict {
+func JudgeDispute(cur *Dispute, books DisputeBooks, d provider.Dispute, account string, at time.Time) DisputeVerdict {
 	reject := func(kind FindingKind, format string, args ...any) DisputeVerdict {
 		return DisputeVerdict{Kind: DisputeReject, Finding: kind, Reason: fmt.Sprintf(format, args...)}
 	}
@@ -111,6 +117,9 @@ func JudgeDispute(cur *Dispute, books DisputeBooks, d provider.Dispute, at time.
 			d.ID, d.PaymentID, cur.PaymentID, cur.PurchaseID)
 	case p == nil:
 		return reject(FindingForeignDispute, "dispute %s is about payment %q, which no purchase owns", d.ID, d.PaymentID)
+	case p.Account != account:
+		return reject(FindingForeignDispute, "dispute %s is about payment %s in account %s; the books give it to purchase %s of account %s",
+			d.ID, d.PaymentID, accountName(account), p.ID, accountName(p.Account))
 	case cur != nil && (cur.PurchaseID != p.ID || cur.PaymentID != d.PaymentID):
 		return reject(FindingDisputeMismatch, "dispute %s names payment %s of purchase %s; the books link it to payment %s of purchase %s",
 			d.ID, d.PaymentID, p.ID, cur.PaymentID, cur.PurchaseID)

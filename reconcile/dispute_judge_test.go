@@ -17,6 +17,7 @@ func TestJudgeDispute(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
 	owner := &reconcile.Purchase{ID: "pur_a", ProviderPaymentID: "pi_a", Amount: 1000, Currency: "usd", State: statemachine.Succeeded}
 	declined := &reconcile.Purchase{ID: "pur_d", ProviderPaymentID: "pi_a", Amount: 1000, Currency: "usd", State: statemachine.Declined}
+	connected := &reconcile.Purchase{ID: "pur_a", ProviderPaymentID: "pi_a", Amount: 1000, Currency: "usd", State: statemachine.Succeeded, Account: "acct_1A"}
 	answer := func(status string, mod ...func(*provider.Dispute)) provider.Dispute {
 		d := provider.Dispute{ID: "du_1", PaymentID: "pi_a", Amount: 1000, Currency: "usd", Status: status, Reason: "fraudulent"}
 		for _, m := range mod {
@@ -40,6 +41,7 @@ func TestJudgeDispute(t *testing.T) {
 		cur     *reconcile.Dispute
 		books   reconcile.DisputeBooks
 		d       provider.Dispute
+		account string // the answer's; "" for the platform's
 		at      time.Time
 		kind    reconcile.DisputeVerdictKind
 		to      statemachine.State
@@ -47,6 +49,23 @@ func TestJudgeDispute(t *testing.T) {
 	}{
 		{name: "a payment no purchase owns", d: answer("needs_response"), at: t0,
 			kind: reconcile.DisputeReject, finding: reconcile.FindingForeignDispute},
+		{name: "another account's dispute of the platform's payment", books: reconcile.DisputeBooks{Owner: owner},
+			d: answer("needs_response"), account: "acct_1B", at: t0,
+			kind: reconcile.DisputeReject, finding: reconcile.FindingForeignDispute},
+		{name: "the platform's dispute of a connected account's payment", books: reconcile.DisputeBooks{Owner: connected},
+			d: answer("needs_response"), at: t0,
+			kind: reconcile.DisputeReject, finding: reconcile.FindingForeignDispute},
+		{name: "another connected account's dispute, metadata naming the purchase", books: reconcile.DisputeBooks{Owner: connected},
+			d: answer("needs_response", func(d *provider.Dispute) { d.PurchaseID = "pur_a" }), account: "acct_1B", at: t0,
+			kind: reconcile.DisputeReject, finding: reconcile.FindingForeignDispute},
+		{name: "another account's answer about a held dispute", cur: held(statemachine.Open, "needs_response"),
+			books: reconcile.DisputeBooks{Owner: connected}, d: answer("lost"), at: later,
+			kind: reconcile.DisputeReject, finding: reconcile.FindingForeignDispute},
+		{name: "a connected account's own dispute", books: reconcile.DisputeBooks{Owner: connected},
+			d: answer("needs_response"), account: "acct_1A", at: t0, kind: reconcile.DisputeApply, to: statemachine.Open},
+		{name: "a connected account's held dispute lost", cur: held(statemachine.Open, "needs_response"),
+			books: reconcile.DisputeBooks{Owner: connected}, d: answer("lost"), account: "acct_1A", at: later,
+			kind: reconcile.DisputeApply, to: statemachine.Lost},
 		{name: "a held dispute whose payment no purchase owns now", cur: held(statemachine.Open, "needs_response"),
 			d: answer("lost", func(d *provider.Dispute) { d.PaymentID = "pi_z" }), at: later,
 			kind: reconcile.DisputeReject, finding: reconcile.FindingDisputeMismatch},
@@ -129,7 +148,7 @@ func TestJudgeDispute(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v := reconcile.JudgeDispute(tt.cur, tt.books, tt.d, tt.at)
+			v := reconcile.JudgeDispute(tt.cur, tt.books, tt.d, tt.account, tt.at)
 			if v.Kind != tt.kind || v.Finding != tt.finding || (tt.kind == reconcile.DisputeApply && v.To != tt.to) {
 				t.Fatalf("verdict %s (to %q), want kind %d to %q finding %q", v, v.To, tt.kind, tt.to, tt.finding)
 			}

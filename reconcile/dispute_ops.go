@@ -14,12 +14,13 @@ type DisputeRecord struct {
 	Transitions []TransitionRecord
 }
 
-// OpenDisputes returns the disputes not decided yet, soonest evidence due
-// date first (those with none last), and the store's time now, against
+// OpenDisputes returns the disputes not decided yet of purchases of the
+// account that account selects (AnyAccount: every one), soonest evidence
+// due date first (those with none last), and the store's time now, against
 // which an operator's time left is measured. payrecon submits no
 // evidence: an operator answers each in the provider's dashboard before
 // its due date.
-func (s *Service) OpenDisputes(ctx context.Context) ([]Dispute, time.Time, error) {
+func (s *Service) OpenDisputes(ctx context.Context, account AccountFilter) ([]Dispute, time.Time, error) {
 	var (
 		ds  []Dispute
 		now time.Time
@@ -29,7 +30,7 @@ func (s *Service) OpenDisputes(ctx context.Context) ([]Dispute, time.Time, error
 		if now, err = tx.Now(ctx); err != nil {
 			return err
 		}
-		ds, err = tx.ListOpenDisputes(ctx)
+		ds, err = tx.ListOpenDisputes(ctx, account)
 		return err
 	})
 	if err != nil {

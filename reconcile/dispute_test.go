@@ -154,7 +154,7 @@ func TestDisputeLost(t *testing.T) {
 		if d.State != statemachine.Open || d.Inquiry || d.Withdrawn != p.Amount || d.Reason != "product_not_received" || d.EvidenceDueBy.IsZero() {
 			t.Fatalf("open dispute %+v", d)
 		}
-		open, _, err := f.svc.OpenDisputes(context.Background())
+		open, _, err := f.svc.OpenDisputes(context.Background(), reconcile.AnyAccount)
 		if err != nil || len(open) != 1 || open[0].ID != d.ID {
 			t.Fatalf("open disputes %v, %v", open, err)
 		}
@@ -181,7 +181,7 @@ func TestDisputeLost(t *testing.T) {
 		f.wantState(p.ID, statemachine.Succeeded)
 		wantOutbox(t, f.store, p.ID, events.PurchaseSucceeded, events.DisputeOpened, events.DisputeLost)
 		f.wantRefundRefused(p)
-		if open, _, _ := f.svc.OpenDisputes(context.Background()); len(open) != 0 {
+		if open, _, _ := f.svc.OpenDisputes(context.Background(), reconcile.AnyAccount); len(open) != 0 {
 			t.Fatalf("%d open disputes after the loss", len(open))
 		}
 	})
@@ -248,7 +248,7 @@ func TestDisputeJudgedAgainstTheBooks(t *testing.T) {
 				t.Fatalf("%s: outcomes %v, want finding (a redelivery is the same row)", c.ev.ID, got)
 			}
 		}
-		fs, err := f.svc.Findings(context.Background(), false)
+		fs, err := f.svc.Findings(context.Background(), reconcile.AnyAccount, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -431,7 +431,7 @@ func TestRefundHeldThenDisputeLost(t *testing.T) {
 		if n := len(f.fake.RefundsOf(p.ProviderPaymentID)); n != 0 {
 			t.Fatalf("%d refunds made at the provider, want none", n)
 		}
-		fs, err := f.svc.Findings(context.Background(), false)
+		fs, err := f.svc.Findings(context.Background(), reconcile.AnyAccount, false)
 		if err != nil || len(fs) != 1 || fs[0].Kind != reconcile.FindingDisputeExceeds || fs[0].PaymentID != du.ID {
 			t.Fatalf("findings %+v, %v; want dispute_exceeds for %s", fs, err, du.ID)
 		}

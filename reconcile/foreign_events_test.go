@@ -51,7 +51,7 @@ func TestForeignPaymentEvents(t *testing.T) {
 				t.Errorf("event %s: outcome %s, want %s", id, got, reconcile.EventForeign)
 			}
 		}
-		fs, err := f.svc.Findings(ctx, true)
+		fs, err := f.svc.Findings(ctx, reconcile.AnyAccount, true)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -117,7 +117,7 @@ func TestEventSweepStoresForeignPayments(t *testing.T) {
 		if n, err := f.svc.ApplyUnmatched(ctx, 100); err != nil || n != rep.Read {
 			t.Fatalf("ApplyUnmatched: %d, %v; want the %d events judged", n, err, rep.Read)
 		}
-		fs, err := f.svc.Findings(ctx, true)
+		fs, err := f.svc.Findings(ctx, reconcile.AnyAccount, true)
 		if err != nil {
 			t.Fatal(err)
 		}

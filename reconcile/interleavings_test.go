@@ -135,7 +135,7 @@ func TestManualAuditLeavesNoGapForTheSweep(t *testing.T) {
 		if _, err := f.svc.AuditDue(ctx); err != nil {
 			t.Fatal(err)
 		}
-		fs, _ := f.svc.Findings(ctx, true)
+		fs, _ := f.svc.Findings(ctx, reconcile.AnyAccount, true)
 		for _, fd := range fs {
 			if fd.PaymentID == orphan.ID {
 				return
@@ -176,7 +176,7 @@ func TestAuditFindsADuplicateAcrossAResume(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				fs, _ := svc.Findings(ctx, true)
+				fs, _ := svc.Findings(ctx, reconcile.AnyAccount, true)
 				if len(fs) != 1 || fs[0].Kind != reconcile.FindingDuplicateCharge {
 					t.Fatalf("findings %+v; want one duplicate_charge", fs)
 				}

@@ -28,12 +28,12 @@ type Case struct {
 	Age time.Duration
 }
 
-// Escalations returns the cases on the operator list, oldest escalation
-// first.
-func (s *Service) Escalations(ctx context.Context) ([]Case, error) {
+// Escalations returns the cases on the operator list of the account that
+// account selects (AnyAccount: every case), oldest escalation first.
+func (s *Service) Escalations(ctx context.Context, account AccountFilter) ([]Case, error) {
 	var ids []string
 	err := s.store.InTx(ctx, func(tx Tx) error {
-		ps, err := tx.ListEscalated(ctx)
+		ps, err := tx.ListEscalated(ctx, account)
 		for _, p := range ps {
 			ids = append(ids, p.ID)
 		}
@@ -66,7 +66,7 @@ func (s *Service) Case(ctx context.Context, id string) (Case, error) {
 		if c.Detail, err = detailTx(ctx, tx, id); err != nil {
 			return err
 		}
-		if c.Findings, err = tx.ListFindings(ctx, id, true, 0); err != nil {
+		if c.Findings, err = tx.ListFindings(ctx, id, AnyAccount, true, 0); err != nil {
 			return err
 		}
 		if c.Events, err = tx.ListInboxEvents(ctx, id); err != nil {

@@ -229,7 +229,7 @@ func TestOutboxEventsOfRefundsAndFindings(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		fs, err := f.svc.Findings(t.Context(), false)
+		fs, err := f.svc.Findings(t.Context(), reconcile.AnyAccount, false)
 		if err != nil {
 			t.Fatal(err)
 		}

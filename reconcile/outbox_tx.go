@@ -332,7 +332,7 @@ func (t outboxTx) InsertFinding(ctx context.Context, f Finding) (bool, error) {
 		return inserted, err
 	}
 	// The store numbers the finding: read it back for its id.
-	stored, err := t.ListFindings(ctx, f.PurchaseID, false, 0)
+	stored, err := t.ListFindings(ctx, f.PurchaseID, AnyAccount, false, 0)
 	if err != nil {
 		return false, err
 	}

@@ -487,6 +487,10 @@ type Finding struct {
 	PaymentID  string // the provider's payment the finding is about
 	Kind       FindingKind
 	PurchaseID string // the purchase it concerns; "" for an orphan
+	// Account is the provider account of the purchase it concerns, as
+	// the store reads it with the finding; "" for the platform's own, or
+	// for a finding about no purchase. Inserts ignore it.
+	Account string
 	// Amount and Currency are the provider's payment's: the money at
 	// risk.
 	Amount   int64

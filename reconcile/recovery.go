@@ -278,7 +278,7 @@ func (s *Service) Recover(ctx context.Context, restoredAt time.Time) (RecoveryRe
 	// The orphans: those of this run, and of a run this one resumed.
 	var orphans []Finding
 	err = s.store.InTx(ctx, func(tx Tx) error {
-		all, err := tx.ListFindings(ctx, "", true, 0)
+		all, err := tx.ListFindings(ctx, "", AnyAccount, true, 0)
 		if err != nil {
 			return err
 		}

@@ -76,13 +76,15 @@ func (s *Service) RefundCase(ctx context.Context, id string) (RefundCase, error)
 	return c, nil
 }
 
-// EscalatedRefunds returns the refunds on the operator list, oldest
-// escalation first, each with its full record (see RefundCase).
-func (s *Service) EscalatedRefunds(ctx context.Context) ([]RefundCase, error) {
+// EscalatedRefunds returns the refunds on the operator list whose
+// purchase is of the account that account selects (AnyAccount: every
+// one), oldest escalation first, each with its full record (see
+// RefundCase).
+func (s *Service) EscalatedRefunds(ctx context.Context, account AccountFilter) ([]RefundCase, error) {
 	var ids []string
 	err := s.store.InTx(ctx, func(tx Tx) error {
 		ids = nil
-		rs, err := tx.ListEscalatedRefunds(ctx)
+		rs, err := tx.ListEscalatedRefunds(ctx, account)
 		for _, r := range rs {
 			ids = append(ids, r.ID)
 		}

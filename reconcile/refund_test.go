@@ -343,7 +343,7 @@ func TestOperatorRefundsDuplicateCharge(t *testing.T) {
 		if _, err := f.svc.Audit(ctx, provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()}); err != nil {
 			t.Fatalf("audit: %v", err)
 		}
-		findings, err := f.svc.Findings(ctx, false)
+		findings, err := f.svc.Findings(ctx, reconcile.AnyAccount, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -646,7 +646,7 @@ func TestRefundChargeTwiceRefundsOnce(t *testing.T) {
 		if _, err := f.svc.Audit(ctx, provider.Window{From: start.Add(-time.Minute), Until: f.clock.Now()}); err != nil {
 			t.Fatal(err)
 		}
-		fs, err := f.svc.Findings(ctx, false)
+		fs, err := f.svc.Findings(ctx, reconcile.AnyAccount, false)
 		if err != nil || len(fs) != 1 {
 			t.Fatalf("findings: %+v, %v", fs, err)
 		}

@@ -20,6 +20,8 @@ type DisputeStore interface {
 	//     is zero.
 	InsertDispute(ctx context.Context, d Dispute) error
 	// GetDispute returns the dispute with payrecon's id, or ErrNotFound.
+	// The reads of disputes set Dispute.Account from the dispute's
+	// purchase.
 	GetDispute(ctx context.Context, id string) (Dispute, error)
 	// FindDispute returns the dispute with the provider's dispute id, or
 	// ErrNotFound.
@@ -38,7 +40,8 @@ type DisputeStore interface {
 	// statemachine.Dispute refuses from → d.State.
 	UpdateDispute(ctx context.Context, d Dispute, from statemachine.State) error
 	// ListOpenDisputes returns every dispute not final (open or evidence
-	// submitted), soonest evidence due date first, those with no due date
-	// last, then by id.
-	ListOpenDisputes(ctx context.Context) ([]Dispute, error)
+	// submitted) whose purchase is of the account that account selects,
+	// soonest evidence due date first, those with no due date last, then
+	// by id.
+	ListOpenDisputes(ctx context.Context, account AccountFilter) ([]Dispute, error)
 }

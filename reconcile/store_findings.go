@@ -19,13 +19,17 @@ type FindingStore interface {
 	// FoundAt, or a finding already closed (ClosedAt, ClosedBy or
 	// CloseNote set) is refused with ErrInvalid.
 	InsertFinding(ctx context.Context, f Finding) (inserted bool, err error)
-	// GetFinding returns the finding with id, or ErrNotFound.
+	// GetFinding returns the finding with id, or ErrNotFound. The reads
+	// of findings set Finding.Account from the finding's purchase.
 	GetFinding(ctx context.Context, id int64) (Finding, error)
 	// ListFindings returns findings, oldest first (by FoundAt, then ID):
 	// the open ones, or all of them with includeClosed; only those of
-	// purchaseID when it is not empty. limit caps how many (0: no cap; a
-	// negative limit is refused with ErrInvalid).
-	ListFindings(ctx context.Context, purchaseID string, includeClosed bool, limit int) ([]Finding, error)
+	// purchaseID when it is not empty, and only those whose purchase is of
+	// the account that account selects (a finding about no purchase is
+	// of no account: AnyAccount alone selects it). limit caps how many,
+	// after the filters (0: no cap; a negative limit is refused with
+	// ErrInvalid).
+	ListFindings(ctx context.Context, purchaseID string, account AccountFilter, includeClosed bool, limit int) ([]Finding, error)
 	// CloseFinding closes an open finding with the operator's name and
 	// note at now: the only change a finding takes. operator and note
 	// must not be empty and now must not be zero (ErrInvalid otherwise).

@@ -47,9 +47,9 @@ type PurchaseStore interface {
 
 	// ListEscalated returns the purchases on the operator list: every
 	// purchase with an escalation time, whatever its state (a
-	// contradiction can escalate a declined purchase), oldest escalation
-	// first (then by id).
-	ListEscalated(ctx context.Context) ([]Purchase, error)
+	// contradiction can escalate a declined purchase), of the account
+	// that account selects, oldest escalation first (then by id).
+	ListEscalated(ctx context.Context, account AccountFilter) ([]Purchase, error)
 
 	// CountByState returns how many purchases are in each state; every
 	// state is present, with 0 when it has none.

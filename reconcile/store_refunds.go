@@ -55,9 +55,10 @@ type RefundStore interface {
 	// provider refund id belongs to another refund.
 	UpdateRefund(ctx context.Context, r Refund, from statemachine.State) error
 	// ListEscalatedRefunds returns the refunds on the operator list:
-	// every refund with an escalation time, whatever its state, oldest
-	// escalation first (then by id).
-	ListEscalatedRefunds(ctx context.Context) ([]Refund, error)
+	// every refund with an escalation time, whatever its state, whose
+	// purchase is of the account that account selects, oldest escalation
+	// first (then by id).
+	ListEscalatedRefunds(ctx context.Context, account AccountFilter) ([]Refund, error)
 	// ListOverdueUncertainRefunds returns up to limit refunds in state
 	// uncertain, not escalated, whose UncertainSince is strictly before
 	// uncertainBefore, oldest UncertainSince first (then by id). limit

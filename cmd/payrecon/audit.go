@@ -120,7 +120,7 @@ func printAudit(ctx context.Context, e *env, svc *reconcile.Service, rep reconci
 	fmt.Fprintf(e.stdout, "money at risk (new findings): %s\n", strings.Join(moneyAtRisk(rep.New, nil), ", "))
 	if len(rep.New) > 0 {
 		// The report's findings carry no id; the stored ones do.
-		all, err := svc.Findings(ctx, true)
+		all, err := svc.Findings(ctx, reconcile.AnyAccount, true)
 		if err != nil {
 			return err
 		}
@@ -149,7 +149,7 @@ func printAudit(ctx context.Context, e *env, svc *reconcile.Service, rep reconci
 		fmt.Fprintln(e.stdout, "\nThe audit moved no money and no purchase. Handle each finding (docs/runbook.md#payreconauditfinding), "+
 			"then close it: payrecon ops close-finding ID --note \"…\"")
 	}
-	open, err := svc.Findings(ctx, false)
+	open, err := svc.Findings(ctx, reconcile.AnyAccount, false)
 	if err != nil {
 		return err
 	}

@@ -102,11 +102,32 @@ func orLogin(operator string) string {
 	return operator
 }
 
+// accountFlag registers --account, the operator lists' account filter.
+func accountFlag(fs *flag.FlagSet, account *string) {
+	fs.StringVar(account, "account", "", `list only the rows of this provider account: "platform" for the platform's own, or a connected account acct_… (default: every account)`)
+}
+
+// parseAccount parses the value of --account; a malformed account is a
+// usage error.
+func parseAccount(account string) (reconcile.AccountFilter, error) {
+	f, err := reconcile.ParseAccountFilter(account)
+	if err != nil {
+		return "", fmt.Errorf("%w: --account %q is not an account: want \"platform\" for the platform's own, or a connected account acct_ followed by letters and digits", errUsage, account)
+	}
+	return f, nil
+}
+
 func runOpsList(ctx context.Context, e *env, args []string) error {
 	var asJSON bool
+	var accountArg string
 	if _, err := e.parse("ops list", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&asJSON, "json", false, "print JSON, for scripts")
+		accountFlag(fs, &accountArg)
 	}); err != nil {
+		return err
+	}
+	account, err := parseAccount(accountArg)
+	if err != nil {
 		return err
 	}
 	svc, cleanup, err := newBooks(ctx, e)
@@ -114,15 +135,15 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	defer cleanup()
-	cases, err := svc.Escalations(ctx)
+	cases, err := svc.Escalations(ctx, account)
 	if err != nil {
 		return err
 	}
-	refunds, err := svc.EscalatedRefunds(ctx)
+	refunds, err := svc.EscalatedRefunds(ctx, account)
 	if err != nil {
 		return err
 	}
-	findings, err := svc.Findings(ctx, false)
+	findings, err := svc.Findings(ctx, account, false)
 	if err != nil {
 		return err
 	}
@@ -130,13 +151,13 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	disputes, now, err := svc.OpenDisputes(ctx)
+	disputes, now, err := svc.OpenDisputes(ctx, account)
 	if err != nil {
 		return err
 	}
 	if asJSON {
 		out := opsListJSON{
-			Cases: make([]caseJSON, 0, len(cases)), Refunds: make([]refundCaseJSON, 0, len(refunds)),
+			Account: string(account), Cases: make([]caseJSON, 0, len(cases)), Refunds: make([]refundCaseJSON, 0, len(refunds)),
 			Findings: toFindingsJSON(findings), Inbox: toInboxJSON(failed, backlog),
 			Disputes: toDisputesJSON(disputes, now), MoneyAtRisk: reconcile.MoneyAtRisk(findings, disputes),
 		}
@@ -152,10 +173,10 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "no escalated purchases")
 	} else {
 		w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(w, "PURCHASE\tPAYMENT\tAMOUNT\tCUSTOMER\tSTATE\tAGE\tREASON\tCALLS")
+		fmt.Fprintln(w, "PURCHASE\tACCOUNT\tPAYMENT\tAMOUNT\tCUSTOMER\tSTATE\tAGE\tREASON\tCALLS")
 		for _, c := range cases {
 			p := c.Purchase
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.ID, dash(p.ProviderPaymentID), provider.FormatAmount(p.Amount, p.Currency),
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", p.ID, reconcile.AccountLabel(p.Account), dash(p.ProviderPaymentID), provider.FormatAmount(p.Amount, p.Currency),
 				p.Customer, p.State, c.Age.Round(time.Second), p.EscalationReason, len(c.Attempts))
 		}
 		if err := w.Flush(); err != nil {
@@ -186,8 +207,11 @@ func runOpsList(ctx context.Context, e *env, args []string) error {
 
 // opsListJSON is `ops list --json`: the escalated cases and, beside them,
 // the escalated refunds, the open audit findings, the webhook inbox, the
-// open disputes (soonest evidence due first) and the money at risk.
+// open disputes (soonest evidence due first) and the money at risk, of
+// the account --account selects (Account, "" for every account; the
+// webhook inbox is whole).
 type opsListJSON struct {
+	Account     string            `json:"account,omitempty"`
 	Cases       []caseJSON        `json:"cases"`
 	Refunds     []refundCaseJSON  `json:"refunds"`
 	Findings    []findingJSON     `json:"findings"`
@@ -254,6 +278,7 @@ type findingJSON struct {
 	Kind       string     `json:"kind"`
 	PaymentID  string     `json:"payment_id"`
 	PurchaseID string     `json:"purchase_id,omitempty"`
+	Account    string     `json:"account,omitempty"` // its purchase's: "platform" or acct_…; none without a purchase
 	Amount     int64      `json:"amount"`
 	Currency   string     `json:"currency"`
 	Status     string     `json:"status,omitempty"`
@@ -270,7 +295,7 @@ func toFindingsJSON(fs []reconcile.Finding) []findingJSON {
 	for _, f := range fs {
 		j := findingJSON{
 			ID: f.ID, Provider: f.Provider, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
-			Amount: f.Amount, Currency: f.Currency, Status: f.Status, Evidence: f.Evidence, FoundAt: f.FoundAt,
+			Account: findingAccount(f), Amount: f.Amount, Currency: f.Currency, Status: f.Status, Evidence: f.Evidence, FoundAt: f.FoundAt,
 			Open: f.Open(), ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
 		}
 		if !f.Open() {
@@ -282,16 +307,25 @@ func toFindingsJSON(fs []reconcile.Finding) []findingJSON {
 	return out
 }
 
+// findingAccount names the account of a finding's purchase, "" for a
+// finding about no purchase.
+func findingAccount(f reconcile.Finding) string {
+	if f.PurchaseID == "" {
+		return ""
+	}
+	return reconcile.AccountLabel(f.Account)
+}
+
 // printFindings writes one line per finding.
 func printFindings(e *env, fs []reconcile.Finding) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "FINDING\tKIND\tPAYMENT\tPURCHASE\tAMOUNT\tSTATUS\tFOUND\tEVIDENCE")
+	fmt.Fprintln(w, "FINDING\tKIND\tPAYMENT\tPURCHASE\tACCOUNT\tAMOUNT\tSTATUS\tFOUND\tEVIDENCE")
 	for _, f := range fs {
 		evidence := f.Evidence
 		if !f.Open() {
 			evidence = fmt.Sprintf("closed %s by %s: %s | %s", stamp(f.ClosedAt), f.ClosedBy, f.CloseNote, evidence)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Kind, f.PaymentID, dash(f.PurchaseID),
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Kind, f.PaymentID, dash(f.PurchaseID), dash(findingAccount(f)),
 			provider.FormatAmount(f.Amount, f.Currency), dash(f.Status), stamp(f.FoundAt), evidence)
 	}
 	return w.Flush()
@@ -319,6 +353,7 @@ func printJSON(e *env, v any) error {
 // caseJSON is the scripted view of an escalated case.
 type caseJSON struct {
 	PurchaseID        string    `json:"purchase_id"`
+	Account           string    `json:"account"` // "platform" or acct_…
 	ProviderPaymentID string    `json:"provider_payment_id,omitempty"`
 	Amount            int64     `json:"amount"`
 	Currency          string    `json:"currency"`
@@ -335,7 +370,7 @@ type caseJSON struct {
 func toCaseJSON(c reconcile.Case) caseJSON {
 	p := c.Purchase
 	return caseJSON{
-		PurchaseID: p.ID, ProviderPaymentID: p.ProviderPaymentID, Amount: p.Amount, Currency: p.Currency,
+		PurchaseID: p.ID, Account: reconcile.AccountLabel(p.Account), ProviderPaymentID: p.ProviderPaymentID, Amount: p.Amount, Currency: p.Currency,
 		Customer: p.Customer, Reference: p.Reference, State: string(p.State), AgeSeconds: c.Age.Seconds(),
 		Reason: string(p.EscalationReason), EscalatedAt: p.EscalatedAt, ProviderCalls: len(c.Attempts), Webhooks: len(c.Events),
 	}
@@ -574,22 +609,28 @@ func providerDisagrees(ctx context.Context, svc *reconcile.Service, id, operator
 
 func runOpsFindings(ctx context.Context, e *env, args []string) error {
 	var all, asJSON bool
+	var accountArg string
 	rest, err := e.parse("ops findings", args, func(fs *flag.FlagSet) {
 		fs.BoolVar(&all, "all", false, "closed findings too")
 		fs.BoolVar(&asJSON, "json", false, "print JSON, for scripts")
+		accountFlag(fs, &accountArg)
 	})
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q: ops findings takes only --all and --json", errUsage, rest)
+		return fmt.Errorf("%w: unexpected arguments %q: ops findings takes only --all, --account and --json", errUsage, rest)
+	}
+	account, err := parseAccount(accountArg)
+	if err != nil {
+		return err
 	}
 	svc, cleanup, err := newBooks(ctx, e)
 	if err != nil {
 		return err
 	}
 	defer cleanup()
-	findings, err := svc.Findings(ctx, all)
+	findings, err := svc.Findings(ctx, account, all)
 	if err != nil {
 		return err
 	}

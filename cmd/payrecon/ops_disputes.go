@@ -15,6 +15,7 @@ type disputeJSON struct {
 	DisputeID         string     `json:"dispute_id"`
 	ProviderDisputeID string     `json:"provider_dispute_id"`
 	PurchaseID        string     `json:"purchase_id"`
+	Account           string     `json:"account"` // its purchase's: "platform" or acct_…
 	PaymentID         string     `json:"payment_id"`
 	Amount            int64      `json:"amount"`
 	Currency          string     `json:"currency"`
@@ -33,8 +34,8 @@ func toDisputesJSON(ds []reconcile.Dispute, now time.Time) []disputeJSON {
 	out := make([]disputeJSON, 0, len(ds))
 	for _, d := range ds {
 		j := disputeJSON{
-			DisputeID: d.ID, ProviderDisputeID: d.ProviderDisputeID, PurchaseID: d.PurchaseID, PaymentID: d.PaymentID,
-			Amount: d.Amount, Currency: d.Currency, Reason: d.Reason, State: string(d.State), Status: d.ProviderStatus,
+			DisputeID: d.ID, ProviderDisputeID: d.ProviderDisputeID, PurchaseID: d.PurchaseID, Account: reconcile.AccountLabel(d.Account),
+			PaymentID: d.PaymentID, Amount: d.Amount, Currency: d.Currency, Reason: d.Reason, State: string(d.State), Status: d.ProviderStatus,
 			Inquiry: d.Inquiry, Withdrawn: d.Withdrawn, Reinstated: d.Reinstated, OpenedAt: d.CreatedAt,
 		}
 		if !d.EvidenceDueBy.IsZero() {
@@ -82,13 +83,13 @@ func printOpenDisputes(w io.Writer, ds []reconcile.Dispute, now time.Time) error
 	}
 	fmt.Fprintf(w, "open disputes (%d, soonest evidence due first; answer each in the provider's dashboard before its due date: payrecon submits no evidence):\n", len(ds))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DISPUTE\tPURCHASE\tAMOUNT\tREASON\tSTATUS\tDUE\tTIME LEFT")
+	fmt.Fprintln(tw, "DISPUTE\tPURCHASE\tACCOUNT\tAMOUNT\tREASON\tSTATUS\tDUE\tTIME LEFT")
 	for _, d := range ds {
 		due := "-"
 		if !d.EvidenceDueBy.IsZero() {
 			due = stamp(d.EvidenceDueBy)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ProviderDisputeID, d.PurchaseID, provider.FormatAmount(d.Amount, d.Currency),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", d.ProviderDisputeID, d.PurchaseID, reconcile.AccountLabel(d.Account), provider.FormatAmount(d.Amount, d.Currency),
 			dash(d.Reason), d.ProviderStatus, due, evidenceLeft(d, now))
 	}
 	return tw.Flush()

@@ -754,6 +754,26 @@ func TestAuditCommand(t *testing.T) {
 		}
 	}
 
+	// --account: the platform's list holds the duplicate of its purchase
+	// and not the orphan, which is of no purchase; an account nobody
+	// holds lists nothing; a malformed one is a usage error.
+	code, out, stderr = run(t, nil, append([]string{"ops", "list", "--account", "platform", "--json"}, db...)...)
+	var platform opsListJSON
+	if err := json.Unmarshal([]byte(out), &platform); code != 0 || err != nil {
+		t.Fatalf("ops list --account platform --json: exit %d, %v: %s\n%s", code, err, stderr, out)
+	}
+	if platform.Account != "platform" || len(platform.Findings) != 1 || platform.Findings[0].PurchaseID != p.ID || platform.Findings[0].Account != "platform" {
+		t.Errorf("ops list --account platform: account %q, findings %+v; want the duplicate of %s only, of the platform", platform.Account, platform.Findings, p.ID)
+	}
+	if code, out, stderr := run(t, nil, append([]string{"ops", "findings", "--account", "acct_1Nobody"}, db...)...); code != 0 || !strings.Contains(out, "no open audit findings") {
+		t.Errorf("ops findings --account acct_1Nobody: exit %d: %s\n%s", code, stderr, out)
+	}
+	for _, sub := range []string{"list", "findings"} {
+		if code, _, stderr := run(t, nil, append([]string{"ops", sub, "--account", "acct-1"}, db...)...); code != 2 || !strings.Contains(stderr, `--account "acct-1" is not an account`) {
+			t.Errorf("ops %s --account acct-1: exit %d, want 2: %s", sub, code, stderr)
+		}
+	}
+
 	// The operator list and `ops findings` show both findings.
 	code, out, stderr = run(t, nil, append([]string{"ops", "list"}, db...)...)
 	if code != 0 || !strings.Contains(out, "open audit findings (2;") || !strings.Contains(out, "money at risk (open findings and open disputes): 9.99 EUR, 3.00 USD") ||

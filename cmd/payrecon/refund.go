@@ -195,6 +195,7 @@ func printRefunds(out io.Writer, rs []reconcile.Refund) {
 type refundCaseJSON struct {
 	RefundID      string    `json:"refund_id"`
 	PurchaseID    string    `json:"purchase_id"`
+	Account       string    `json:"account"` // "platform" or acct_…
 	PaymentID     string    `json:"payment_id"`
 	Amount        int64     `json:"amount"`
 	Currency      string    `json:"currency"`
@@ -208,8 +209,8 @@ type refundCaseJSON struct {
 func toRefundCaseJSON(c reconcile.RefundCase) refundCaseJSON {
 	r := c.Refund
 	return refundCaseJSON{
-		RefundID: r.ID, PurchaseID: r.PurchaseID, PaymentID: r.PaymentID, Amount: r.Amount, Currency: r.Currency,
-		State: string(r.State), AgeSeconds: c.Age.Seconds(), Reason: string(r.EscalationReason),
+		RefundID: r.ID, PurchaseID: r.PurchaseID, Account: reconcile.AccountLabel(r.Account()), PaymentID: r.PaymentID,
+		Amount: r.Amount, Currency: r.Currency, State: string(r.State), AgeSeconds: c.Age.Seconds(), Reason: string(r.EscalationReason),
 		EscalatedAt: r.EscalatedAt, ProviderCalls: len(c.Attempts),
 	}
 }
@@ -222,10 +223,10 @@ func printEscalatedRefunds(e *env, cases []reconcile.RefundCase) error {
 		return nil
 	}
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "REFUND\tPURCHASE\tPAYMENT\tAMOUNT\tSTATE\tAGE\tREASON\tCALLS")
+	fmt.Fprintln(w, "REFUND\tPURCHASE\tACCOUNT\tPAYMENT\tAMOUNT\tSTATE\tAGE\tREASON\tCALLS")
 	for _, c := range cases {
 		r := c.Refund
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, r.PurchaseID, dash(r.PaymentID), provider.FormatAmount(r.Amount, r.Currency),
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", r.ID, r.PurchaseID, reconcile.AccountLabel(r.Account()), dash(r.PaymentID), provider.FormatAmount(r.Amount, r.Currency),
 			r.State, c.Age.Round(time.Second), r.EscalationReason, len(c.Attempts))
 	}
 	return w.Flush()

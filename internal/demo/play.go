@@ -252,11 +252,11 @@ func (r *demoRun) audit(ctx context.Context) (*Audit, error) {
 	if err != nil {
 		return nil, fmt.Errorf("run the audit from the provider's side: %w", err)
 	}
-	findings, err := r.stk.Service.Findings(ctx, true)
+	findings, err := r.stk.Service.Findings(ctx, reconcile.AnyAccount, true)
 	if err != nil {
 		return nil, err
 	}
-	open, _, err := r.stk.Service.OpenDisputes(ctx)
+	open, _, err := r.stk.Service.OpenDisputes(ctx, reconcile.AnyAccount)
 	if err != nil {
 		return nil, err
 	}

@@ -52,3 +52,21 @@ func storedTime(t time.Time) time.Time {
 	}
 	return t.Truncate(time.Microsecond).UTC()
 }
+
+// AccountOfPurchase is the SQL expression, for both stores, of the
+// provider account of the purchase whose id is in column ("disputes.purchase_id"):
+// ” when there is no such purchase (a NULL column). The reads of
+// findings and disputes select it as their Account.
+func AccountOfPurchase(column string) string {
+	return `COALESCE((SELECT pa.account FROM purchases pa WHERE pa.id = ` + column + `), '')`
+}
+
+// PurchaseOfAccount is the SQL condition, for both stores, that the
+// purchase whose id is in column is of the account in placeholder
+// ("$1", "?1"): false when there is no such purchase. It is a scalar
+// subquery, not EXISTS, so that neither planner turns it into a join
+// that reads every purchase of the account: the operator lists' rows
+// are few, and each probes the purchases' primary key.
+func PurchaseOfAccount(column, placeholder string) string {
+	return `(SELECT pa.account FROM purchases pa WHERE pa.id = ` + column + `) = ` + placeholder
+}

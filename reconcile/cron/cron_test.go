@@ -263,7 +263,7 @@ func TestAuditSweep(t *testing.T) {
 	if err != nil || !ran || n != 1 {
 		t.Fatalf("audit sweep: ran=%v payments=%d err=%v, want it to run over 1 payment", ran, n, err)
 	}
-	findings, err := svc.Findings(ctx, false)
+	findings, err := svc.Findings(ctx, reconcile.AnyAccount, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestAuditSweep(t *testing.T) {
 	if ran, _, err := b.RunSweep(ctx, cron.SweepAudit); err != nil || !ran {
 		t.Fatalf("second run: ran=%v err=%v", ran, err)
 	}
-	if findings, err := svc.Findings(ctx, false); err != nil || len(findings) != 1 {
+	if findings, err := svc.Findings(ctx, reconcile.AnyAccount, false); err != nil || len(findings) != 1 {
 		t.Fatalf("findings after an overlapping run: %d, %v; want the one finding", len(findings), err)
 	}
 

@@ -200,7 +200,7 @@ func opsLayoutData(t *testing.T, f *opsFixture) []opsLayoutPage {
 	if _, err := f.svc.LiveView(ctx, escalated[0].ID); err != nil {
 		t.Fatal(err)
 	}
-	findings, err := f.svc.Findings(ctx, false)
+	findings, err := f.svc.Findings(ctx, reconcile.AnyAccount, false)
 	if err != nil || len(findings) != 20 {
 		t.Fatalf("findings: %d, %v", len(findings), err)
 	}

@@ -12,6 +12,7 @@ type opsDisputeRow struct {
 	ID                string // payrecon's
 	ProviderDisputeID string
 	PurchaseID        string
+	Account           string // its purchase's: "platform" or acct_…
 	PaymentID         string
 	Amount            string
 	Reason            string
@@ -33,8 +34,8 @@ type opsDisputeRow struct {
 
 func opsDisputeRowOf(d reconcile.Dispute, now time.Time) opsDisputeRow {
 	row := opsDisputeRow{
-		ID: d.ID, ProviderDisputeID: d.ProviderDisputeID, PurchaseID: d.PurchaseID, PaymentID: d.PaymentID,
-		Amount: provider.FormatAmount(d.Amount, d.Currency), Reason: d.Reason, State: string(d.State),
+		ID: d.ID, ProviderDisputeID: d.ProviderDisputeID, PurchaseID: d.PurchaseID, Account: reconcile.AccountLabel(d.Account),
+		PaymentID: d.PaymentID, Amount: provider.FormatAmount(d.Amount, d.Currency), Reason: d.Reason, State: string(d.State),
 		Status: d.ProviderStatus, Inquiry: d.Inquiry, EvidenceDueBy: d.EvidenceDueBy, OpenedAt: d.CreatedAt,
 	}
 	if d.Withdrawn > 0 || d.Reinstated > 0 {
@@ -57,6 +58,7 @@ type opsDisputeJSON struct {
 	DisputeID         string                   `json:"dispute_id"`
 	ProviderDisputeID string                   `json:"provider_dispute_id"`
 	PurchaseID        string                   `json:"purchase_id"`
+	Account           string                   `json:"account"` // its purchase's: "platform" or acct_…
 	PaymentID         string                   `json:"payment_id"`
 	Amount            int64                    `json:"amount"`
 	Currency          string                   `json:"currency"`
@@ -84,8 +86,8 @@ type opsDisputeTransitionJS struct {
 
 func opsDisputeToJSON(d reconcile.Dispute, ts []reconcile.TransitionRecord, now time.Time) opsDisputeJSON {
 	j := opsDisputeJSON{
-		DisputeID: d.ID, ProviderDisputeID: d.ProviderDisputeID, PurchaseID: d.PurchaseID, PaymentID: d.PaymentID,
-		Amount: d.Amount, Currency: d.Currency, Reason: d.Reason, State: string(d.State), Status: d.ProviderStatus,
+		DisputeID: d.ID, ProviderDisputeID: d.ProviderDisputeID, PurchaseID: d.PurchaseID, Account: reconcile.AccountLabel(d.Account),
+		PaymentID: d.PaymentID, Amount: d.Amount, Currency: d.Currency, Reason: d.Reason, State: string(d.State), Status: d.ProviderStatus,
 		Inquiry: d.Inquiry, EvidenceDueBy: opsTimePtr(d.EvidenceDueBy), Withdrawn: d.Withdrawn, Reinstated: d.Reinstated,
 		OpenedAt: d.CreatedAt,
 	}

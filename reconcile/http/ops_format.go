@@ -75,6 +75,7 @@ func opsMoneyAtRisk(fs []reconcile.Finding, ds []reconcile.Dispute) []string {
 }
 
 var opsFuncs = template.FuncMap{
+	"filterOf": opsFilterOf,
 	"fmtTime": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"

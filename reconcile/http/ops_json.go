@@ -13,6 +13,7 @@ import (
 
 type opsCaseJSON struct {
 	PurchaseID        string           `json:"purchase_id"`
+	Account           string           `json:"account"` // "platform" or acct_…
 	ProviderPaymentID string           `json:"provider_payment_id,omitempty"`
 	Amount            int64            `json:"amount"`
 	Currency          string           `json:"currency"`
@@ -57,6 +58,7 @@ type opsFindingJSON struct {
 	Kind          string     `json:"kind"`
 	PaymentID     string     `json:"payment_id"`
 	PurchaseID    string     `json:"purchase_id,omitempty"`
+	Account       string     `json:"account,omitempty"` // its purchase's: "platform" or acct_…; none without a purchase
 	Amount        int64      `json:"amount"`
 	Currency      string     `json:"currency"`
 	AmountDisplay string     `json:"amount_display"`
@@ -72,10 +74,19 @@ type opsFindingJSON struct {
 func opsFindingToJSON(f reconcile.Finding) opsFindingJSON {
 	return opsFindingJSON{
 		ID: f.ID, Provider: f.Provider, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
-		Amount: f.Amount, Currency: f.Currency, AmountDisplay: provider.FormatAmount(f.Amount, f.Currency), Status: f.Status,
+		Account: opsFindingAccount(f), Amount: f.Amount, Currency: f.Currency, AmountDisplay: provider.FormatAmount(f.Amount, f.Currency), Status: f.Status,
 		Evidence: f.Evidence, FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: opsTimePtr(f.ClosedAt),
 		ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
 	}
+}
+
+// opsFindingAccount names the account of a finding's purchase as the
+// pages show it, "" for a finding about no purchase.
+func opsFindingAccount(f reconcile.Finding) string {
+	if f.PurchaseID == "" {
+		return ""
+	}
+	return reconcile.AccountLabel(f.Account)
 }
 
 func opsFindingsToJSON(fs []reconcile.Finding) []opsFindingJSON {
@@ -121,7 +132,7 @@ type opsLiveViewJSON struct {
 func opsCaseToJSON(c reconcile.Case, refunds []reconcile.Refund) opsCaseJSON {
 	p := c.Purchase
 	out := opsCaseJSON{
-		PurchaseID: p.ID, ProviderPaymentID: p.ProviderPaymentID, Amount: p.Amount, Currency: p.Currency,
+		PurchaseID: p.ID, Account: reconcile.AccountLabel(p.Account), ProviderPaymentID: p.ProviderPaymentID, Amount: p.Amount, Currency: p.Currency,
 		AmountDisplay: provider.FormatAmount(p.Amount, p.Currency), Customer: p.Customer, Reference: p.Reference,
 		Description: p.Description, State: string(p.State), Final: p.State.Terminal(), Version: p.Version,
 		AgeSeconds: int64(c.Age / time.Second), Age: opsAge(c.Age), Escalated: p.Escalated(),
@@ -149,32 +160,37 @@ func opsCaseToJSON(c reconcile.Case, refunds []reconcile.Refund) opsCaseJSON {
 }
 
 // escalations answers the escalated cases and refunds, the open
-// findings and the open disputes as JSON, or the list page for anyone
-// not asking for JSON.
+// findings and the open disputes as JSON, of the account ?account=
+// selects (see opsAccount), or the list page for anyone not asking for
+// JSON.
 func (o *Ops) escalations(w http.ResponseWriter, r *http.Request, who opsWho) {
 	if !opsWantsJSON(r) {
 		o.listPage(w, r, who)
 		return
 	}
-	cases, err := o.svc.Escalations(r.Context())
+	account, ok := o.opsAccount(w, r, who, true)
+	if !ok {
+		return
+	}
+	cases, err := o.svc.Escalations(r.Context(), account)
 	if err != nil {
 		o.log.Error("ops: list escalations", "err", err)
 		writeKindError(w, reconcile.KindInternal, "could not read the escalated cases; try again")
 		return
 	}
-	refundCases, err := o.svc.EscalatedRefunds(r.Context())
+	refundCases, err := o.svc.EscalatedRefunds(r.Context(), account)
 	if err != nil {
 		o.log.Error("ops: list escalated refunds", "err", err)
 		writeKindError(w, reconcile.KindInternal, "could not read the escalated refunds; try again")
 		return
 	}
-	findings, err := o.svc.Findings(r.Context(), false)
+	findings, err := o.svc.Findings(r.Context(), account, false)
 	if err != nil {
 		o.log.Error("ops: list findings", "err", err)
 		writeKindError(w, reconcile.KindInternal, "could not read the audit findings; try again")
 		return
 	}
-	disputes, now, err := o.svc.OpenDisputes(r.Context())
+	disputes, now, err := o.svc.OpenDisputes(r.Context(), account)
 	if err != nil {
 		o.log.Error("ops: list open disputes", "err", err)
 		writeKindError(w, reconcile.KindInternal, "could not read the open disputes; try again")
@@ -195,7 +211,7 @@ func (o *Ops) escalations(w http.ResponseWriter, r *http.Request, who opsWho) {
 		refunds = append(refunds, opsRefundCaseToJSON(c))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{
-		"count": len(out), "cases": out,
+		"account": string(account), "count": len(out), "cases": out,
 		"refunds_count": len(refunds), "refunds": refunds,
 		"findings_count": len(findings), "findings": opsFindingsToJSON(findings),
 		"money_at_risk":  opsMoneyAtRisk(findings, disputes),
@@ -204,7 +220,8 @@ func (o *Ops) escalations(w http.ResponseWriter, r *http.Request, who opsWho) {
 }
 
 // findings lists the audit's findings, the open ones or all of them with
-// ?all=1: a page, or JSON for clients that ask for it.
+// ?all=1, of the account ?account= selects (see opsAccount): a page, or
+// JSON for clients that ask for it.
 func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
 	asJSON := opsWantsJSON(r)
 	all, ok := opsBool(r.URL.Query().Get("all"))
@@ -213,7 +230,11 @@ func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
 		o.cannotShow(w, r, who, asJSON, reconcile.KindInvalid, msg, "Not a yes/no value", msg+".")
 		return
 	}
-	findings, err := o.svc.Findings(r.Context(), all)
+	account, ok := o.opsAccount(w, r, who, asJSON)
+	if !ok {
+		return
+	}
+	findings, err := o.svc.Findings(r.Context(), account, all)
 	if err != nil {
 		o.log.Error("ops: list findings", "err", err)
 		o.cannotShow(w, r, who, asJSON, reconcile.KindInternal, "could not read the audit findings; try again",
@@ -222,7 +243,7 @@ func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
 	}
 	// The money at risk is the one count, open disputes included, as on
 	// the list page.
-	disputes, _, err := o.svc.OpenDisputes(r.Context())
+	disputes, _, err := o.svc.OpenDisputes(r.Context(), account)
 	if err != nil {
 		o.log.Error("ops: list open disputes", "err", err)
 		o.cannotShow(w, r, who, asJSON, reconcile.KindInternal, "could not read the open disputes; try again",
@@ -230,7 +251,7 @@ func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
 		return
 	}
 	if asJSON {
-		writeJSON(w, http.StatusOK, map[string]any{"count": len(findings), "findings": opsFindingsToJSON(findings)})
+		writeJSON(w, http.StatusOK, map[string]any{"account": string(account), "count": len(findings), "findings": opsFindingsToJSON(findings)})
 		return
 	}
 	title := "Open audit findings"
@@ -238,14 +259,17 @@ func (o *Ops) findings(w http.ResponseWriter, r *http.Request, who opsWho) {
 		title = "All audit findings"
 	}
 	o.render(w, http.StatusOK, "findings", opsFindingsData{
-		opsBase: o.base(title, who), All: all, Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings, disputes),
+		opsBase: o.base(title, who), All: all, Account: string(account), Findings: opsFindingRows(findings),
+		MoneyAtRisk: opsMoneyAtRisk(findings, disputes),
 	})
 }
 
 // opsFindingsData is the page of /ops/findings.
 type opsFindingsData struct {
 	opsBase
-	All         bool // closed findings too
+	All bool // closed findings too
+	// Account is the account filter, "" for every account.
+	Account     string
 	Findings    []opsFindingRow
 	MoneyAtRisk []string
 }

@@ -103,12 +103,15 @@ func (o *Ops) cannotShow(w http.ResponseWriter, r *http.Request, who opsWho, asJ
 
 type opsRow struct {
 	ID, PaymentID, Amount, Customer, Reference, Age, Reason, State string
+	Account                                                        string // "platform" or acct_…
 	EscalatedAt                                                    time.Time
 }
 
 type opsListData struct {
 	opsBase
-	Rows []opsRow
+	// Account is the account filter, "" for every account.
+	Account string
+	Rows    []opsRow
 	// Refunds are the escalated refunds, oldest escalation first.
 	Refunds     []opsRefundRow
 	Findings    []opsFindingRow
@@ -140,6 +143,7 @@ type opsFailedEvent struct {
 type opsFindingRow struct {
 	ID                                 int64
 	Kind, PaymentID, PurchaseID        string
+	Account                            string // its purchase's; "" without one
 	Amount, Status, Evidence, Provider string
 	FoundAt                            time.Time
 	Open                               bool
@@ -151,7 +155,7 @@ func opsFindingRows(fs []reconcile.Finding) []opsFindingRow {
 	out := make([]opsFindingRow, 0, len(fs))
 	for _, f := range fs {
 		out = append(out, opsFindingRow{
-			ID: f.ID, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
+			ID: f.ID, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID, Account: opsFindingAccount(f),
 			Amount: provider.FormatAmount(f.Amount, f.Currency), Status: f.Status, Evidence: f.Evidence, Provider: f.Provider,
 			FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: f.ClosedAt, ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
 		})
@@ -159,20 +163,27 @@ func opsFindingRows(fs []reconcile.Finding) []opsFindingRow {
 	return out
 }
 
+// listPage shows the operator list: the escalated cases and refunds, the
+// open findings and disputes, of the account ?account= selects (see
+// opsAccount), and the webhook inbox, whole.
 func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
-	cases, err := o.svc.Escalations(r.Context())
+	account, ok := o.opsAccount(w, r, who, false)
+	if !ok {
+		return
+	}
+	cases, err := o.svc.Escalations(r.Context(), account)
 	if err != nil {
 		o.log.Error("ops: list escalations", "err", err)
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the cases", "The escalated cases could not be read from the database. Reload to try again.")
 		return
 	}
-	refunds, err := o.svc.EscalatedRefunds(r.Context())
+	refunds, err := o.svc.EscalatedRefunds(r.Context(), account)
 	if err != nil {
 		o.log.Error("ops: list escalated refunds", "err", err)
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the refunds", "The escalated refunds could not be read from the database. Reload to try again.")
 		return
 	}
-	findings, err := o.svc.Findings(r.Context(), false)
+	findings, err := o.svc.Findings(r.Context(), account, false)
 	if err != nil {
 		o.log.Error("ops: list findings", "err", err)
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the findings", "The audit findings could not be read from the database. Reload to try again.")
@@ -184,14 +195,14 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the webhook inbox", "The webhook inbox could not be read from the database. Reload to try again.")
 		return
 	}
-	disputes, now, err := o.svc.OpenDisputes(r.Context())
+	disputes, now, err := o.svc.OpenDisputes(r.Context(), account)
 	if err != nil {
 		o.log.Error("ops: list open disputes", "err", err)
 		o.renderError(w, r, who, statusOf(reconcile.KindInternal), "Could not read the disputes", "The open disputes could not be read from the database. Reload to try again.")
 		return
 	}
 	data := opsListData{
-		opsBase: o.base("Operator list", who), Now: o.cfg.Now().UTC(),
+		opsBase: o.base("Operator list", who), Account: string(account), Now: o.cfg.Now().UTC(),
 		Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings, disputes),
 		Inbox: opsInbox{Pending: backlog.Pending, Failed: backlog.Failed},
 	}
@@ -215,7 +226,7 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 		data.Rows = append(data.Rows, opsRow{
 			ID: p.ID, PaymentID: p.ProviderPaymentID, Amount: provider.FormatAmount(p.Amount, p.Currency), Customer: p.Customer,
 			Reference: p.Reference, Age: opsAge(c.Age), Reason: string(p.EscalationReason), State: string(p.State),
-			EscalatedAt: p.EscalatedAt,
+			Account: reconcile.AccountLabel(p.Account), EscalatedAt: p.EscalatedAt,
 		})
 	}
 	for _, c := range refunds {

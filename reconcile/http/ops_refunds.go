@@ -27,6 +27,7 @@ import (
 type opsRefundRow struct {
 	ID, PurchaseID, PaymentID, Amount, Reason, State string
 	RequestedBy, EscalationReason, Age               string
+	Account                                          string // "platform" or acct_…
 	FindingID                                        int64
 	CreatedAt, SettledAt, EscalatedAt                time.Time
 }
@@ -34,7 +35,7 @@ type opsRefundRow struct {
 func opsRefundRowOf(r reconcile.Refund, age time.Duration) opsRefundRow {
 	return opsRefundRow{
 		ID: r.ID, PurchaseID: r.PurchaseID, PaymentID: r.PaymentID, Amount: provider.FormatAmount(r.Amount, r.Currency),
-		Reason: r.Reason, State: string(r.State), RequestedBy: r.RequestedBy,
+		Account: reconcile.AccountLabel(r.Account()), Reason: r.Reason, State: string(r.State), RequestedBy: r.RequestedBy,
 		EscalationReason: string(r.EscalationReason), Age: opsAge(age), FindingID: r.FindingID,
 		CreatedAt: r.CreatedAt, SettledAt: r.SettledAt, EscalatedAt: r.EscalatedAt,
 	}
@@ -52,6 +53,7 @@ func opsRefundRows(rs []reconcile.Refund) []opsRefundRow {
 type opsRefundJSON struct {
 	RefundID         string     `json:"refund_id"`
 	PurchaseID       string     `json:"purchase_id"`
+	Account          string     `json:"account"` // "platform" or acct_…
 	PaymentID        string     `json:"payment_id"`
 	FindingID        int64      `json:"finding_id,omitempty"`
 	Amount           int64      `json:"amount"`
@@ -76,7 +78,7 @@ type opsRefundJSON struct {
 
 func opsRefundToJSON(r reconcile.Refund) opsRefundJSON {
 	return opsRefundJSON{
-		RefundID: r.ID, PurchaseID: r.PurchaseID, PaymentID: r.PaymentID, FindingID: r.FindingID,
+		RefundID: r.ID, PurchaseID: r.PurchaseID, Account: reconcile.AccountLabel(r.Account()), PaymentID: r.PaymentID, FindingID: r.FindingID,
 		Amount: r.Amount, Currency: r.Currency, AmountDisplay: provider.FormatAmount(r.Amount, r.Currency), Reason: r.Reason,
 		RequestedBy: r.RequestedBy, State: string(r.State), Final: statemachine.Refund.Terminal(r.State),
 		Version: r.Version, ProviderKey: r.ProviderKey, ProviderRefundID: r.ProviderRefundID,

@@ -863,7 +863,7 @@ func (f *opsFixture) auditFindings() (reconcile.Purchase, []reconcile.Finding) {
 	if len(rep.New) != 2 {
 		f.t.Fatalf("setup: the audit found %+v, want a duplicate and an orphan", rep.New)
 	}
-	open, err := f.svc.Findings(ctx, false)
+	open, err := f.svc.Findings(ctx, reconcile.AnyAccount, false)
 	if err != nil || len(open) != 2 {
 		f.t.Fatalf("setup: open findings %+v, %v", open, err)
 	}

@@ -273,7 +273,7 @@ func TestWebhookSuccessAfterDeclineIsConfirmed(t *testing.T) {
 			if d.Purchase.State != statemachine.Declined || d.Purchase.Doubt != "" || d.Job.DoneAt.IsZero() {
 				t.Fatalf("after the status query: %s doubt %q job %+v", d.Purchase.State, d.Purchase.Doubt, d.Job)
 			}
-			cases, err := f.svc.Escalations(context.Background())
+			cases, err := f.svc.Escalations(context.Background(), reconcile.AnyAccount)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -482,7 +482,7 @@ func TestWebhookForeignPayment(t *testing.T) {
 	if n, err := f.svc.ApplyUnmatched(ctx, 100); err != nil || n != 1 {
 		t.Fatalf("ApplyUnmatched: %d, %v", n, err)
 	}
-	fs, err := f.svc.Findings(ctx, false)
+	fs, err := f.svc.Findings(ctx, reconcile.AnyAccount, false)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,10 @@ import (
 
 const disputeColumns = sqlstore.DisputeColumns
 
+// disputeReadColumns are disputeColumns and the account of the dispute's
+// purchase, which scanDispute reads.
+var disputeReadColumns = disputeColumns + `, ` + sqlstore.AccountOfPurchase("disputes.purchase_id")
+
 // InsertDispute implements reconcile.Tx; the database's constraints and
 // triggers make the refusals.
 func (t *txn) InsertDispute(ctx context.Context, d reconcile.Dispute) error {
@@ -39,20 +43,20 @@ VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $
 // GetDispute implements reconcile.Tx.
 func (t *txn) GetDispute(ctx context.Context, id string) (reconcile.Dispute, error) {
 	return queryOne(ctx, t, scanDispute, "get dispute "+id,
-		`SELECT `+disputeColumns+` FROM disputes WHERE id = $1`, id)
+		`SELECT `+disputeReadColumns+` FROM disputes WHERE id = $1`, id)
 }
 
 // FindDispute implements reconcile.Tx, from the provider id's unique
 // index.
 func (t *txn) FindDispute(ctx context.Context, providerDisputeID string) (reconcile.Dispute, error) {
 	return queryOne(ctx, t, scanDispute, "find dispute "+providerDisputeID,
-		`SELECT `+disputeColumns+` FROM disputes WHERE provider_dispute_id = $1`, providerDisputeID)
+		`SELECT `+disputeReadColumns+` FROM disputes WHERE provider_dispute_id = $1`, providerDisputeID)
 }
 
 // ListDisputes implements reconcile.Tx, from disputes_purchase_idx.
 func (t *txn) ListDisputes(ctx context.Context, purchaseID string) ([]reconcile.Dispute, error) {
 	return queryAll(ctx, t, scanDispute, "list disputes of "+purchaseID,
-		`SELECT `+disputeColumns+` FROM disputes WHERE purchase_id = $1 ORDER BY created_at, id`, purchaseID)
+		`SELECT `+disputeReadColumns+` FROM disputes WHERE purchase_id = $1 ORDER BY created_at, id`, purchaseID)
 }
 
 // UpdateDispute implements reconcile.Tx. The database refuses a change of
@@ -96,7 +100,10 @@ WHERE id = $1 AND state = $2 AND version = $4`,
 }
 
 // ListOpenDisputes implements reconcile.Tx.
-func (t *txn) ListOpenDisputes(ctx context.Context) ([]reconcile.Dispute, error) {
+func (t *txn) ListOpenDisputes(ctx context.Context, account reconcile.AccountFilter) ([]reconcile.Dispute, error) {
+	if a, ok := account.Account(); ok {
+		return queryAll(ctx, t, scanDispute, "list open disputes of "+reconcile.AccountLabel(a), listOpenDisputesAccountSQL, a)
+	}
 	return queryAll(ctx, t, scanDispute, "list open disputes", listOpenDisputesSQL)
 }
 
@@ -104,8 +111,15 @@ func (t *txn) ListOpenDisputes(ctx context.Context) ([]reconcile.Dispute, error)
 // literals so that the planner can use the partial index
 // disputes_open_idx, which holds exactly the disputes it returns, in its
 // order (ascending puts NULL, no due date, last).
-const listOpenDisputesSQL = `SELECT ` + disputeColumns + ` FROM disputes
+var listOpenDisputesSQL = `SELECT ` + disputeReadColumns + ` FROM disputes
 WHERE state IN ('open', 'evidence_submitted')
+ORDER BY evidence_due_by, id`
+
+// listOpenDisputesAccountSQL is ListOpenDisputes' query for the disputes
+// of purchases of one account ($1), from the same partial index, each
+// row's purchase probed by its key.
+var listOpenDisputesAccountSQL = `SELECT ` + disputeReadColumns + ` FROM disputes
+WHERE state IN ('open', 'evidence_submitted') AND ` + sqlstore.PurchaseOfAccount("disputes.purchase_id", "$1") + `
 ORDER BY evidence_due_by, id`
 
 // scanDispute reads one row of disputeColumns.
@@ -115,7 +129,7 @@ func scanDispute(row sqlstore.Row) (reconcile.Dispute, error) {
 	var dueBy, providerUpdated, closed *time.Time
 	err := row.Scan(&d.ID, &d.ProviderDisputeID, &d.PurchaseID, &d.PaymentID, &d.Amount, &d.Currency, &d.Reason,
 		&state, &d.Version, &d.ProviderStatus, &d.Inquiry, &dueBy, &d.ChargeRefundable, &d.Withdrawn, &d.Reinstated,
-		&providerUpdated, &d.CreatedAt, &d.UpdatedAt, &closed)
+		&providerUpdated, &d.CreatedAt, &d.UpdatedAt, &closed, &d.Account)
 	if err != nil {
 		return reconcile.Dispute{}, err
 	}

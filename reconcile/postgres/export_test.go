@@ -34,9 +34,17 @@ const (
 )
 
 // ListFindingsSQL is the query of ListFindings and its arguments.
-func ListFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, []any) {
-	return listFindingsSQL(purchaseID, includeClosed, limit)
+func ListFindingsSQL(purchaseID string, account reconcile.AccountFilter, includeClosed bool, limit int) (string, []any) {
+	return listFindingsSQL(purchaseID, account, includeClosed, limit)
 }
+
+// The operator lists' queries for one account, for the tests of their
+// plans.
+var (
+	ListEscalatedAccountSQL        = listEscalatedAccountSQL
+	ListEscalatedRefundsAccountSQL = listEscalatedRefundsAccountSQL
+	ListOpenDisputesAccountSQL     = listOpenDisputesAccountSQL
+)
 
 // The refunds' periodic queries, for the tests of their plans.
 const (
@@ -48,7 +56,7 @@ const (
 
 // ListOpenDisputesSQL is the query of ListOpenDisputes, for the test of
 // its plan.
-const ListOpenDisputesSQL = listOpenDisputesSQL
+var ListOpenDisputesSQL = listOpenDisputesSQL
 
 // UpdateInboxEventsSQL is the statement of UpdateInboxEvents, for the test
 // of its plan.

@@ -20,8 +20,11 @@ import (
 // any other UPDATE of audit_findings, and DELETE and TRUNCATE (SQLSTATE
 // PR002), whatever SQL path tries.
 
-const findingColumns = `id, provider, payment_id, kind, purchase_id, amount, currency, status, evidence,
-    found_at, closed_at, closed_by, close_note`
+var findingColumns = `id, provider, payment_id, kind, purchase_id, amount, currency, status, evidence,
+    found_at, closed_at, closed_by, close_note, ` + findingAccount
+
+// findingAccount is the account of a finding's purchase, read with it.
+var findingAccount = sqlstore.AccountOfPurchase("audit_findings.purchase_id")
 
 // InsertFinding implements reconcile.Tx with one INSERT ... ON CONFLICT
 // DO NOTHING on (provider, payment_id, kind), as InsertInboxEvent: a
@@ -53,22 +56,25 @@ func (t *txn) GetFinding(ctx context.Context, id int64) (reconcile.Finding, erro
 // ListFindings implements reconcile.Tx. The open findings are read from
 // the partial index audit_findings_open_idx, a purchase's from
 // audit_findings_purchase_idx.
-func (t *txn) ListFindings(ctx context.Context, purchaseID string, includeClosed bool, limit int) ([]reconcile.Finding, error) {
+func (t *txn) ListFindings(ctx context.Context, purchaseID string, account reconcile.AccountFilter, includeClosed bool, limit int) ([]reconcile.Finding, error) {
 	what := "list findings"
 	if purchaseID != "" {
 		what += " of " + purchaseID
 	}
+	if a, ok := account.Account(); ok {
+		what += " of account " + reconcile.AccountLabel(a)
+	}
 	if err := dialect.CheckCap(what, limit); err != nil {
 		return nil, err
 	}
-	query, args := listFindingsSQL(purchaseID, includeClosed, limit)
+	query, args := listFindingsSQL(purchaseID, account, includeClosed, limit)
 	return queryAll(ctx, t, scanFinding, what, query, args...)
 }
 
 // listFindingsSQL returns ListFindings' query and its arguments. The
 // conditions are literals where they can be, so that the planner can use
 // the partial indexes in a generic plan too.
-func listFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, []any) {
+func listFindingsSQL(purchaseID string, account reconcile.AccountFilter, includeClosed bool, limit int) (string, []any) {
 	var conds []string
 	var args []any
 	if !includeClosed {
@@ -77,6 +83,10 @@ func listFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, 
 	if purchaseID != "" {
 		args = append(args, purchaseID)
 		conds = append(conds, fmt.Sprintf(`purchase_id = $%d`, len(args)))
+	}
+	if a, ok := account.Account(); ok {
+		args = append(args, a)
+		conds = append(conds, sqlstore.PurchaseOfAccount("audit_findings.purchase_id", fmt.Sprintf(`$%d`, len(args))))
 	}
 	query := `SELECT ` + findingColumns + ` FROM audit_findings`
 	if len(conds) > 0 {
@@ -187,7 +197,7 @@ func scanFinding(row sqlstore.Row) (reconcile.Finding, error) {
 	var purchaseID *string
 	var closed *time.Time
 	err := row.Scan(&f.ID, &f.Provider, &f.PaymentID, &kind, &purchaseID, &f.Amount, &f.Currency, &f.Status, &f.Evidence,
-		&f.FoundAt, &closed, &f.ClosedBy, &f.CloseNote)
+		&f.FoundAt, &closed, &f.ClosedBy, &f.CloseNote, &f.Account)
 	if err != nil {
 		return reconcile.Finding{}, err
 	}

@@ -35,7 +35,8 @@ type planCase struct {
 // periodicPlanCases are the store's periodic queries (their SQL as the
 // store sends it) and their indexes.
 func periodicPlanCases() []planCase {
-	openFindings, _ := postgres.ListFindingsSQL("", false, 0)
+	openFindings, _ := postgres.ListFindingsSQL("", reconcile.AnyAccount, false, 0)
+	accountFindings, _ := postgres.ListFindingsSQL("", reconcile.OnlyAccount("acct_1A"), false, 0)
 	return []planCase{
 		{name: "CountByState", sql: postgres.CountByStateSQL, index: "purchase_state_counts"},
 		{name: "CountEscalated", sql: postgres.CountEscalatedSQL, index: "purchases_escalated_at_idx"},
@@ -66,6 +67,12 @@ ORDER BY lease_expires_at LIMIT $2 FOR UPDATE SKIP LOCKED`, args: []string{"now(
 		// The books' accounts (migration 00018): one probe of the
 		// partial index per account.
 		{name: "ListAccounts", sql: postgres.ListAccountsSQL, index: "purchases_account_idx", noSort: true},
+		// The operator lists of one account: the same partial indexes,
+		// each row's purchase probed by its key.
+		{name: "ListEscalated(account)", sql: postgres.ListEscalatedAccountSQL, args: []string{"'acct_1A'"}, index: "purchases_escalated_at_idx"},
+		{name: "ListEscalatedRefunds(account)", sql: postgres.ListEscalatedRefundsAccountSQL, args: []string{"'acct_1A'"}, index: "refunds_escalated_at_idx"},
+		{name: "ListOpenDisputes(account)", sql: postgres.ListOpenDisputesAccountSQL, args: []string{"'acct_1A'"}, index: "disputes_open_idx"},
+		{name: "ListFindings(open, account)", sql: accountFindings, args: []string{"'acct_1A'", "NULL"}, index: "audit_findings_open_idx", noSort: true},
 	}
 }
 
@@ -243,11 +250,11 @@ WHERE state = 'succeeded' AND first_attempt_at >= $1 AND first_attempt_at < $2`,
 			return want("expired leases claimed", len(ls), 16, err)
 		}},
 		{"ops/ListEscalated", inTx(func(ctx context.Context, tx reconcile.Tx) error {
-			ps, err := tx.ListEscalated(ctx)
+			ps, err := tx.ListEscalated(ctx, reconcile.AnyAccount)
 			return want("escalated purchases", len(ps), benchEscalated, err)
 		})},
 		{"ops/ListFindings(open)", inTx(func(ctx context.Context, tx reconcile.Tx) error {
-			fs, err := tx.ListFindings(ctx, "", false, 0)
+			fs, err := tx.ListFindings(ctx, "", reconcile.AnyAccount, false, 0)
 			return want("open findings", len(fs), benchFindings/4, err)
 		})},
 		{"audit/ListSubmittedBetween", inTx(func(ctx context.Context, tx reconcile.Tx) error {

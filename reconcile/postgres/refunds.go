@@ -108,13 +108,23 @@ WHERE id = $1 AND state = $2 AND version = $4`,
 }
 
 // ListEscalatedRefunds implements reconcile.Tx.
-func (t *txn) ListEscalatedRefunds(ctx context.Context) ([]reconcile.Refund, error) {
+func (t *txn) ListEscalatedRefunds(ctx context.Context, account reconcile.AccountFilter) ([]reconcile.Refund, error) {
+	if a, ok := account.Account(); ok {
+		return queryAll(ctx, t, scanRefund, "list escalated refunds of "+reconcile.AccountLabel(a), listEscalatedRefundsAccountSQL, a)
+	}
 	return queryAll(ctx, t, scanRefund, "list escalated refunds", listEscalatedRefundsSQL)
 }
 
 // listEscalatedRefundsSQL is ListEscalatedRefunds' query, read from the
 // partial index refunds_escalated_at_idx in its order.
 const listEscalatedRefundsSQL = `SELECT ` + refundColumns + ` FROM refunds WHERE escalated_at IS NOT NULL ORDER BY escalated_at, id`
+
+// listEscalatedRefundsAccountSQL is ListEscalatedRefunds' query for the
+// refunds of purchases of one account ($1), from the same partial index,
+// each row's purchase probed by its key.
+var listEscalatedRefundsAccountSQL = `SELECT ` + refundColumns + ` FROM refunds
+WHERE escalated_at IS NOT NULL AND ` + sqlstore.PurchaseOfAccount("refunds.purchase_id", "$1") + `
+ORDER BY escalated_at, id`
 
 // ListOverdueUncertainRefunds implements reconcile.Tx.
 func (t *txn) ListOverdueUncertainRefunds(ctx context.Context, uncertainBefore time.Time, limit int) ([]reconcile.Refund, error) {

@@ -456,7 +456,7 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		if inbox, err = tx.InboxBacklog(ctx); err != nil {
 			return err
 		}
-		if disputes, err = tx.ListOpenDisputes(ctx); err != nil {
+		if disputes, err = tx.ListOpenDisputes(ctx, reconcile.AnyAccount); err != nil {
 			return err
 		}
 		oldest, err = tx.OldestUncertainSince(ctx)

@@ -286,7 +286,7 @@ func TestAuditFindingsOpen(t *testing.T) {
 	}
 	check("after the audit")
 
-	open, err := svc.Findings(ctx, false)
+	open, err := svc.Findings(ctx, reconcile.AnyAccount, false)
 	if err != nil || len(open) != 2 {
 		t.Fatalf("open findings: %d, %v", len(open), err)
 	}

@@ -1,6 +1,10 @@
 package sqlite
 
-import "database/sql"
+import (
+	"database/sql"
+
+	"github.com/payrecon/payrecon/reconcile"
+)
 
 // DB exposes the store's connection pool to the tests: its one
 // connection, with the store's settings.
@@ -23,9 +27,17 @@ const (
 )
 
 // ListFindingsSQL is the query of ListFindings and its arguments.
-func ListFindingsSQL(purchaseID string, includeClosed bool, limit int) (string, []any) {
-	return listFindingsSQL(purchaseID, includeClosed, limit)
+func ListFindingsSQL(purchaseID string, account reconcile.AccountFilter, includeClosed bool, limit int) (string, []any) {
+	return listFindingsSQL(purchaseID, account, includeClosed, limit)
 }
+
+// The operator lists' queries for one account, for the tests of their
+// plans.
+var (
+	ListEscalatedAccountSQL        = listEscalatedAccountSQL
+	ListEscalatedRefundsAccountSQL = listEscalatedRefundsAccountSQL
+	ListOpenDisputesAccountSQL     = listOpenDisputesAccountSQL
+)
 
 // The refunds' periodic queries, for the tests of their plans.
 const (
@@ -37,7 +49,7 @@ const (
 
 // ListOpenDisputesSQL is the query of ListOpenDisputes, for the test of
 // its plan.
-const ListOpenDisputesSQL = listOpenDisputesSQL
+var ListOpenDisputesSQL = listOpenDisputesSQL
 
 // ListAccountsSQL is the query of ListAccounts, for the test of its
 // plan.

@@ -108,7 +108,10 @@ WHERE id = ?1 AND state = ?2 AND version = ?4`,
 }
 
 // ListEscalated implements reconcile.Tx.
-func (t *txn) ListEscalated(ctx context.Context) ([]reconcile.Purchase, error) {
+func (t *txn) ListEscalated(ctx context.Context, account reconcile.AccountFilter) ([]reconcile.Purchase, error) {
+	if a, ok := account.Account(); ok {
+		return queryAll(ctx, t, scanPurchase, "list escalated purchases of "+reconcile.AccountLabel(a), listEscalatedAccountSQL, a)
+	}
 	return queryAll(ctx, t, scanPurchase, "list escalated purchases", listEscalatedSQL)
 }
 
@@ -116,6 +119,11 @@ func (t *txn) ListEscalated(ctx context.Context) ([]reconcile.Purchase, error) {
 // purchases_escalated_at_idx: the purchases on the operator list, not
 // the settled ones.
 const listEscalatedSQL = `SELECT ` + purchaseColumns + ` FROM purchases WHERE escalated_at IS NOT NULL ORDER BY escalated_at, id`
+
+// listEscalatedAccountSQL is ListEscalated's query for one account
+// (?1), from the same partial index: the operator list is short.
+const listEscalatedAccountSQL = `SELECT ` + purchaseColumns + ` FROM purchases
+WHERE escalated_at IS NOT NULL AND account = ?1 ORDER BY escalated_at, id`
 
 // CountByState implements reconcile.Tx. It reads purchase_state_counts
 // (migration 00007), which triggers on purchases keep in the statement

@@ -585,7 +585,8 @@ func TestListUnmatchedEventsPlan(t *testing.T) {
 func TestPeriodicQueriesUseTheirIndexes(t *testing.T) {
 	t.Parallel()
 	s, _ := newStore(t)
-	openFindings, findingsArgs := sqlite.ListFindingsSQL("", false, 0)
+	openFindings, findingsArgs := sqlite.ListFindingsSQL("", reconcile.AnyAccount, false, 0)
+	accountFindings, accountFindingsArgs := sqlite.ListFindingsSQL("", reconcile.OnlyAccount("acct_1A"), false, 0)
 	for _, tc := range []struct {
 		name   string
 		sql    string
@@ -616,6 +617,12 @@ ORDER BY lease_expires_at LIMIT ?2`, []any{base.UnixMicro(), 16}, "jobs_leased_i
 		{"ListOpenDisputes", sqlite.ListOpenDisputesSQL, nil, "disputes_open_idx", true},
 		// The books' accounts (migration 00016): one probe per account.
 		{"ListAccounts", sqlite.ListAccountsSQL, nil, "purchases_account_idx", true},
+		// The operator lists of one account: the same partial indexes,
+		// each row's purchase probed by its key.
+		{"ListEscalated(account)", sqlite.ListEscalatedAccountSQL, []any{"acct_1A"}, "purchases_escalated_at_idx", false},
+		{"ListEscalatedRefunds(account)", sqlite.ListEscalatedRefundsAccountSQL, []any{"acct_1A"}, "refunds_escalated_at_idx", true},
+		{"ListOpenDisputes(account)", sqlite.ListOpenDisputesAccountSQL, []any{"acct_1A"}, "disputes_open_idx", true},
+		{"ListFindings(open, account)", accountFindings, accountFindingsArgs, "audit_findings_open_idx", true},
 	} {
 		rows, err := s.DB().QueryContext(t.Context(), `EXPLAIN QUERY PLAN `+tc.sql, tc.args...)
 		if err != nil {

@@ -123,7 +123,7 @@ func listOpenDisputes(t *testing.T, s reconcile.Store) []reconcile.Dispute {
 	var out []reconcile.Dispute
 	inTx(t, s, func(tx reconcile.Tx) error {
 		var err error
-		out, err = tx.ListOpenDisputes(t.Context())
+		out, err = tx.ListOpenDisputes(t.Context(), reconcile.AnyAccount)
 		return err
 	})
 	return out

@@ -69,7 +69,7 @@ func listFindings(t *testing.T, s reconcile.Store, purchaseID string, includeClo
 	var out []reconcile.Finding
 	inTx(t, s, func(tx reconcile.Tx) error {
 		var err error
-		out, err = tx.ListFindings(t.Context(), purchaseID, includeClosed, limit)
+		out, err = tx.ListFindings(t.Context(), purchaseID, reconcile.AnyAccount, includeClosed, limit)
 		return err
 	})
 	return out
@@ -327,7 +327,7 @@ func testFindings(t *testing.T, newStore func(*testing.T) *testStore) {
 				_, err := tx.InsertFinding(t.Context(), tc.f)
 				wantErr(t, "InsertFinding with "+tc.name, err, reconcile.ErrInvalid)
 			}
-			_, err := tx.ListFindings(t.Context(), "", false, -1)
+			_, err := tx.ListFindings(t.Context(), "", reconcile.AnyAccount, false, -1)
 			wantErr(t, "ListFindings with a negative limit", err, reconcile.ErrInvalid)
 			// The transaction is still usable.
 			_, err = tx.InsertFinding(t.Context(), newFinding("pi_1", reconcile.FindingOrphanCharge, "", base))

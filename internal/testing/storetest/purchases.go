@@ -211,7 +211,7 @@ func testPurchase(t *testing.T, newStore func(*testing.T) *testStore) {
 		esc.EscalatedAt, esc.EscalationReason, esc.UpdatedAt = at(time.Minute), reconcile.EscalationUncertainTooLong, at(time.Minute)
 		update(t, s, esc, statemachine.Uncertain)
 		inTx(t, s, func(tx reconcile.Tx) error {
-			list, err := tx.ListEscalated(t.Context())
+			list, err := tx.ListEscalated(t.Context(), reconcile.AnyAccount)
 			if err != nil {
 				return err
 			}
@@ -483,7 +483,7 @@ func testListEscalated(t *testing.T, s *testStore) {
 		var out []reconcile.Purchase
 		inTx(t, s, func(tx reconcile.Tx) error {
 			var err error
-			out, err = tx.ListEscalated(t.Context())
+			out, err = tx.ListEscalated(t.Context(), reconcile.AnyAccount)
 			return err
 		})
 		return out

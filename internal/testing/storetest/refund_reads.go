@@ -206,7 +206,7 @@ func testRefundReads(t *testing.T, newStore func(*testing.T) *testStore) {
 			var out []reconcile.Refund
 			inTx(t, s, func(tx reconcile.Tx) error {
 				var err error
-				out, err = tx.ListEscalatedRefunds(t.Context())
+				out, err = tx.ListEscalatedRefunds(t.Context(), reconcile.AnyAccount)
 				return err
 			})
 			return out
