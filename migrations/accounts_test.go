@@ -109,3 +109,57 @@ VALUES ('stripe', '`+id+`', 'unmatched', `+d.now+vals+`)`)
 		})
 	}
 }
+
+// jobAccountsVersion is the migration that adds the jobs' account, per
+// dialect.
+var jobAccountsVersion = map[migrations.Dialect]int64{migrations.Postgres: 19, migrations.SQLite: 17}
+
+// TestMigrationJobAccounts applies the jobs' account migration to a
+// database with open jobs of a platform's purchase and of a connected
+// account's, and a done one: each open job takes its purchase's account,
+// so that the account's claims find it, and the done one stays the
+// platform's. Its Down drops the column and keeps the jobs.
+func TestMigrationJobAccounts(t *testing.T) {
+	for _, d := range dialects {
+		t.Run(string(d.name), func(t *testing.T) {
+			ctx := t.Context()
+			db := d.open(t)
+			p := newProvider(t, db, d.name, d.goose)
+			v := jobAccountsVersion[d.name]
+			if _, err := p.UpTo(ctx, v-1); err != nil {
+				t.Fatalf("up to %d: %v", v-1, err)
+			}
+			for _, r := range []struct{ id, account, done string }{
+				{"pur_plat", "", "NULL"}, {"pur_conn", "acct_1A", "NULL"}, {"pur_done", "acct_1A", d.now},
+			} {
+				mustExec(t, db, `INSERT INTO purchases (id, customer, amount, currency, state, version, created_at, updated_at, account)
+VALUES ('`+r.id+`', 'cus_1', 100, 'eur', 'created', 1, `+d.now+`, `+d.now+`, '`+r.account+`')`)
+				mustExec(t, db, `INSERT INTO jobs (kind, purchase_id, run_at, done_at) VALUES ('purchase', '`+r.id+`', `+d.now+`, `+r.done+`)`)
+			}
+			if _, err := p.UpTo(ctx, v); err != nil {
+				t.Fatalf("up to %d: %v", v, err)
+			}
+			jobs := func() []string {
+				return queryStrings(t, db, `SELECT purchase_id || ':' || account FROM jobs ORDER BY purchase_id`)
+			}
+			if got, want := jobs(), []string{"pur_conn:acct_1A", "pur_done:", "pur_plat:"}; !slices.Equal(got, want) {
+				t.Fatalf("after the migration: %v, want %v", got, want)
+			}
+			if _, err := db.ExecContext(ctx, `UPDATE jobs SET account = 'acct_' WHERE purchase_id = 'pur_plat'`); err == nil {
+				t.Fatal("a job of account acct_ was stored")
+			}
+			if _, err := p.DownTo(ctx, v-1); err != nil {
+				t.Fatalf("down to %d: %v", v-1, err)
+			}
+			if got, want := queryStrings(t, db, `SELECT purchase_id FROM jobs ORDER BY purchase_id`), []string{"pur_conn", "pur_done", "pur_plat"}; !slices.Equal(got, want) {
+				t.Fatalf("jobs after the Down: %v, want %v", got, want)
+			}
+			if _, err := db.ExecContext(ctx, `SELECT account FROM jobs`); err == nil {
+				t.Fatal("after the Down, jobs.account is still there")
+			}
+			if _, err := p.Up(ctx); err != nil {
+				t.Fatalf("up again: %v", err)
+			}
+		})
+	}
+}

@@ -37,11 +37,11 @@ func (s *Service) callDue(ctx context.Context, l Lease, p Purchase, op provider.
 	// lease's time.
 	await := func() error {
 		if reserved {
-			return s.awaitDue(ctx, op, due)
+			return s.awaitDue(ctx, p.Account, op, due)
 		}
-		return s.awaitBudget(ctx, op, priorityOf(p, op), s.leaseBudgetWait(l), true)
+		return s.awaitBudget(ctx, p.Account, op, priorityOf(p, op), s.leaseBudgetWait(l), true)
 	}
-	c, err := callUnderLease(s, ctx, l, "purchase "+p.ID, op, await, crashpoint.AnswerRead,
+	c, err := callUnderLease(s, ctx, l, p.Account, "purchase "+p.ID, op, await, crashpoint.AnswerRead,
 		func(ctx context.Context) (provider.Result, error) { return s.callProvider(ctx, op, p) }, provider.OutcomeOf)
 	if err != nil {
 		return Attempt{}, Answer{}, err
@@ -68,13 +68,13 @@ type leasedCall[R any] struct {
 }
 
 // callUnderLease makes one provider call about what (a purchase or a
-// refund) under l: it waits with await (for the budget or a reserved
+// refund) under l, on behalf of account: it waits with await (for the budget or a reserved
 // token), then calls send, which must end while the lease still holds,
 // with time left to commit its answer: a call that outlived its lease
 // could race the worker that took the job over. It returns ErrLeaseLost,
 // without calling, when the lease has no time left. It hits the crash
 // point answered once the answer is read, and counts the call.
-func callUnderLease[R any](s *Service, ctx context.Context, l Lease, what string, op provider.Op, await func() error,
+func callUnderLease[R any](s *Service, ctx context.Context, l Lease, account, what string, op provider.Op, await func() error,
 	answered crashpoint.Point, send func(context.Context) (R, error), outcomeOf func(R, error) provider.Outcome) (leasedCall[R], error) {
 	if err := await(); err != nil {
 		return leasedCall[R]{}, fmt.Errorf("reconcile: %s: %w", what, err)
@@ -90,7 +90,7 @@ func callUnderLease[R any](s *Service, ctx context.Context, l Lease, what string
 	crashpoint.Hit(answered)
 	c := leasedCall[R]{res: res, err: err, outcome: outcomeOf(res, err), start: start, took: s.leaseNow(l).Sub(start)}
 	s.cfg.Observer.ProviderCall(op, c.outcome, c.took)
-	s.noteThrottle(ctx, op, err)
+	s.noteThrottle(ctx, account, op, err)
 	return c, nil
 }
 

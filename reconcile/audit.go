@@ -265,9 +265,9 @@ func (s *Service) list(ctx context.Context, account string, w provider.Window) (
 	// One token for each page of the listing: the audit waits behind
 	// every other call.
 	start := s.cfg.Now()
-	payments, err := s.providerFor(account).List(callCtx, w, s.pageGate(provider.OpList, PriorityAudit, false))
+	payments, err := s.providerFor(account).List(callCtx, w, s.pageGate(account, provider.OpList, PriorityAudit, false))
 	s.cfg.Observer.ProviderCall(provider.OpList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
-	s.noteThrottle(ctx, provider.OpList, err)
+	s.noteThrottle(ctx, account, provider.OpList, err)
 	if err != nil {
 		return nil, fmt.Errorf("list the provider's payments: %w", err)
 	}
@@ -466,7 +466,7 @@ func (s *Service) missingAtProvider(ctx context.Context, account string, w provi
 // returns the answer with its outcome; an error only when the budget
 // refused to wait (the context ended).
 func (s *Service) auditRead(ctx context.Context, op provider.Op, account, id string) (provider.Result, provider.Outcome, error) {
-	if err := s.awaitBudget(ctx, op, PriorityAudit, 0, false); err != nil {
+	if err := s.awaitBudget(ctx, account, op, PriorityAudit, 0, false); err != nil {
 		return provider.Result{}, "", err
 	}
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.ProviderTimeout)
@@ -481,7 +481,7 @@ func (s *Service) auditRead(ctx context.Context, op provider.Op, account, id str
 	} else {
 		res, err = s.providerFor(account).Status(callCtx, id)
 	}
-	s.noteThrottle(ctx, op, err)
+	s.noteThrottle(ctx, account, op, err)
 	outcome := provider.OutcomeOf(res, err)
 	s.cfg.Observer.ProviderCall(op, outcome, s.cfg.Now().Sub(start))
 	if err != nil {

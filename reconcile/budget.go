@@ -73,6 +73,14 @@ type Budget interface {
 	Throttled(ctx context.Context, class BudgetClass, retryAfter time.Duration) error
 }
 
+// AccountBudgets hands out the rate budget of each connected account.
+type AccountBudgets interface {
+	// For returns the budget of connected account account (acct_…): the
+	// same Budget, shared by every worker, for every call of one account,
+	// and never one account's for another's.
+	For(account string) Budget
+}
+
 // Reserver is a Budget that hands out several tokens at once, each with
 // the time its call may be sent: a worker takes the tokens of its next
 // claim's creates before it claims (see Service.claim), so that it

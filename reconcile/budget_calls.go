@@ -22,18 +22,28 @@ func priorityOf(p Purchase, op provider.Op) Priority {
 	return PriorityReconcile
 }
 
-// awaitBudget waits for the budget of one call of op at priority, for at
+// budgetOf returns the rate budget of account: the platform's (Budget)
+// for its own, and for a connected account its own (AccountBudgets), or
+// the platform's when there are none.
+func (s *Service) budgetOf(account string) Budget {
+	if account == provider.PlatformAccount || s.cfg.AccountBudgets == nil {
+		return s.cfg.Budget
+	}
+	return s.cfg.AccountBudgets.For(account)
+}
+
+// awaitBudget waits for account's budget of one call of op at priority, for at
 // most maxWait (none when 0). A wait cut short by maxWait returns an error
 // wrapping ErrLeaseLost when underLease (the lease has no time left for the
 // call), else context.DeadlineExceeded; nothing was sent either way.
-func (s *Service) awaitBudget(ctx context.Context, op provider.Op, priority Priority, maxWait time.Duration, underLease bool) error {
+func (s *Service) awaitBudget(ctx context.Context, account string, op provider.Op, priority Priority, maxWait time.Duration, underLease bool) error {
 	wctx := ctx
 	if maxWait > 0 {
 		var cancel context.CancelFunc
 		wctx, cancel = context.WithTimeout(ctx, maxWait)
 		defer cancel()
 	}
-	err := s.cfg.Budget.Wait(wctx, ClassOf(op), priority)
+	err := s.budgetOf(account).Wait(wctx, ClassOf(op), priority)
 	if err == nil {
 		return nil
 	}
@@ -43,20 +53,21 @@ func (s *Service) awaitBudget(ctx context.Context, op provider.Op, priority Prio
 	return fmt.Errorf("reconcile: %s call: wait for the provider's budget: %w", op, err)
 }
 
-// pageGate returns the gate a listing of op at priority passes before
+// pageGate returns the gate a listing of op at priority, on behalf of
+// account, passes before
 // each page's request: every page waits for a token of its own, the
 // provider counting each page as a request. When firstTaken, the caller
 // already waited for the first page's token (as for any call under a
 // lease), and only the later pages wait. The later pages' waits are
 // bounded by the listing's context.
-func (s *Service) pageGate(op provider.Op, priority Priority, firstTaken bool) provider.PageGate {
+func (s *Service) pageGate(account string, op provider.Op, priority Priority, firstTaken bool) provider.PageGate {
 	pages := 0 // a listing passes its gate one page at a time
 	return func(ctx context.Context) error {
 		pages++
 		if pages == 1 && firstTaken {
 			return nil
 		}
-		return s.awaitBudget(ctx, op, priority, 0, false)
+		return s.awaitBudget(ctx, account, op, priority, 0, false)
 	}
 }
 
@@ -68,15 +79,15 @@ func (s *Service) leaseBudgetWait(l Lease) time.Duration {
 	return max(left/2, time.Millisecond)
 }
 
-// noteThrottle tells the budget about a call of op that the provider
+// noteThrottle tells account's budget about a call of op that the provider
 // refused for its rate limit. The call itself is not changed: it will be
 // sent again later, with the same key and the same request.
-func (s *Service) noteThrottle(ctx context.Context, op provider.Op, err error) {
+func (s *Service) noteThrottle(ctx context.Context, account string, op provider.Op, err error) {
 	t, ok := provider.ThrottleOf(err)
 	if !ok {
 		return
 	}
-	if berr := s.cfg.Budget.Throttled(context.WithoutCancel(ctx), ClassOf(op), t.RetryAfter); berr != nil {
+	if berr := s.budgetOf(account).Throttled(context.WithoutCancel(ctx), ClassOf(op), t.RetryAfter); berr != nil {
 		s.cfg.Logger.Warn("record a 429 in the provider's budget", "op", op, "err", berr)
 	}
 }
@@ -104,9 +115,11 @@ func (s *Service) noteThrottle(ctx context.Context, op provider.Op, err error) {
 // (awaitBudget), with their priorities. A budget that does not reserve
 // (Unlimited: no budget) costs a type assertion.
 
-// grants are the tokens a claim reserved for its creates: when each
-// call may be sent, by the worker's clock, soonest first.
+// grants are the tokens a claim reserved for its creates from one
+// account's budget: when each call may be sent, by the worker's clock,
+// soonest first.
 type grants struct {
+	b Reserver
 	r Reservation
 	// at is when the tokens were reserved, by the worker's clock.
 	at  time.Time
@@ -146,10 +159,10 @@ func (s *Service) reserveHorizon() time.Duration {
 	return (s.cfg.LeaseDuration - s.leaseCommitMargin()) / 4
 }
 
-// reserve reserves the tokens of up to n creates (see grants): nil
-// when the budget does not reserve.
-func (s *Service) reserve(ctx context.Context, n int) (*grants, error) {
-	r, ok := s.cfg.Budget.(Reserver)
+// reserve reserves the tokens of up to n creates from account's budget
+// (see grants): nil when the budget does not reserve.
+func (s *Service) reserve(ctx context.Context, account string, n int) (*grants, error) {
+	r, ok := s.budgetOf(account).(Reserver)
 	if !ok || n <= 0 {
 		return nil, nil
 	}
@@ -163,7 +176,7 @@ func (s *Service) reserve(ctx context.Context, n int) (*grants, error) {
 		return nil, fmt.Errorf("reconcile: claim: reserve the provider's budget: %w", err)
 	}
 	now := s.cfg.Now()
-	g := &grants{r: res, at: now, due: make([]time.Time, len(res.Delays)), retry: res.Retry}
+	g := &grants{b: r, r: res, at: now, due: make([]time.Time, len(res.Delays)), retry: res.Retry}
 	for i, d := range res.Delays {
 		g.due[i] = now.Add(d)
 	}
@@ -174,11 +187,10 @@ func (s *Service) reserve(ctx context.Context, n int) (*grants, error) {
 // them if nobody took a token since (Reserver.Unreserve). A failure only
 // costs the tokens (logged): the budget stays safe.
 func (s *Service) unreserve(ctx context.Context, g *grants, k int) {
-	r, ok := s.cfg.Budget.(Reserver)
-	if !ok || g == nil || k <= 0 {
+	if g == nil || k <= 0 {
 		return
 	}
-	if err := r.Unreserve(context.WithoutCancel(ctx), g.r, k); err != nil {
+	if err := g.b.Unreserve(context.WithoutCancel(ctx), g.r, k); err != nil {
 		s.cfg.Logger.Warn("give back reserved tokens of the provider's budget", "tokens", k, "err", err)
 	}
 }
@@ -194,9 +206,9 @@ func (s *Service) ready(g *grants) {
 }
 
 // awaitDue waits until due, the time of a token reserved for the call
-// (see grants).
-func (s *Service) awaitDue(ctx context.Context, op provider.Op, due time.Time) error {
-	r, ok := s.cfg.Budget.(Reserver)
+// from account's budget (see grants).
+func (s *Service) awaitDue(ctx context.Context, account string, op provider.Op, due time.Time) error {
+	r, ok := s.budgetOf(account).(Reserver)
 	if !ok {
 		return nil
 	}

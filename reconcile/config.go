@@ -199,11 +199,17 @@ type Config struct {
 	// metrics. Default: none.
 	Observer Observer
 
-	// Budget is the provider account's rate budget, which every provider
-	// call waits for (a budget.Shared of package reconcile/budget, shared
-	// by every worker through the store). Default Unlimited: calls never
-	// wait.
+	// Budget is the rate budget of the platform's own provider account,
+	// which every provider call on its behalf waits for (a budget.Shared
+	// of package reconcile/budget, shared by every worker through the
+	// store). Default Unlimited: calls never wait.
 	Budget Budget
+
+	// AccountBudgets hands out the rate budget of each connected account,
+	// as the provider limits each account apart. Default nil: the
+	// connected accounts' calls wait for Budget, the platform's, which
+	// keeps them all within one account's limits together.
+	AccountBudgets AccountBudgets
 }
 
 // DefaultConfig returns the default of every field of Config, as

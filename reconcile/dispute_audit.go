@@ -21,6 +21,8 @@ import (
 type listedDisputes struct {
 	disputes []provider.Dispute
 	readAt   time.Time
+	// account is the provider account the disputes were listed in.
+	account string
 }
 
 // listDisputes asks the provider for the disputes opened in w.
@@ -28,13 +30,13 @@ func (s *Service) listDisputes(ctx context.Context, account string, w provider.W
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
 	start := s.cfg.Now()
-	disputes, err := s.providerFor(account).ListDisputes(callCtx, w, s.pageGate(provider.OpDisputeList, PriorityAudit, false))
+	disputes, err := s.providerFor(account).ListDisputes(callCtx, w, s.pageGate(account, provider.OpDisputeList, PriorityAudit, false))
 	s.cfg.Observer.ProviderCall(provider.OpDisputeList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
-	s.noteThrottle(ctx, provider.OpDisputeList, err)
+	s.noteThrottle(ctx, account, provider.OpDisputeList, err)
 	if err != nil {
 		return listedDisputes{}, fmt.Errorf("list the provider's disputes: %w", err)
 	}
-	return listedDisputes{disputes: disputes, readAt: start}, nil
+	return listedDisputes{disputes: disputes, readAt: start, account: account}, nil
 }
 
 // matchDisputes applies the disputes the audit listed, in tx, at the
@@ -42,7 +44,7 @@ func (s *Service) listDisputes(ctx context.Context, account string, w provider.W
 func (s *Service) matchDisputes(ctx context.Context, tx Tx, listed listedDisputes, now time.Time) ([]Finding, error) {
 	var found []Finding
 	for _, d := range listed.disputes {
-		src := disputeSource{cause: CauseAudit, actor: "audit", at: listed.readAt,
+		src := disputeSource{cause: CauseAudit, actor: "audit", at: listed.readAt, account: listed.account,
 			evidence: fmt.Sprintf("%s audit listing: dispute=%s status=%s", s.cfg.ProviderName, d.ID, d.Status)}
 		res, err := s.applyDisputeTx(ctx, tx, d, src, now)
 		if err != nil {

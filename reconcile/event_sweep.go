@@ -261,13 +261,13 @@ func (s *Service) listEvents(ctx context.Context, account string, rep *EventSwee
 func (s *Service) listEventPage(ctx context.Context, account string, q provider.EventQuery) (provider.EventPage, error) {
 	callCtx, cancel := context.WithTimeout(ctx, s.cfg.AuditListTimeout)
 	defer cancel()
-	if err := s.awaitBudget(callCtx, provider.OpEventList, PriorityAudit, 0, false); err != nil {
+	if err := s.awaitBudget(callCtx, account, provider.OpEventList, PriorityAudit, 0, false); err != nil {
 		return provider.EventPage{}, fmt.Errorf("list the provider's events: %w", err)
 	}
 	start := s.cfg.Now()
 	page, err := s.providerFor(account).ListEvents(callCtx, q)
 	s.cfg.Observer.ProviderCall(provider.OpEventList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
-	s.noteThrottle(ctx, provider.OpEventList, err)
+	s.noteThrottle(ctx, account, provider.OpEventList, err)
 	if err != nil {
 		return provider.EventPage{}, fmt.Errorf("list the provider's events: %w", err)
 	}

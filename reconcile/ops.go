@@ -120,7 +120,7 @@ func (s *Service) liveView(ctx context.Context, p Purchase, actor string, token 
 		op = provider.OpStatus
 	}
 	// An operator waits for the answer: the live view goes first.
-	if err := s.awaitBudget(callCtx, op, PriorityNew, 0, false); err != nil {
+	if err := s.awaitBudget(callCtx, p.Account, op, PriorityNew, 0, false); err != nil {
 		return provider.Result{}, Answer{}, err
 	}
 	start := s.cfg.Now()
@@ -128,7 +128,7 @@ func (s *Service) liveView(ctx context.Context, p Purchase, actor string, token 
 	took := s.cfg.Now().Sub(start)
 	outcome := provider.OutcomeOf(res, err)
 	s.cfg.Observer.ProviderCall(op, outcome, took)
-	s.noteThrottle(ctx, op, err)
+	s.noteThrottle(ctx, p.Account, op, err)
 	ans := answerOf(SourceOperator, outcome, res)
 	ans.Account = p.Account
 	a := Attempt{

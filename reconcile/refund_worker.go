@@ -179,8 +179,10 @@ func (s *Service) callRefund(ctx context.Context, l Lease, r Refund, op provider
 		res     provider.RefundResult
 		charges int
 	}
-	await := func() error { return s.awaitBudget(ctx, op, PriorityReconcile, s.leaseBudgetWait(l), true) }
-	c, err := callUnderLease(s, ctx, l, "refund "+r.ID, op, await, crashpoint.RefundAnswerRead,
+	await := func() error {
+		return s.awaitBudget(ctx, r.Account(), op, PriorityReconcile, s.leaseBudgetWait(l), true)
+	}
+	c, err := callUnderLease(s, ctx, l, r.Account(), "refund "+r.ID, op, await, crashpoint.RefundAnswerRead,
 		func(ctx context.Context) (listed, error) {
 			res, charges, err := s.callRefundProvider(ctx, op, r)
 			return listed{res, charges}, err
@@ -221,7 +223,7 @@ func (s *Service) callRefundProvider(ctx context.Context, op provider.Op, r Refu
 	case provider.OpRefundList:
 		// callRefund took the first page's token; each later page takes
 		// its own.
-		all, err := prov.ListRefunds(ctx, r.PaymentID, s.pageGate(op, PriorityReconcile, true))
+		all, err := prov.ListRefunds(ctx, r.PaymentID, s.pageGate(r.Account(), op, PriorityReconcile, true))
 		if err != nil {
 			return provider.RefundResult{}, 0, err
 		}

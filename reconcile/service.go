@@ -33,6 +33,9 @@ type Service struct {
 	// take to be ready after its tokens were reserved (see reserveLeadOf);
 	// 0 before the first claim.
 	reserveLead atomic.Int64
+	// claimCursor is the last account the worker claimed for (a string),
+	// when it serves connected accounts: the next claim starts after it.
+	claimCursor atomic.Value
 	// restoreHorizon is the books' send horizon as the first
 	// CheckRestore read it; nil before.
 	restoreMu      sync.Mutex

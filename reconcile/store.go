@@ -44,6 +44,19 @@ type Store interface {
 	// (ErrInvalid otherwise).
 	ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]Lease, error)
 
+	// ClaimAccountJobs is ClaimJobs over the jobs of account alone (those
+	// of its purchases and of their refunds), so that a claim for one
+	// account never fills up with another's backlog.
+	ClaimAccountJobs(ctx context.Context, owner, account string, limit int, leaseFor time.Duration) ([]Lease, error)
+
+	// DueAccounts returns the accounts that have a job ClaimJobs would
+	// take now (due and not leased, or its lease expired) and come after
+	// after (every one, the platform's "" first, when after is ""), in
+	// account order, at most limit of them (positive; ErrInvalid
+	// otherwise): a cursor, so that a worker serves them in turn however
+	// many there are.
+	DueAccounts(ctx context.Context, after string, limit int) ([]string, error)
+
 	// ClaimExpiredJobs is ClaimJobs restricted to the open jobs whose
 	// lease expired without being released (their worker died or
 	// stalled); a job that is due but not leased is left alone, and every

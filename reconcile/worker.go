@@ -58,28 +58,29 @@ func (s *Service) Work(ctx context.Context) error {
 		if free > s.cfg.BatchSize {
 			free = s.cfg.BatchSize
 		}
-		var (
-			leases []Lease
-			g      *grants
-		)
+		var batches []batch
 		if free > 0 {
 			var err error
-			leases, g, err = s.claim(ctx, free)
+			batches, err = s.claim(ctx, free)
 			if err != nil && ctx.Err() == nil {
 				log.Error("claim jobs", "err", err)
 			}
 		}
 		// Every lease takes one slot: there are free of them.
-		s.runBatch(workCtx, leases, g, ap, spawn)
-		if len(leases) == free && free > 0 {
-			continue // more may be due: claim again at once
-		}
+		claimed := 0
 		wait := s.cfg.PollInterval
-		if g != nil && len(g.due) == 0 && g.retry > 0 {
-			// The budget is spoken for beyond the horizon: ask again when
-			// it has room, or when a slot frees. Jitter spreads the
-			// workers over the next token's interval.
-			wait = min(wait, time.Duration(float64(g.retry)*(0.5+rand.Float64())))
+		for _, b := range batches {
+			s.runBatch(workCtx, b.leases, b.g, ap, spawn)
+			claimed += len(b.leases)
+			if b.g != nil && len(b.g.due) == 0 && b.g.retry > 0 {
+				// The budget is spoken for beyond the horizon: ask again
+				// when it has room, or when a slot frees. Jitter spreads
+				// the workers over the next token's interval.
+				wait = min(wait, time.Duration(float64(b.g.retry)*(0.5+rand.Float64())))
+			}
+		}
+		if claimed == free && free > 0 {
+			continue // more may be due: claim again at once
 		}
 		timer.Reset(wait)
 		select {
@@ -119,60 +120,150 @@ func (s *Service) Work(ctx context.Context) error {
 // and none while the budget is spoken for: 0 then does not mean that no
 // job is due.
 func (s *Service) RunOnce(ctx context.Context) (int, error) {
-	leases, g, err := s.claim(ctx, s.cfg.BatchSize)
-	if err != nil {
-		return 0, err
+	batches, err := s.claim(ctx, s.cfg.BatchSize)
+	s.processAll(ctx, batches)
+	claimed := 0
+	for _, b := range batches {
+		claimed += len(b.leases)
 	}
-	s.processAll(ctx, leases, g)
-	return len(leases), nil
+	return claimed, err
 }
 
-// processAll works leases, Config.Concurrency at a time, so that none
-// waits in line while its lease runs out, the batched way (runBatch),
-// with the budget's tokens g reserved for them (nil: none).
-func (s *Service) processAll(ctx context.Context, leases []Lease, g *grants) {
+// processAll works the batches' leases, Config.Concurrency at a time,
+// so that none waits in line while its lease runs out, the batched way
+// (runBatch), each batch with the budget's tokens reserved for it.
+func (s *Service) processAll(ctx context.Context, batches []batch) {
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, s.cfg.Concurrency)
 	ap := s.startApplier()
-	s.runBatch(ctx, leases, g, ap, func(f func()) {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			f()
-		}()
-	})
+	for _, b := range batches {
+		s.runBatch(ctx, b.leases, b.g, ap, func(f func()) {
+			sem <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				f()
+			}()
+		})
+	}
 	wg.Wait()
 	ap.stop()
 }
 
-// claim leases up to n due jobs. With a budget that reserves (Reserver),
-// it first reserves the tokens of the creates the claim may make, each due
-// within reserveHorizon, and claims only as many jobs as it reserved
-// tokens: see grants. The grants are nil without such a budget.
-func (s *Service) claim(ctx context.Context, n int) ([]Lease, *grants, error) {
+// batch is what one claim leased of one account (of any account, when
+// the deployment serves the platform's alone), with the tokens reserved
+// for its creates from that account's budget (nil: none reserved).
+type batch struct {
+	leases []Lease
+	g      *grants
+}
+
+// claim leases up to n due jobs, in batches. With a budget that reserves
+// (Reserver), each batch first reserves the tokens of the creates it may
+// make, each due within reserveHorizon, and claims only as many jobs as it
+// reserved tokens: see grants.
+//
+// A deployment that serves connected accounts claims each account apart,
+// from its own budget, and shares n fairly among the accounts with work:
+// each gets an equal share first, in turn from where the last claim
+// stopped, and what the others leave goes to those with more. So one
+// account's backlog, however deep, never delays another's new purchase by
+// more than a claim, and no account waits while the worker has room.
+func (s *Service) claim(ctx context.Context, n int) ([]batch, error) {
 	if err := s.refreshRecovery(ctx); err != nil && s.recovery.Load() == nil {
 		// Never read: claim nothing rather than work unguarded.
-		return nil, nil, err
+		return nil, err
 	}
-	g, err := s.reserve(ctx, n)
+	if !s.cfg.servesConnected() {
+		b, err := s.claimOf(ctx, provider.PlatformAccount, false, n)
+		return []batch{b}, err
+	}
+	accounts, err := s.dueAccounts(ctx, n)
+	if err != nil || len(accounts) == 0 {
+		return nil, err
+	}
+	share := (n + len(accounts) - 1) / len(accounts)
+	var out []batch
+	var more []string // the accounts that filled their share
+	for _, a := range accounts {
+		if n == 0 {
+			break
+		}
+		want := min(share, n)
+		b, err := s.claimOf(ctx, a, true, want)
+		s.claimCursor.Store(a)
+		out = append(out, b)
+		if err != nil {
+			return out, err
+		}
+		n -= len(b.leases)
+		if len(b.leases) == want {
+			more = append(more, a)
+		}
+	}
+	for _, a := range more {
+		if n == 0 {
+			break
+		}
+		b, err := s.claimOf(ctx, a, true, n)
+		out = append(out, b)
+		if err != nil {
+			return out, err
+		}
+		n -= len(b.leases)
+	}
+	return out, nil
+}
+
+// dueAccounts returns up to n accounts with jobs due, in turn: those after
+// the last one the worker claimed for first, then from the start.
+func (s *Service) dueAccounts(ctx context.Context, n int) ([]string, error) {
+	cursor, _ := s.claimCursor.Load().(string)
+	accounts, err := s.store.DueAccounts(ctx, cursor, n)
 	if err != nil {
-		return nil, nil, err
+		return nil, fmt.Errorf("reconcile: claim: the accounts with jobs due: %w", err)
+	}
+	if len(accounts) == n || cursor == "" {
+		return accounts, nil
+	}
+	first, err := s.store.DueAccounts(ctx, "", n-len(accounts))
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: claim: the accounts with jobs due: %w", err)
+	}
+	for _, a := range first {
+		if a <= cursor { // the later ones are listed already
+			accounts = append(accounts, a)
+		}
+	}
+	return accounts, nil
+}
+
+// claimOf leases up to n due jobs of account (of any account unless
+// ofAccount), after reserving their creates' tokens from account's budget.
+func (s *Service) claimOf(ctx context.Context, account string, ofAccount bool, n int) (batch, error) {
+	g, err := s.reserve(ctx, account, n)
+	if err != nil {
+		return batch{}, err
 	}
 	if g != nil {
 		n = len(g.due)
 		if n == 0 {
-			return nil, g, nil
+			return batch{g: g}, nil
 		}
 	}
-	leases, err := s.store.ClaimJobs(ctx, s.cfg.WorkerID, n, s.cfg.LeaseDuration)
+	var leases []Lease
+	if ofAccount {
+		leases, err = s.store.ClaimAccountJobs(ctx, s.cfg.WorkerID, account, n, s.cfg.LeaseDuration)
+	} else {
+		leases, err = s.store.ClaimJobs(ctx, s.cfg.WorkerID, n, s.cfg.LeaseDuration)
+	}
 	if err != nil {
 		s.unreserve(ctx, g, g.left())
-		return nil, nil, fmt.Errorf("reconcile: claim: %w", err)
+		return batch{}, fmt.Errorf("reconcile: claim: %w", err)
 	}
 	s.claimed(leases)
-	return leases, g, nil
+	return batch{leases: leases, g: g}, nil
 }
 
 // claimed notes the worker's own clock reading of a claim on each lease
@@ -532,7 +623,7 @@ func (s *Service) RescueExpired(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("reconcile: rescue expired leases: %w", err)
 	}
 	s.claimed(leases)
-	s.processAll(ctx, leases, nil)
+	s.processAll(ctx, []batch{{leases: leases}})
 	return len(leases), nil
 }
 

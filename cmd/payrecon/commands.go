@@ -117,8 +117,10 @@ func serviceOver(ctx context.Context, e *env, p provider.Provider, cfg reconcile
 	return serviceOverBudget(ctx, e, p, cfg, budget.Config{}, false)
 }
 
-// serviceOverBudget is serviceOver with, when shared, calls waiting for the
-// provider account's rate budget kept in the store (bcfg).
+// serviceOverBudget is serviceOver with, when shared, calls waiting for
+// the provider account's rate budget kept in the store (bcfg), and each
+// connected account's for its own calls (budget.Accounts: bcfg's, or the
+// limits --accounts declares).
 func serviceOverBudget(ctx context.Context, e *env, p provider.Provider, cfg reconcile.Config, bcfg budget.Config, shared bool) (*reconcile.Service, func(), error) {
 	st, err := openStore(ctx, e, true)
 	if err != nil {
@@ -131,6 +133,12 @@ func serviceOverBudget(ctx context.Context, e *env, p provider.Provider, cfg rec
 			return nil, nil, usageError(err)
 		}
 		cfg.Budget = b
+		accounts, err := budget.NewAccounts(bs, bcfg, e.settings.accountLimits())
+		if err != nil {
+			st.Close()
+			return nil, nil, usageError(err)
+		}
+		cfg.AccountBudgets = accounts
 	}
 	svc, err := reconcile.New(st.Store, p, cfg)
 	if err != nil {

@@ -216,7 +216,7 @@ func newSettings() *settings {
 	plain("outbox-retention", "PAYRECON_OUTBOX_RETENTION", formatDuration(sw.OutboxRetention), kindDuration, "how long delivered outbox events are kept for replays; at least --outbox-retry-window plus "+
 		formatDuration(cron.ReplayMargin)+" (a replay margin)")
 	plain("idempotency-key-retention", "PAYRECON_IDEMPOTENCY_KEY_RETENTION", formatDuration(sw.IdempotencyKeyRetention), kindDuration, "how long purchase API idempotency keys are kept; at least 24h")
-	plain("accounts", "PAYRECON_ACCOUNTS", "", kindAccounts, "the provider's connected accounts (acct_…, comma-separated) this deployment charges on behalf of, besides the platform's own")
+	plain("accounts", "PAYRECON_ACCOUNTS", "", kindAccounts, "the provider's connected accounts (acct_…, comma-separated) this deployment charges on behalf of, besides the platform's own; acct_…=N paces one at N calls a second in all (default: the platform's limits)")
 	plain("undeclared-accounts", "PAYRECON_UNDECLARED_ACCOUNTS", string(reconcile.AccountsRefuse), kindPolicy, "a purchase naming a connected account --accounts does not declare is refused, or accepted")
 	plain("budget", "PAYRECON_BUDGET", "true", kindBool, "provider calls wait for the provider account's rate budget, kept in the database and shared by every worker (--budget=false: calls never wait)")
 	plain("budget-account", "PAYRECON_BUDGET_ACCOUNT", budget.DefaultConfig().Account, kindString, "the provider account the budget is of: workers with the same account share one budget")

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"github.com/payrecon/payrecon/provider"
 	"log/slog"
 	"math"
 	"net"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/payrecon/payrecon/fakeprovider"
 	"github.com/payrecon/payrecon/internal/dburl"
+	"github.com/payrecon/payrecon/provider"
 	rhttp "github.com/payrecon/payrecon/reconcile/http"
 	"github.com/payrecon/payrecon/reconcile/sqlite"
 )
@@ -60,13 +60,37 @@ func checkCount(v string) error {
 // checkAccounts checks a comma-separated list of connected accounts as
 // reconcile.Config does, so that a typo stops the command at once.
 func checkAccounts(v string) error {
+	_, _, err := parseAccounts(v)
+	return err
+}
+
+// parseAccounts parses --accounts: connected accounts, comma-separated,
+// each with its own limit in calls a second after "=" if it has one
+// ("acct_1A,acct_1B=100").
+func parseAccounts(v string) (accounts []string, limits map[string]float64, err error) {
 	var errs []error
-	for _, a := range splitList(v) {
+	for _, item := range splitList(v) {
+		a, limit, hasLimit := strings.Cut(item, "=")
+		a = strings.TrimSpace(a)
 		if _, err := provider.ParseAccount(a); err != nil || a == provider.PlatformAccount {
 			errs = append(errs, fmt.Errorf("%q is not a connected account: want acct_ followed by letters and digits", a))
+			continue
 		}
+		accounts = append(accounts, a)
+		if !hasLimit {
+			continue
+		}
+		f, err := strconv.ParseFloat(strings.TrimSpace(limit), 64)
+		if err != nil || !(f > 0) || math.IsInf(f, 0) {
+			errs = append(errs, fmt.Errorf("%s=%s: the account's limit must be a positive number of calls a second", a, limit))
+			continue
+		}
+		if limits == nil {
+			limits = map[string]float64{}
+		}
+		limits[a] = f
 	}
-	return errors.Join(errs...)
+	return accounts, limits, errors.Join(errs...)
 }
 
 // splitList splits a comma-separated setting, dropping blanks around and

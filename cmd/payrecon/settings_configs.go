@@ -65,7 +65,7 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	cfg.InboxMaxAttempts = int(num("inbox-max-attempts"))
 	dur(&cfg.InboxBackoff, "inbox-backoff")
 	dur(&cfg.InboxGather, "inbox-gather")
-	cfg.Accounts = splitList(s.str("accounts"))
+	cfg.Accounts, _, _ = parseAccounts(s.str("accounts")) // checked with the setting
 	cfg.UndeclaredAccounts = reconcile.AccountPolicy(s.str("undeclared-accounts"))
 	return cfg, errors.Join(errs...)
 }
@@ -91,6 +91,18 @@ func (s *settings) budgetConfig(live bool) (cfg budget.Config, ok bool, err erro
 		cfg.Limits.Set(c, f)
 	}
 	return cfg, true, nil
+}
+
+// accountLimits returns the limits of the connected accounts declared
+// with one (--accounts acct_…=N): N calls a second in all, each class at
+// its default.
+func (s *settings) accountLimits() map[string]budget.Limits {
+	_, limits, _ := parseAccounts(s.str("accounts")) // checked with the setting
+	out := map[string]budget.Limits{}
+	for a, n := range limits {
+		out[a] = budget.Limits{Global: n}
+	}
+	return out
 }
 
 // sweepConfig builds the standard sweeps' configuration from the

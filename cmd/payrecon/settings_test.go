@@ -273,8 +273,12 @@ func TestDefaultServiceConfig(t *testing.T) {
 	if _, ok := got.Budget.(*budget.Shared); !ok {
 		t.Errorf("service budget %T, want the shared budget", got.Budget)
 	}
-	got.Budget = nil
-	want.Budget = nil
+	// Each connected account's budget is kept in the same store.
+	if _, ok := got.AccountBudgets.(*budget.Accounts); !ok {
+		t.Errorf("service account budgets %T, want budget.Accounts", got.AccountBudgets)
+	}
+	got.Budget, got.AccountBudgets = nil, nil
+	want.Budget, want.AccountBudgets = nil, nil
 	// The clock, the logger and the observer are the command's to set;
 	// the worker id is the host's and pid's either way.
 	got.Now, got.Logger, got.Observer = nil, nil, nil

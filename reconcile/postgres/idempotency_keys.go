@@ -106,11 +106,11 @@ created AS (
         i.state, i.version, '', i.created_at, i.updated_at, NULLIF(i.client, ''), i.account
     FROM input i JOIN keys k ON k.client = i.client AND k.key = i.key
     ORDER BY i.n
-    RETURNING id, created_at
+    RETURNING id, created_at, account
 ),
 jobs AS (
-    INSERT INTO jobs (kind, purchase_id, refund_id, run_at)
-    SELECT 'purchase', id, NULL, created_at FROM created
+    INSERT INTO jobs (kind, purchase_id, refund_id, run_at, account)
+    SELECT 'purchase', id, NULL, created_at, account FROM created
 )
 SELECT i.n FROM input i JOIN keys k ON k.client = i.client AND k.key = i.key`
 

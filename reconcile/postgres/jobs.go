@@ -43,40 +43,53 @@ RETURNING j.kind, j.purchase_id, j.refund_id, j.run_at, j.lease_token, j.lease_e
     ` + sqlstore.Qualified("r", refundColumns)
 }
 
-// expiredCand selects, oldest expiry first, up to $2 open jobs whose lease
-// expired without being released, from the partial index
-// jobs_leased_idx.
-const expiredCand = `expired AS (
+// expiredCandOf selects, oldest expiry first, up to $2 open jobs whose
+// lease expired without being released, from the partial index
+// jobs_leased_idx, that also meet where ("" or "AND ...").
+func expiredCandOf(where string) string {
+	return `expired AS (
     SELECT id, purchase_id, refund_id FROM jobs
-    WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ` + nowSQL + `
+    WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ` + nowSQL + ` ` + where + `
     ORDER BY lease_expires_at
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )`
+}
 
-// dueCand selects up to $2 open, unleased jobs that are due, of both
-// kinds, never-leased jobs (the first create of a new purchase) first, in
-// the order of the partial index jobs_due_idx ((lease_token <> 0),
-// run_at, id): the scan stops after $2 rows however many jobs share one
-// run_at, with no sort of the open jobs.
-const dueCand = `due AS (
+// dueCandOf selects up to $2 open, unleased jobs that are due and meet
+// where ("" or "AND ..."), of both kinds, never-leased jobs (the first
+// create of a new purchase) first, in the order of the partial index
+// jobs_due_idx ((lease_token <> 0), run_at, id), or of
+// jobs_account_due_idx after its account: the scan stops after $2 rows
+// however many jobs share one run_at, with no sort of the open jobs.
+func dueCandOf(where string) string {
+	return `due AS (
     SELECT id, purchase_id, refund_id FROM jobs
-    WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ` + nowSQL + `
+    WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ` + nowSQL + ` ` + where + `
     ORDER BY (lease_token <> 0), run_at, id
     LIMIT $2
     FOR UPDATE SKIP LOCKED
 )`
+}
 
-var (
-	// claimDueSQL leases jobs whose lease expired, then jobs that are due.
-	claimDueSQL = claimSQL(expiredCand + `, ` + dueCand + `, cand AS (
+// claimCandOf leases the jobs meeting where whose lease expired, then
+// those that are due.
+func claimCandOf(where string) string {
+	return claimSQL(expiredCandOf(where) + `, ` + dueCandOf(where) + `, cand AS (
     (SELECT id, purchase_id, refund_id, true AS taken FROM expired)
     UNION ALL
     (SELECT id, purchase_id, refund_id, false FROM due)
     LIMIT $2
 )`)
+}
+
+var (
+	// claimDueSQL leases jobs whose lease expired, then jobs that are due.
+	claimDueSQL = claimCandOf("")
+	// claimAccountSQL is claimDueSQL over the jobs of account $5.
+	claimAccountSQL = claimCandOf("AND account = $5")
 	// claimExpiredSQL leases only jobs whose lease expired.
-	claimExpiredSQL = claimSQL(expiredCand + `, cand AS (SELECT id, purchase_id, refund_id, true AS taken FROM expired)`)
+	claimExpiredSQL = claimSQL(expiredCandOf("") + `, cand AS (SELECT id, purchase_id, refund_id, true AS taken FROM expired)`)
 	// claimOneSQL leases the purchase job of purchase $5, due or not,
 	// unless it is done, or leased and the lease has not expired.
 	claimOneSQL = claimSQL(`cand AS (
@@ -91,6 +104,59 @@ var (
 // the claiming statement itself.
 func (s *Store) ClaimJobs(ctx context.Context, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
 	return s.claim(ctx, "claim jobs", claimDueSQL, owner, limit, leaseFor)
+}
+
+// ClaimAccountJobs implements reconcile.Store, from the partial index
+// jobs_account_due_idx.
+func (s *Store) ClaimAccountJobs(ctx context.Context, owner, account string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	return s.claim(ctx, "claim jobs of account "+account, claimAccountSQL, owner, limit, leaseFor, account)
+}
+
+// dueAccountsSQL finds the accounts with a claimable job: a skip scan of
+// jobs_account_due_idx, one probe per account with open unleased jobs
+// (each then asked for one that is due), and the expired leases of
+// jobs_leased_idx, which are few: a backlog of any size costs a probe.
+const dueAccountsSQL = `
+WITH RECURSIVE open_accounts(account) AS (
+    (SELECT account FROM jobs WHERE done_at IS NULL AND lease_owner IS NULL AND account >= $3 ORDER BY account LIMIT 1)
+    UNION ALL
+    SELECT (SELECT j.account FROM jobs AS j
+            WHERE j.done_at IS NULL AND j.lease_owner IS NULL AND j.account > o.account
+            ORDER BY j.account LIMIT 1)
+    FROM open_accounts AS o WHERE o.account IS NOT NULL
+)
+SELECT account FROM (
+    SELECT o.account FROM open_accounts AS o
+    WHERE o.account IS NOT NULL AND EXISTS (
+        SELECT 1 FROM jobs AS j
+        WHERE j.account = o.account AND j.done_at IS NULL AND j.lease_owner IS NULL
+          AND (j.lease_token <> 0) = false AND j.run_at <= ` + nowSQL + `
+        UNION ALL
+        SELECT 1 FROM jobs AS j
+        WHERE j.account = o.account AND j.done_at IS NULL AND j.lease_owner IS NULL
+          AND (j.lease_token <> 0) = true AND j.run_at <= ` + nowSQL + `)
+    UNION
+    SELECT account FROM jobs
+    WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ` + nowSQL + `
+) AS due
+WHERE account > $3 OR $3 = ''
+ORDER BY account
+LIMIT $2`
+
+// DueAccounts implements reconcile.Store.
+func (s *Store) DueAccounts(ctx context.Context, after string, limit int) ([]string, error) {
+	if err := dialect.CheckLimit("due accounts", limit); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, dueAccountsSQL, clockArg(s.now), limit, after)
+	if err != nil {
+		return nil, wrap(err, "due accounts")
+	}
+	accounts, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, wrap(err, "due accounts")
+	}
+	return accounts, nil
 }
 
 // ClaimExpiredJobs implements reconcile.Store.
@@ -205,7 +271,8 @@ func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
 	if err := dialect.CheckJob(what, job); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, `INSERT INTO jobs (kind, purchase_id, refund_id, run_at) VALUES ($1, $2, $3, $4)`,
+	_, err := t.exec(ctx, `INSERT INTO jobs (kind, purchase_id, refund_id, run_at, account)
+VALUES ($1, $2, $3, $4, COALESCE((SELECT account FROM purchases WHERE id = $2), ''))`,
 		sqlstore.JobKind(job.Kind), job.PurchaseID, sqlstore.NullString(job.RefundID), nullTime(job.RunAt))
 	if err != nil {
 		return wrapRef(err, "%s", what)

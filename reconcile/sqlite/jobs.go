@@ -15,26 +15,79 @@ import (
 	"github.com/payrecon/payrecon/reconcile"
 )
 
-// expiredCand selects, oldest expiry first, up to ?2 open jobs (of both
-// kinds) whose lease expired at ?1 (now) without being released, from
-// the partial index jobs_leased_idx.
-const expiredCand = `SELECT id, 1 AS taken FROM jobs
-WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1
+// expiredCandOf selects, oldest expiry first, up to ?2 open jobs (of
+// both kinds) whose lease expired at ?1 (now) without being released,
+// from the partial index jobs_leased_idx, that also meet where ("" or
+// "AND ...").
+func expiredCandOf(where string) string {
+	return `SELECT id, 1 AS taken FROM jobs
+WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1 ` + where + `
 ORDER BY lease_expires_at
 LIMIT ?2`
+}
 
-// claimCand selects what ClaimJobs leases at ?1: jobs whose lease
-// expired, then open, unleased jobs due at ?1, of both kinds, in the
-// order of the partial index jobs_due_idx ((lease_token <> 0), run_at,
-// id), never-leased jobs (the first create of a new purchase) first,
+// claimCandOf selects what ClaimJobs leases at ?1 among the jobs meeting
+// where: jobs whose lease expired, then open, unleased jobs due at ?1, of
+// both kinds, in the order of the partial index jobs_due_idx
+// ((lease_token <> 0), run_at, id), or of jobs_account_due_idx after its
+// account, never-leased jobs (the first create of a new purchase) first,
 // which the scan reads off the front however many jobs share one run_at.
-const claimCand = `SELECT * FROM (` + expiredCand + `)
+func claimCandOf(where string) string {
+	return `SELECT * FROM (` + expiredCandOf(where) + `)
 UNION ALL
 SELECT * FROM (SELECT id, 0 AS taken FROM jobs
-    WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ?1
+    WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ?1 ` + where + `
     ORDER BY (lease_token <> 0), run_at, id
     LIMIT ?2)
 LIMIT ?2`
+}
+
+var (
+	expiredCand = expiredCandOf("")
+	claimCand   = claimCandOf("")
+	// accountCand is claimCand over the jobs of account ?3.
+	accountCand = claimCandOf("AND account = ?3")
+)
+
+// dueAccountsSQL finds the accounts with a claimable job at ?1, at most
+// ?2, after ?3: under SQLite's single writer a scan of jobs_account_due_idx's
+// distinct accounts is cheap enough, and the expired leases are few.
+const dueAccountsSQL = `SELECT account FROM jobs
+WHERE done_at IS NULL AND lease_owner IS NULL AND run_at <= ?1 AND (account > ?3 OR ?3 = '')
+UNION
+SELECT account FROM jobs
+WHERE done_at IS NULL AND lease_owner IS NOT NULL AND lease_expires_at <= ?1 AND (account > ?3 OR ?3 = '')
+ORDER BY account
+LIMIT ?2`
+
+// DueAccounts implements reconcile.Store.
+func (s *Store) DueAccounts(ctx context.Context, after string, limit int) ([]string, error) {
+	if err := dialect.CheckLimit("due accounts", limit); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, dueAccountsSQL, storeNow(s.now).UnixMicro(), limit, after)
+	if err != nil {
+		return nil, wrap(err, "due accounts")
+	}
+	defer rows.Close()
+	var accounts []string
+	for rows.Next() {
+		var a string
+		if err := rows.Scan(&a); err != nil {
+			return nil, wrap(err, "due accounts")
+		}
+		accounts = append(accounts, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrap(err, "due accounts")
+	}
+	return accounts, nil
+}
+
+// ClaimAccountJobs implements reconcile.Store, as ClaimJobs does.
+func (s *Store) ClaimAccountJobs(ctx context.Context, owner, account string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+	return s.claim(ctx, "claim jobs of account "+account, accountCand, owner, limit, leaseFor, account)
+}
 
 // ClaimJobs implements reconcile.Store. It reads the store's clock once
 // it holds the write lock, and the leases' purchases and refunds under
@@ -97,9 +150,9 @@ RETURNING lease_token, checks`, purchaseID, owner, l.ExpiresAt.UnixMicro()).Scan
 }
 
 // claim leases the jobs cand selects (id, taken: a statement reading the
-// clock as ?1 and the limit as ?2) and returns their leases in run_at
+// clock as ?1, the limit as ?2 and extra as ?3 on) and returns their leases in run_at
 // order, each with its purchase and, for a refund's job, its refund.
-func (s *Store) claim(ctx context.Context, what, cand, owner string, limit int, leaseFor time.Duration) ([]reconcile.Lease, error) {
+func (s *Store) claim(ctx context.Context, what, cand, owner string, limit int, leaseFor time.Duration, extra ...any) ([]reconcile.Lease, error) {
 	if err := dialect.CheckClaim(what, owner, limit, leaseFor); err != nil {
 		return nil, err
 	}
@@ -114,7 +167,7 @@ func (s *Store) claim(ctx context.Context, what, cand, owner string, limit int, 
 		expires := fromMicros(now.Add(leaseFor).UnixMicro())
 		// The write lock is ours until commit: what this reads is what
 		// the UPDATE below leases, and nobody else can claim it between.
-		rows, err := tx.QueryContext(ctx, cand, now.UnixMicro(), limit)
+		rows, err := tx.QueryContext(ctx, cand, append([]any{now.UnixMicro(), limit}, extra...)...)
 		if err != nil {
 			return fail(err)
 		}
@@ -244,7 +297,8 @@ func (t *txn) InsertJob(ctx context.Context, job reconcile.Job) error {
 	if err := dialect.CheckJob(what, job); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, `INSERT INTO jobs (kind, purchase_id, refund_id, run_at) VALUES (?1, ?2, ?3, ?4)`,
+	_, err := t.exec(ctx, `INSERT INTO jobs (kind, purchase_id, refund_id, run_at, account)
+VALUES (?1, ?2, ?3, ?4, COALESCE((SELECT account FROM purchases WHERE id = ?2), ''))`,
 		sqlstore.JobKind(job.Kind), job.PurchaseID, sqlstore.NullString(job.RefundID), micros(job.RunAt))
 	if err != nil {
 		return t.wrapAuditRef(ctx, err, job.PurchaseID, "refund", job.RefundID, "%s", what)

@@ -152,3 +152,96 @@ func testAccounts(t *testing.T, s *testStore) {
 		"evt_acct_one": a, "evt_acct_batch": b, "evt_acct_platform": "", "evt_acct_received": a,
 	})
 }
+
+// testAccountClaims: the claims of one account (ClaimAccountJobs) and
+// the accounts with work (DueAccounts), which a worker serving connected
+// accounts shares its claims among.
+func testAccountClaims(t *testing.T, s *testStore) {
+	const a, b, c = "acct_1ClaimA", "acct_1ClaimB", "acct_1ClaimC"
+	const leaseFor = 30 * time.Second
+	of := func(id, account string, runAt time.Time) {
+		t.Helper()
+		p := newPurchase(id)
+		p.Account = account
+		insertPurchase(t, s, p)
+		insertJob(t, s, id, runAt)
+	}
+	due := func(now time.Time, after string, limit int) []string {
+		t.Helper()
+		s.clock.Set(now)
+		got, err := s.DueAccounts(t.Context(), after, limit)
+		if err != nil {
+			t.Fatalf("DueAccounts(%q, %d) at %s: %v", after, limit, now, err)
+		}
+		return got
+	}
+	claimOf := func(owner, account string, limit int, now time.Time) []reconcile.Lease {
+		t.Helper()
+		s.clock.Set(now)
+		leases, err := s.ClaimAccountJobs(t.Context(), owner, account, limit, leaseFor)
+		if err != nil {
+			t.Fatalf("ClaimAccountJobs(%s, %s, %d) at %s: %v", owner, account, limit, now, err)
+		}
+		checkLeaseNow(t, s, leases, now)
+		for _, l := range leases {
+			if got := getPurchase(t, s, l.PurchaseID).Account; got != account {
+				t.Errorf("ClaimAccountJobs(%s) leased %s, of account %q", account, l.JobID(), got)
+			}
+		}
+		return leases
+	}
+
+	equal(t, "the accounts with work in empty books", len(due(at(time.Hour), "", 10)), 0)
+	of("pur_p1", "", at(0))
+	// Account a's backlog is older than anything else.
+	for i, id := range []string{"pur_a1", "pur_a2", "pur_a3"} {
+		of(id, a, base.Add(-time.Hour+time.Duration(i)*time.Second))
+	}
+	of("pur_b1", b, at(time.Second))
+	of("pur_c1", c, at(time.Hour)) // not due yet
+
+	now := at(time.Minute)
+	equal(t, "the accounts with work", due(now, "", 10), []string{"", a, b})
+	equal(t, "the first account with work", due(now, "", 1), []string{""})
+	equal(t, "the accounts with work after a", due(now, a, 10), []string{b})
+	equal(t, "the accounts with work after the last", len(due(now, b, 10)), 0)
+	equal(t, "the accounts with work once c's is due", due(at(2*time.Hour), "", 10), []string{"", a, b, c})
+	_, err := s.DueAccounts(t.Context(), "", 0)
+	wantErr(t, "DueAccounts with limit 0", err, reconcile.ErrInvalid)
+
+	// A claim of b is not held up by a's older backlog, and takes b's
+	// alone; a claim of a takes a's oldest first.
+	equal(t, "the claim of b", ids(claimOf("w1", b, 10, now)), []string{"pur_b1"})
+	equal(t, "the claim of a", ids(claimOf("w1", a, 2, now)), []string{"pur_a1", "pur_a2"})
+	equal(t, "the accounts with work after the claims", due(now, "", 10), []string{"", a})
+	_, err = s.ClaimAccountJobs(t.Context(), "", a, 1, leaseFor)
+	wantErr(t, "ClaimAccountJobs without an owner", err, reconcile.ErrInvalid)
+
+	// A refund's job is its purchase's account's.
+	paid := newPurchase("pur_b2")
+	paid.Account = b
+	insertPurchase(t, s, paid)
+	paid = walkTo(t, s, paid.ID, statemachine.Submitted)
+	paid.State, paid.ProviderPaymentID = statemachine.Succeeded, "pi_b2"
+	update(t, s, paid, statemachine.Submitted)
+	r := newRefund("ref_b2", paid.ID, "pi_b2", 10)
+	r.ProviderRequest.Account = b
+	r.ParamsHash = r.ProviderRequest.Hash()
+	insertRefund(t, s, r)
+	refundJob(t, s, r, at(2*time.Second))
+	equal(t, "the accounts with work once b has a refund", due(now, "", 10), []string{"", a, b})
+	equal(t, "a claim of a", ids(claimOf("w1", a, 10, now)), []string{"pur_a3"})
+	equal(t, "the claim of b's refund", ids(claimOf("w2", b, 10, now)), []string{"ref_b2"})
+
+	// A lease that expired makes its account due again, and its job is
+	// taken over by a claim of the account.
+	later := now.Add(leaseFor + time.Second)
+	equal(t, "the accounts with expired leases", due(later, "", 10), []string{"", a, b})
+	taken := claimOf("w3", a, 10, later)
+	equal(t, "the takeover of a's jobs", ids(taken), []string{"pur_a1", "pur_a2", "pur_a3"})
+	for _, l := range taken {
+		if !l.TakenOver {
+			t.Errorf("lease of %s after its lease expired: TakenOver false", l.JobID())
+		}
+	}
+}

@@ -94,6 +94,9 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		{"ListEscalated", withStore(testListEscalated)},
 		// accounts.go
 		{"Accounts", withStore(testAccounts)},
+		// account_lists.go
+		{"AccountLists", withStore(testAccountLists)},
+		{"AccountClaims", withStore(testAccountClaims)},
 		// purchase_counts.go
 		{"CountByState", withStore(testCountByState)},
 		{"CountByStateFollowsWrites", withStore(testCountByStateFollowsWrites)},
