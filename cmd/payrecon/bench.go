@@ -212,6 +212,9 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 		fs.Float64Var(&cfg.Rate, "rate", bench.DefaultBacklogRate, "new purchases a second while the backlog drains")
 		fs.IntVar(&cfg.Workers, "workers", bench.DefaultBacklogWorkers, "worker processes (each a service with its own view of the shared budget)")
 		fs.BoolVar(&cfg.Fresh, "fresh", false, "the backlog is new purchases, created and never sent (a burst of orders), drained by their first creates: no outage")
+		fs.IntVar(&cfg.Accounts, "accounts", 0, "spread the backlog over this many connected accounts, each paced by its own budget and limited apart by the fake (0: the platform's account alone)")
+		fs.IntVar(&cfg.Hot, "hot", 0, "with --accounts: this many more purchases queued in the first account, the new purchases arriving in the others")
+		fs.DurationVar(&cfg.For, "for", 0, "with --accounts: new purchases keep arriving for at least this long")
 	})
 	if err != nil {
 		return err
@@ -219,8 +222,18 @@ func runBenchBacklog(ctx context.Context, e *env, args []string) error {
 	switch {
 	case len(rest) > 0:
 		return usageError(fmt.Errorf("unexpected arguments %q: bench backlog takes only flags", rest))
-	case cfg.N <= 0 || cfg.N > bench.MaxN:
-		return usageError(fmt.Errorf("--n %d: want 1 to %d purchases", cfg.N, bench.MaxN))
+	case cfg.Accounts < 0 || cfg.Accounts > bench.MaxAccounts:
+		return usageError(fmt.Errorf("--accounts %d: want 0 to %d", cfg.Accounts, bench.MaxAccounts))
+	case cfg.Hot < 0 || cfg.Hot > bench.MaxN:
+		return usageError(fmt.Errorf("--hot %d: want 0 to %d purchases", cfg.Hot, bench.MaxN))
+	case cfg.Hot > 0 && cfg.Accounts < 2:
+		return usageError(fmt.Errorf("--hot %d: want --accounts 2 or more, one hot and the others quiet", cfg.Hot))
+	case cfg.For < 0 || (cfg.For > 0 && cfg.Accounts == 0):
+		return usageError(fmt.Errorf("--for %s: want a duration of 0 or more, with --accounts", cfg.For))
+	case cfg.N < 0 || cfg.N > bench.MaxN || (cfg.N == 0 && cfg.Hot == 0):
+		return usageError(fmt.Errorf("--n %d: want 1 to %d purchases (0 with --hot)", cfg.N, bench.MaxN))
+	case cfg.Accounts > 0 && cfg.N > 0 && cfg.N < cfg.Accounts:
+		return usageError(fmt.Errorf("--n %d: want at least one purchase for each of the %d accounts", cfg.N, cfg.Accounts))
 	case !(cfg.Rate >= 0) || math.IsInf(cfg.Rate, 0):
 		return usageError(fmt.Errorf("--rate %v: want a number of purchases a second, 0 for none", cfg.Rate))
 	case cfg.Workers <= 0 || cfg.Workers > 64:

@@ -331,6 +331,44 @@ func TestBenchUnreachableDatabase(t *testing.T) {
 	}
 }
 
+// TestBenchBacklogAccounts runs bench backlog over three connected
+// accounts, one of them hot, on SQLite with a high budget: it checks what
+// the report says of each account, never how fast.
+func TestBenchBacklogAccounts(t *testing.T) {
+	unsetenv(t, settingEnvs()...)
+	db := "sqlite:" + filepath.Join(t.TempDir(), "bench.db")
+	code, stdout, stderr := run(t, nil, "bench", "backlog", "--database-url", db, "--accounts", "3", "--n", "30", "--hot", "20",
+		"--fresh", "--rate", "20", "--for", "500ms", "--workers", "2", "--budget-create", "200", "--budget-global", "400")
+	if code != 0 {
+		t.Fatalf("bench backlog: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+	}
+	for _, want := range []string{
+		"bench backlog: 30 purchases created, none sent across 3 accounts (10 each), 2 workers, budget 200 creates/s per account",
+		"per account:", "of 3 accounts under 90%", "fair share:", "answered 429:", "hot account:     acct_bench1, 20 more queued",
+		"new purchases:", "ledger:", " 0 problems",
+	} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("the report lacks %q:\n%s", want, stdout)
+		}
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--hot", "5"}, "--hot 5: want --accounts 2 or more"},
+		{[]string{"--accounts", "1", "--hot", "5"}, "--hot 5: want --accounts 2 or more"},
+		{[]string{"--for", "1s"}, "--for 1s: want a duration of 0 or more, with --accounts"},
+		{[]string{"--accounts", "10", "--n", "5"}, "--n 5: want at least one purchase for each of the 10 accounts"},
+		{[]string{"--accounts", "2000"}, "--accounts 2000: want 0 to 1000"},
+		{[]string{"--n", "0"}, "--n 0: want 1 to"},
+	} {
+		code, _, stderr := run(t, nil, append([]string{"bench", "backlog", "--database-url", db}, tt.args...)...)
+		if code != 2 || !strings.Contains(stderr, tt.want) {
+			t.Errorf("bench backlog %q: exit %d, stderr %q; want exit 2 and %q", tt.args, code, stderr, tt.want)
+		}
+	}
+}
+
 // TestBenchBacklog runs bench backlog with a tiny backlog and a high
 // budget on SQLite: it checks what the report says, never how fast.
 func TestBenchBacklog(t *testing.T) {

@@ -200,13 +200,17 @@ func commands() []command {
 				"It reports requests/s, the latency (p50, p90, p99, max, a histogram), the answers, round trips, commits and statements per request (Postgres), and the CPU time per request" + benchCPUAbout + ". " +
 				"Then, not timed, the worker takes the new purchases to a final state against the fake provider, so that the database holds final purchases only, and checks the fake's ledger." + benchSafety,
 			settings: join(basicSettings, storeSettings, protocolSettings, []string{"group-commit", "group-commit-max", "group-commit-leaders"}), run: runBenchAPI},
-		{name: "bench backlog", args: "[--n N] [--rate R] [--workers W] [--fresh]",
+		{name: "bench backlog", args: "[--n N] [--rate R] [--workers W] [--fresh] [--accounts K [--hot H] [--for D]]",
 			summary: "drain a backlog of uncertain purchases after a provider outage, within the shared rate budget",
 			about: "Makes N purchases uncertain while the in-process fake provider is in an outage (every call fails, outcome unknown), then lifts the outage: the fake enforces the budget's limits " +
 				"(--budget-create and the others; test mode's by default: 25 creates/s, 25 in all) and answers 429 past them, W workers (services over the same database, each with its own view of the shared budget) " +
 				"drain the backlog, and new purchases keep arriving at R a second (none with 0). With --fresh the backlog is N purchases created and never sent, with no outage: the workers' first creates drain it. " +
 				"It reports the drain's time and rate, the creates at the provider as a share of the budget and at most in any second, " +
 				"the share of calls answered 429, the transitions of cause lease_lost, the time between the backlog's last two charges, the new purchases' created → final p50 and p99 during the drain, and the fake's ledger. " +
+				"With --accounts K the backlog is spread over K connected accounts, each paced by its own shared budget at those limits and limited apart by the fake, and the new purchases arrive in them in turn; " +
+				"--hot H queues H more in the first account, the new purchases then arriving in the others, and the run does not wait for the hot backlog; --for D keeps new purchases arriving for at least D. " +
+				"It then reports each account's drain as a share of its budget (slowest, median, fastest), the least served account's share of the work while every account had some, " +
+				"the most creates of one account in any second, and the new purchases' created → final p50, p99 and max against an account's pacing. " +
 				"It needs --database-url and refuses a database that holds purchases not final: use a scratch database.",
 			settings: join(basicSettings, storeSettings, protocolSettings, []string{"budget-account", "budget-global", "budget-create", "budget-retrieve", "budget-search", "budget-list", "budget-refund"}), run: runBenchBacklog},
 		{name: "fakeprovider", args: "[--webhook-url URL] [--connect-webhook-url URL]",
@@ -401,7 +405,7 @@ func (e *env) printHelp(name string, fs *flag.FlagSet) {
 	var own []*flag.Flag
 	if fs != nil {
 		fs.VisitAll(func(f *flag.Flag) {
-			if e.settings.byKey[f.Name] == nil {
+			if !isSetting(f) {
 				own = append(own, f)
 			}
 		})
@@ -461,10 +465,10 @@ func (e *env) parse(name string, args []string, extra func(fs *flag.FlagSet)) ([
 	e.parsed = name
 	fs := flag.NewFlagSet("payrecon "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	s.register(fs)
 	if extra != nil {
 		extra(fs)
 	}
+	s.register(fs)
 	s.bad = nil
 	if err := fs.Parse(flagsFirst(fs, args)); err != nil {
 		switch {

@@ -333,10 +333,19 @@ func (v value) IsBoolFlag() bool { return v.st != nil && v.st.kind == kindBool }
 // register adds every setting that has a flag to fs.
 func (s *settings) register(fs *flag.FlagSet) {
 	for _, st := range s.list {
-		if !st.envOnly {
+		// A command's own flag of a setting's name shadows the setting,
+		// which that command does not take.
+		if !st.envOnly && fs.Lookup(st.name) == nil {
 			fs.Var(value{s: s, st: st}, st.name, st.usage)
 		}
 	}
+}
+
+// isSetting reports whether f is a setting's flag (register's), not a
+// command's own.
+func isSetting(f *flag.Flag) bool {
+	_, ok := f.Value.(value)
+	return ok
 }
 
 // resolve fills the settings not given on the command line (fs, already
@@ -348,7 +357,7 @@ func (s *settings) resolve(fs *flag.FlagSet, command string) error {
 	var argv []string
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) {
-		if st := s.byKey[f.Name]; st != nil && !st.envOnly {
+		if st := s.byKey[f.Name]; st != nil && !st.envOnly && isSetting(f) {
 			given[f.Name] = true
 			argv = append(argv, "-"+f.Name+"="+st.value)
 		}

@@ -30,7 +30,13 @@ const (
 // reaching the fake with an unknown outcome, as a connection reset does.
 type outage struct {
 	provider.Provider
-	down atomic.Bool
+	down *atomic.Bool
+}
+
+// ForAccount implements provider.Accounts: the view of account of the
+// provider, down while o is.
+func (o *outage) ForAccount(account string) provider.Provider {
+	return &outage{Provider: o.Provider.(provider.Accounts).ForAccount(account), down: o.down}
 }
 
 var errBenchOutage = errors.New("bench outage: connection reset by peer")
@@ -79,6 +85,21 @@ type BacklogConfig struct {
 	// with its own view of the shared budget (--workers);
 	// DefaultBacklogWorkers by default.
 	Workers int
+	// Accounts spreads the backlog evenly over this many connected
+	// accounts (acct_bench1 and on), each paced by a budget of its own at
+	// Budget's limits and limited apart by the fake, and the new purchases
+	// among them in turn (--accounts); 0 by default: the platform's
+	// account alone.
+	Accounts int
+	// Hot queues this many more purchases in the first account, the
+	// busy one, whose backlog must not delay the others' new purchases,
+	// which then arrive in the other accounts alone (--hot, with at least
+	// two Accounts); 0 by default. The run does not wait for the hot
+	// backlog to drain.
+	Hot int
+	// For is how long new purchases keep arriving at the least, however
+	// soon the backlog drains (--for, with Accounts); 0 by default.
+	For time.Duration
 	// Fresh makes the backlog new purchases, created and never sent,
 	// drained by their first creates, with no outage (--fresh); false by
 	// default.
@@ -116,53 +137,33 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 	if pending > 0 {
 		return usageError(fmt.Errorf("the database holds %d purchases not final: use a scratch database", pending))
 	}
+	if cfg.Accounts > 0 {
+		return accountsBacklog(ctx, cfg, st.Store, bs, clock)
+	}
 	fake := fakeprovider.New(fakeprovider.Config{})
-	r := &backlogRun{cfg: cfg, store: st.Store, fake: fake, prov: &outage{Provider: fake}, leaseLost: &leaseLostCounter{}}
+	r := &backlogRun{cfg: cfg, store: st.Store, fake: fake, prov: &outage{Provider: fake, down: new(atomic.Bool)}, leaseLost: &leaseLostCounter{}}
 	if err := r.makeBacklog(ctx); err != nil {
 		return err
 	}
 
 	// The outage lifts: the fake enforces the budget's limits, the
 	// backlog is due, new purchases keep arriving.
-	limits := cfg.Budget.Limits
-	fake.SetRateLimits(fakeprovider.RateLimits{Global: int(limits.Global), Create: int(limits.Create), Retrieve: int(limits.Retrieve),
-		Search: int(limits.Search), List: int(limits.List), Refund: int(limits.Refund)})
-	r.prov.down.Store(false)
-	clock.offset.Store(int64(2 * time.Hour))
-	for i := range cfg.Workers {
-		b, err := budget.New(bs, cfg.Budget)
-		if err != nil {
-			return usageError(err)
-		}
-		svc, err := r.newService(fmt.Sprintf("bench-%d", i+1), b, 200*time.Millisecond)
-		if err != nil {
-			return usageError(err)
-		}
-		r.svcs = append(r.svcs, svc)
+	fake.SetRateLimits(fakeLimits(cfg.Budget.Limits))
+	lift, stop, err := r.lift(ctx, bs, clock)
+	if err != nil {
+		return err
 	}
-	lift := time.Now()
-	workCtx, stopWork := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, svc := range r.svcs {
-		wg.Go(func() { _ = svc.Work(workCtx) })
-	}
-	defer func() { stopWork(); wg.Wait() }()
-	arrive, stopArrivals := context.WithCancel(ctx)
-	defer stopArrivals()
-	var awg sync.WaitGroup
-	awg.Go(func() { r.arrivals(ctx, arrive.Done()) })
+	defer stop.all()
 
 	if err := r.waitDrained(ctx); err != nil {
 		return err
 	}
 	drained := time.Now()
-	stopArrivals()
-	awg.Wait()
+	stop.arrivals()
 	if err := r.waitNewFinal(ctx); err != nil {
 		return err
 	}
-	stopWork()
-	wg.Wait()
+	stop.work()
 
 	report, err := r.report(ctx, lift, drained)
 	if err != nil {
@@ -175,6 +176,50 @@ func Backlog(ctx context.Context, cfg BacklogConfig) error {
 	return nil
 }
 
+// fakeLimits are the fake's limits equal to the budget's.
+func fakeLimits(l budget.Limits) fakeprovider.RateLimits {
+	return fakeprovider.RateLimits{Global: int(l.Global), Create: int(l.Create), Retrieve: int(l.Retrieve),
+		Search: int(l.Search), List: int(l.List), Refund: int(l.Refund)}
+}
+
+// stoppers stop what lift started: the arrivals, then the workers.
+type stoppers struct{ arrivals, work func() }
+
+func (s stoppers) all() { s.arrivals(); s.work() }
+
+// lift ends the outage: the backlog is due (the clock moves past its
+// backoff), the workers start, each with its own view of the shared
+// budgets, and new purchases keep arriving. It returns when it lifted,
+// and how to stop each (each stop waits, and may be called again).
+func (r *backlogRun) lift(ctx context.Context, bs budget.Store, clock *backlogClock) (time.Time, stoppers, error) {
+	r.prov.down.Store(false)
+	clock.offset.Store(int64(2 * time.Hour))
+	for i := range r.cfg.Workers {
+		b, err := budget.New(bs, r.cfg.Budget)
+		if err != nil {
+			return time.Time{}, stoppers{}, usageError(err)
+		}
+		svc, err := r.newService(fmt.Sprintf("bench-%d", i+1), b, 200*time.Millisecond)
+		if err != nil {
+			return time.Time{}, stoppers{}, usageError(err)
+		}
+		r.svcs = append(r.svcs, svc)
+	}
+	lift := time.Now()
+	workCtx, stopWork := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, svc := range r.svcs {
+		wg.Go(func() { _ = svc.Work(workCtx) })
+	}
+	arrive, stopArrivals := context.WithCancel(ctx)
+	var awg sync.WaitGroup
+	awg.Go(func() { r.arrivals(ctx, arrive.Done()) })
+	return lift, stoppers{
+		arrivals: func() { stopArrivals(); awg.Wait() },
+		work:     func() { stopWork(); wg.Wait() },
+	}, nil
+}
+
 // backlogRun is one run of bench backlog, from the outage to the report.
 type backlogRun struct {
 	cfg       BacklogConfig
@@ -183,7 +228,13 @@ type backlogRun struct {
 	prov      *outage
 	leaseLost *leaseLostCounter
 	backlog   map[string]bool // the ids of the backlog's purchases
+	order     []string        // and in the order made
 	svcs      []*reconcile.Service
+	// accountOf is the account of the i-th purchase made; nil: the
+	// platform's. accounts makes each worker's budgets of the connected
+	// accounts; nil: none.
+	accountOf func(i int) string
+	accounts  func() (reconcile.AccountBudgets, error)
 
 	mu     sync.Mutex
 	newIDs []string // the purchases that arrived while it drained
@@ -196,6 +247,12 @@ func (r *backlogRun) newService(id string, budget reconcile.Budget, backoff time
 	rc.Backoff = []time.Duration{backoff}
 	rc.MaxAttempts = 1000
 	rc.PollInterval = min(rc.PollInterval, 50*time.Millisecond)
+	if r.accounts != nil && budget != nil {
+		var err error
+		if rc.AccountBudgets, err = r.accounts(); err != nil {
+			return nil, err
+		}
+	}
 	return reconcile.New(r.store, r.prov, rc)
 }
 
@@ -213,13 +270,15 @@ func (r *backlogRun) makeBacklog(ctx context.Context) error {
 	} else {
 		fmt.Fprintf(r.cfg.Stderr, "outage: making %d purchases uncertain\n", r.cfg.N)
 	}
-	r.backlog = make(map[string]bool, r.cfg.N)
-	for i := range r.cfg.N {
-		p, err := down.CreatePurchase(ctx, benchPurchase(i))
+	r.backlog = make(map[string]bool, r.size())
+	r.order = make([]string, 0, r.size())
+	for i := range r.size() {
+		p, err := down.CreatePurchase(ctx, r.purchase(i))
 		if err != nil {
 			return err
 		}
 		r.backlog[p.ID] = true
+		r.order = append(r.order, p.ID)
 	}
 	for !r.cfg.Fresh {
 		k, err := down.RunOnce(ctx)
@@ -234,6 +293,19 @@ func (r *backlogRun) makeBacklog(ctx context.Context) error {
 	return nil
 }
 
+// size is how many purchases the backlog holds: the even ones and the
+// hot account's.
+func (r *backlogRun) size() int { return r.cfg.N + r.cfg.Hot }
+
+// purchase is the i-th purchase the run makes, in its account.
+func (r *backlogRun) purchase(i int) reconcile.NewPurchase {
+	p := benchPurchase(i)
+	if r.accountOf != nil {
+		p.Account = r.accountOf(i)
+	}
+	return p
+}
+
 // arrivals creates new purchases at the configured rate until stop is
 // closed.
 func (r *backlogRun) arrivals(ctx context.Context, stop <-chan struct{}) {
@@ -242,13 +314,13 @@ func (r *backlogRun) arrivals(ctx context.Context, stop <-chan struct{}) {
 	}
 	tick := time.NewTicker(time.Duration(float64(time.Second) / r.cfg.Rate))
 	defer tick.Stop()
-	for i := r.cfg.N; ; i++ {
+	for i := r.size(); ; i++ {
 		select {
 		case <-stop:
 			return
 		case <-tick.C:
 		}
-		p, err := r.svcs[0].CreatePurchase(ctx, benchPurchase(i))
+		p, err := r.svcs[0].CreatePurchase(ctx, r.purchase(i))
 		if err != nil {
 			r.cfg.Log.Error("create a new purchase", "err", err)
 			continue
@@ -349,17 +421,12 @@ func (r *backlogRun) report(ctx context.Context, lift, drained time.Time) (backl
 			calls++
 		}
 	}
-	var lat []time.Duration
-	for _, id := range r.newIDs {
-		d, err := r.svcs[0].Purchase(ctx, id)
-		if err != nil {
-			return backlogReport{}, err
-		}
-		lat = append(lat, d.Purchase.UpdatedAt.Sub(d.Purchase.CreatedAt))
+	lat, err := r.newLatencies(ctx)
+	if err != nil {
+		return backlogReport{}, err
 	}
-	slices.Sort(lat)
 	throttled := 0
-	for _, c := range []string{"create", "retrieve", "search", "list", "refund"} {
+	for _, c := range budgetClasses {
 		throttled += r.fake.ThrottledCalls(c)
 	}
 	var charged []time.Time
@@ -382,6 +449,31 @@ func (r *backlogRun) report(ctx context.Context, lift, drained time.Time) (backl
 		drain: drained.Sub(first), calls: calls, throttled: throttled, newLatencies: lat, charges: len(r.fake.Charges()),
 		leaseLost: int(r.leaseLost.n.Load()), peak: maxPerSecond(r.fake.AdmittedTimes("create")), tail: tail, gap: gap,
 	}, nil
+}
+
+// newLatencies are the new purchases' times from created to final,
+// sorted.
+func (r *backlogRun) newLatencies(ctx context.Context) ([]time.Duration, error) {
+	var lat []time.Duration
+	for _, id := range r.newIDs {
+		d, err := r.svcs[0].Purchase(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		lat = append(lat, d.Purchase.UpdatedAt.Sub(d.Purchase.CreatedAt))
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
+
+// quantile is the f-quantile of sorted, rounded to the millisecond; 0
+// when it is empty.
+func quantile(sorted []time.Duration, f float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(math.Ceil(f*float64(len(sorted)))) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)].Round(time.Millisecond)
 }
 
 // countStates counts the purchases whose state is final (terminal) or
@@ -447,13 +539,7 @@ func maxPerSecond(ts []time.Time) int {
 }
 
 func writeBacklogReport(w io.Writer, r backlogReport) {
-	q := func(f float64) time.Duration {
-		if len(r.newLatencies) == 0 {
-			return 0
-		}
-		i := int(math.Ceil(f*float64(len(r.newLatencies)))) - 1
-		return r.newLatencies[min(max(i, 0), len(r.newLatencies)-1)].Round(time.Millisecond)
-	}
+	q := func(f float64) time.Duration { return quantile(r.newLatencies, f) }
 	what := "uncertain after an outage"
 	if r.fresh {
 		what = "created, none sent"
