@@ -89,7 +89,7 @@ func callUnderLease[R any](s *Service, ctx context.Context, l Lease, account, wh
 	cancel()
 	crashpoint.Hit(answered)
 	c := leasedCall[R]{res: res, err: err, outcome: outcomeOf(res, err), start: start, took: s.leaseNow(l).Sub(start)}
-	s.cfg.Observer.ProviderCall(op, c.outcome, c.took)
+	s.observeCall(account, op, c.outcome, c.took)
 	s.noteThrottle(ctx, account, op, err)
 	return c, nil
 }

@@ -266,7 +266,7 @@ func (s *Service) list(ctx context.Context, account string, w provider.Window) (
 	// every other call.
 	start := s.cfg.Now()
 	payments, err := s.providerFor(account).List(callCtx, w, s.pageGate(account, provider.OpList, PriorityAudit, false))
-	s.cfg.Observer.ProviderCall(provider.OpList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
+	s.observeCall(account, provider.OpList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, account, provider.OpList, err)
 	if err != nil {
 		return nil, fmt.Errorf("list the provider's payments: %w", err)
@@ -483,7 +483,7 @@ func (s *Service) auditRead(ctx context.Context, op provider.Op, account, id str
 	}
 	s.noteThrottle(ctx, account, op, err)
 	outcome := provider.OutcomeOf(res, err)
-	s.cfg.Observer.ProviderCall(op, outcome, s.cfg.Now().Sub(start))
+	s.observeCall(account, op, outcome, s.cfg.Now().Sub(start))
 	if err != nil {
 		res = provider.Result{Outcome: outcome, Reason: err.Error()}
 	}

@@ -31,7 +31,7 @@ func (s *Service) listDisputes(ctx context.Context, account string, w provider.W
 	defer cancel()
 	start := s.cfg.Now()
 	disputes, err := s.providerFor(account).ListDisputes(callCtx, w, s.pageGate(account, provider.OpDisputeList, PriorityAudit, false))
-	s.cfg.Observer.ProviderCall(provider.OpDisputeList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
+	s.observeCall(account, provider.OpDisputeList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, account, provider.OpDisputeList, err)
 	if err != nil {
 		return listedDisputes{}, fmt.Errorf("list the provider's disputes: %w", err)

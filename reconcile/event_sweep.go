@@ -266,7 +266,7 @@ func (s *Service) listEventPage(ctx context.Context, account string, q provider.
 	}
 	start := s.cfg.Now()
 	page, err := s.providerFor(account).ListEvents(callCtx, q)
-	s.cfg.Observer.ProviderCall(provider.OpEventList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
+	s.observeCall(account, provider.OpEventList, provider.OutcomeOf(provider.Result{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, account, provider.OpEventList, err)
 	if err != nil {
 		return provider.EventPage{}, fmt.Errorf("list the provider's events: %w", err)

@@ -441,7 +441,7 @@ type move struct {
 
 func (s *Service) observeMoves(moves []move) {
 	for _, m := range moves {
-		s.cfg.Observer.Transition(m.from, m.to, m.cause)
+		s.observeTransition(m.p.Account, m.from, m.to, m.cause)
 		if m.to.Terminal() && !m.p.UncertainSince.IsZero() {
 			s.cfg.Observer.Resolved(m.p.UpdatedAt.Sub(m.p.UncertainSince))
 		}

@@ -127,7 +127,7 @@ func (s *Service) liveView(ctx context.Context, p Purchase, actor string, token 
 	res, err := s.callProvider(callCtx, op, p)
 	took := s.cfg.Now().Sub(start)
 	outcome := provider.OutcomeOf(res, err)
-	s.cfg.Observer.ProviderCall(op, outcome, took)
+	s.observeCall(p.Account, op, outcome, took)
 	s.noteThrottle(ctx, p.Account, op, err)
 	ans := answerOf(SourceOperator, outcome, res)
 	ans.Account = p.Account

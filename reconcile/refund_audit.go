@@ -24,7 +24,7 @@ func (s *Service) listRefunds(ctx context.Context, account string, w provider.Wi
 	defer cancel()
 	start := s.cfg.Now()
 	refunds, err := s.providerFor(account).ListRefundsCreated(callCtx, w, s.pageGate(account, provider.OpRefundList, PriorityAudit, false))
-	s.cfg.Observer.ProviderCall(provider.OpRefundList, provider.RefundOutcomeOf(provider.RefundResult{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
+	s.observeCall(account, provider.OpRefundList, provider.RefundOutcomeOf(provider.RefundResult{Outcome: provider.Succeeded}, err), s.cfg.Now().Sub(start))
 	s.noteThrottle(ctx, account, provider.OpRefundList, err)
 	if err != nil {
 		return nil, fmt.Errorf("list the provider's refunds: %w", err)

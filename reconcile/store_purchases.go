@@ -59,6 +59,13 @@ type PurchaseStore interface {
 	// (those ListEscalated returns).
 	CountEscalated(ctx context.Context) (int, error)
 
+	// CountEscalatedByAccount returns how many purchases are on the
+	// operator list (those ListEscalated returns) of each provider
+	// account, keyed by the account (provider.PlatformAccount for the
+	// platform's own); an account with none is absent. It reads only the
+	// purchases on the list.
+	CountEscalatedByAccount(ctx context.Context) (map[string]int, error)
+
 	// OldestUncertainSince returns the earliest UncertainSince of the
 	// purchases now in uncertain or reconciling, or the zero time if there
 	// are none. Those without an UncertainSince do not count.

@@ -641,7 +641,7 @@ func (s *Service) observeMove(p, next Purchase, cause Cause) {
 	if p.State == next.State {
 		return
 	}
-	s.cfg.Observer.Transition(p.State, next.State, cause)
+	s.observeTransition(p.Account, p.State, next.State, cause)
 	if next.State.Terminal() && !next.UncertainSince.IsZero() {
 		s.cfg.Observer.Resolved(next.UpdatedAt.Sub(next.UncertainSince))
 	}

@@ -40,7 +40,12 @@ type appOptions struct {
 }
 
 func newApp(ctx context.Context, e *env, opts appOptions) (*app, error) {
-	metrics := prometheus.New()
+	// The metrics label the declared accounts by id, every other
+	// connected account as other.
+	metrics, err := prometheus.NewWithAccounts(e.settings.declaredAccounts())
+	if err != nil {
+		return nil, usageError(err)
+	}
 	svc, closeStore, err := newObservedService(ctx, e, metrics)
 	if err != nil {
 		return nil, err

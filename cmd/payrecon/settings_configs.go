@@ -65,7 +65,7 @@ func (s *settings) reconcileConfig() (reconcile.Config, error) {
 	cfg.InboxMaxAttempts = int(num("inbox-max-attempts"))
 	dur(&cfg.InboxBackoff, "inbox-backoff")
 	dur(&cfg.InboxGather, "inbox-gather")
-	cfg.Accounts, _, _ = parseAccounts(s.str("accounts")) // checked with the setting
+	cfg.Accounts = s.declaredAccounts()
 	cfg.UndeclaredAccounts = reconcile.AccountPolicy(s.str("undeclared-accounts"))
 	return cfg, errors.Join(errs...)
 }
@@ -91,6 +91,14 @@ func (s *settings) budgetConfig(live bool) (cfg budget.Config, ok bool, err erro
 		cfg.Limits.Set(c, f)
 	}
 	return cfg, true, nil
+}
+
+// declaredAccounts returns the connected accounts --accounts declares,
+// in its order, without their limits: the service's and the metrics'
+// account label's.
+func (s *settings) declaredAccounts() []string {
+	accounts, _, _ := parseAccounts(s.str("accounts")) // checked with the setting
+	return accounts
 }
 
 // accountLimits returns the limits of the connected accounts declared

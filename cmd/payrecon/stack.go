@@ -49,7 +49,11 @@ type stack struct {
 const stackSecret = "whsec_payrecon_demo_0123456789"
 
 func startStack(ctx context.Context, cfg stackConfig) (*stack, error) {
-	s := &stack{metrics: prometheus.New(), done: make(chan error, 1)}
+	metrics, err := prometheus.NewWithAccounts(cfg.reconcile.Accounts)
+	if err != nil {
+		return nil, err
+	}
+	s := &stack{metrics: metrics, done: make(chan error, 1)}
 	fakeLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen for the fake Stripe server: %w", err)

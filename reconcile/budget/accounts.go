@@ -14,7 +14,8 @@ import (
 // each account's budget and no account's calls take from another's. An
 // account declared with limits of its own is paced at them; any other at
 // base's limits (a connected account has the limits of its mode, as the
-// platform's does).
+// platform's does). An Observer of base that is an AccountObserver is
+// told each account's budget apart, by account.
 type Accounts struct {
 	store  Store
 	base   Config
@@ -61,6 +62,7 @@ func (a *Accounts) For(account string) reconcile.Budget {
 	}
 	cfg := a.base
 	cfg.Account = a.base.Account + "/" + account
+	cfg.Observer = observerFor(a.base.Observer, account)
 	if l, ok := a.limits[account]; ok {
 		cfg.Limits = l
 	}

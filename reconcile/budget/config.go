@@ -133,6 +133,48 @@ type Observer interface {
 	BudgetWait(class reconcile.BudgetClass, waited time.Duration)
 }
 
+// AccountObserver is an Observer told which provider account's budget
+// acted, for metrics by account. When the Config.Observer of Accounts
+// implements it, each connected account's budget tells it the
+// Account* methods, with the account, instead of the Observer's; a
+// Shared made by New tells it the Observer's, as the platform's budget.
+type AccountObserver interface {
+	Observer
+	// AccountBudgetRate is BudgetRate for the budget of account.
+	AccountBudgetRate(account string, class reconcile.BudgetClass, rate float64)
+	// AccountBudgetThrottled is BudgetThrottled for the budget of
+	// account.
+	AccountBudgetThrottled(account string, class reconcile.BudgetClass)
+	// AccountBudgetWait is BudgetWait for the budget of account.
+	AccountBudgetWait(account string, class reconcile.BudgetClass, waited time.Duration)
+}
+
+// accountObserver is the Observer of one connected account's budget: it
+// tells an AccountObserver the account.
+type accountObserver struct {
+	obs     AccountObserver
+	account string
+}
+
+func (o accountObserver) BudgetRate(class reconcile.BudgetClass, rate float64) {
+	o.obs.AccountBudgetRate(o.account, class, rate)
+}
+func (o accountObserver) BudgetThrottled(class reconcile.BudgetClass) {
+	o.obs.AccountBudgetThrottled(o.account, class)
+}
+func (o accountObserver) BudgetWait(class reconcile.BudgetClass, waited time.Duration) {
+	o.obs.AccountBudgetWait(o.account, class, waited)
+}
+
+// observerFor returns the Observer of account's budget: obs itself,
+// unless it is an AccountObserver, which is then told the account.
+func observerFor(obs Observer, account string) Observer {
+	if ao, ok := obs.(AccountObserver); ok {
+		return accountObserver{obs: ao, account: account}
+	}
+	return obs
+}
+
 type nopObserver struct{}
 
 func (nopObserver) BudgetRate(reconcile.BudgetClass, float64)       {}

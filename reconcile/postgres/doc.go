@@ -55,9 +55,9 @@
 //     queryAll); Now.
 //   - purchases.go: InsertPurchase, GetPurchase, FindPurchaseByPaymentID,
 //     FindPurchaseByReference, UpdatePurchase, ListEscalated,
-//     CountByState, CountEscalated, OldestUncertainSince,
-//     ListOverdueUncertain, ListSubmittedBetween, ListSucceededWithoutPayment,
-//     scanPurchase.
+//     CountByState, CountEscalated, CountEscalatedByAccount,
+//     OldestUncertainSince, ListOverdueUncertain, ListSubmittedBetween,
+//     ListSucceededWithoutPayment, scanPurchase.
 //   - accounts.go: ListAccounts.
 //   - audit_trail.go: InsertTransition, ListTransitions,
 //     ListRefundTransitions, ListDisputeTransitions, InsertAttempt,

@@ -40,6 +40,7 @@ func periodicPlanCases() []planCase {
 	return []planCase{
 		{name: "CountByState", sql: postgres.CountByStateSQL, index: "purchase_state_counts"},
 		{name: "CountEscalated", sql: postgres.CountEscalatedSQL, index: "purchases_escalated_at_idx"},
+		{name: "CountEscalatedByAccount", sql: postgres.CountEscalatedByAccountSQL, index: "purchases_escalated_at_idx"},
 		{name: "OldestUncertainSince", sql: postgres.OldestUncertainSinceSQL, index: "purchases_uncertain_since_idx"},
 		{name: "CountOpenFindings", sql: postgres.CountOpenFindingsSQL, index: "audit_findings_open_idx"},
 		{name: "ListOverdueUncertain", sql: postgres.ListOverdueUncertainSQL, args: []string{"now()", "500"},
@@ -231,6 +232,10 @@ WHERE state = 'succeeded' AND first_attempt_at >= $1 AND first_attempt_at < $2`,
 		})},
 		{"gauges/CountEscalated", inTx(func(ctx context.Context, tx reconcile.Tx) error {
 			_, err := tx.CountEscalated(ctx)
+			return err
+		})},
+		{"gauges/CountEscalatedByAccount", inTx(func(ctx context.Context, tx reconcile.Tx) error {
+			_, err := tx.CountEscalatedByAccount(ctx)
 			return err
 		})},
 		{"gauges/OldestUncertainSince", inTx(func(ctx context.Context, tx reconcile.Tx) error {

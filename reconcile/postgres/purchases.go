@@ -157,6 +157,22 @@ func (t *txn) CountEscalated(ctx context.Context) (int, error) {
 // purchases_escalated_at_idx.
 const countEscalatedSQL = `SELECT count(*) FROM purchases WHERE escalated_at IS NOT NULL`
 
+// CountEscalatedByAccount implements reconcile.Tx.
+func (t *txn) CountEscalatedByAccount(ctx context.Context) (map[string]int, error) {
+	counts := map[string]int{}
+	if _, err := queryAll(ctx, t, sqlstore.ScanCounts(counts), "count escalated purchases by account",
+		countEscalatedByAccountSQL); err != nil {
+		return nil, err
+	}
+	return counts, nil
+}
+
+// countEscalatedByAccountSQL is CountEscalatedByAccount's query, read
+// from the partial index purchases_escalated_at_idx: the purchases on the
+// operator list only, however many the books hold.
+const countEscalatedByAccountSQL = `SELECT account, count(*) FROM purchases
+WHERE escalated_at IS NOT NULL GROUP BY account`
+
 // OldestUncertainSince implements reconcile.Tx.
 func (t *txn) OldestUncertainSince(ctx context.Context) (time.Time, error) {
 	var oldest *time.Time

@@ -4,7 +4,8 @@
 //
 // No label carries an unbounded value: states, causes, operations,
 // outcomes, sweep names, audit finding kinds and provider event types are
-// all small fixed sets.
+// all small fixed sets, and the account label takes one of the declared
+// accounts, "platform" or "other" (AccountLabel).
 package prometheus
 
 import (
@@ -27,18 +28,20 @@ import (
 )
 
 // Metrics holds payrecon's collectors, registered on its own registry.
-// It implements reconcile.Observer and the HTTP server's WebhookObserver
-// and LoginObserver.
+// It implements reconcile.Observer and AccountObserver, budget.Observer
+// and AccountObserver, and the HTTP server's WebhookObserver and
+// LoginObserver.
 // Safe for concurrent use.
 type Metrics struct {
-	reg *prometheus.Registry
+	reg      *prometheus.Registry
+	accounts accountLabels
 
 	purchases       *prometheus.GaugeVec
 	oldestUncertain prometheus.Gauge
 	refunds         *prometheus.GaugeVec
 	oldestRefund    prometheus.Gauge
 	refundMoves     *prometheus.CounterVec
-	escalationsOpen prometheus.Gauge
+	escalationsOpen *prometheus.GaugeVec
 	findingsOpen    *prometheus.GaugeVec
 	transitions     *prometheus.CounterVec
 	providerCalls   *prometheus.CounterVec
@@ -74,19 +77,36 @@ type Metrics struct {
 }
 
 var (
-	_ reconcile.Observer = (*Metrics)(nil)
-	_ relay.Observer     = (*Metrics)(nil)
-	_ reconcile.Observer = (*Metrics)(nil)
-	_ budget.Observer    = (*Metrics)(nil)
+	_ reconcile.Observer        = (*Metrics)(nil)
+	_ reconcile.AccountObserver = (*Metrics)(nil)
+	_ relay.Observer            = (*Metrics)(nil)
+	_ budget.AccountObserver    = (*Metrics)(nil)
 
 	_ reconcile.EventSweepObserver = (*Metrics)(nil)
 )
 
 // New returns Metrics registered on a fresh registry, with Go runtime and
-// process collectors.
-func New() *Metrics {
+// process collectors, for a deployment that declares no connected
+// account: every connected account is labelled other.
+func New() *Metrics { return newMetrics(accountLabels{}) }
+
+// NewWithAccounts is New for a deployment that declares the connected
+// accounts declared (reconcile.Config.Accounts): each is labelled by its
+// id, and their series are present from the start. It returns an error
+// for an account that is malformed or the platform's own (empty).
+func NewWithAccounts(declared []string) (*Metrics, error) {
+	labels, err := newAccountLabels(declared)
+	if err != nil {
+		return nil, err
+	}
+	return newMetrics(labels), nil
+}
+
+// newMetrics is New with the account labels of labels.
+func newMetrics(labels accountLabels) *Metrics {
 	m := &Metrics{
-		reg: prometheus.NewRegistry(),
+		reg:      prometheus.NewRegistry(),
+		accounts: labels,
 		purchases: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "payrecon_purchases", Help: "Purchases by state, read from the database.",
 		}, []string{"state"}),
@@ -104,23 +124,23 @@ func New() *Metrics {
 		refundMoves: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_refund_transitions_total", Help: "Committed state transitions of refunds.",
 		}, []string{"from", "to", "cause"}),
-		escalationsOpen: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "payrecon_escalations_open", Help: "Purchases on the operator list.",
-		}),
+		escalationsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "payrecon_escalations_open", Help: "Purchases on the operator list, by account (platform, a declared connected account, or other), read from the database.",
+		}, []string{"account"}),
 		findingsOpen: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "payrecon_audit_findings_open",
 			Help: "Open findings of the audit from the provider's side, by kind (orphan_charge, duplicate_charge, amount_mismatch, currency_mismatch, state_disagreement, missing_at_provider, orphan_refund, refund_mismatch), read from the database.",
 		}, []string{"kind"}),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payrecon_transitions_total", Help: "Committed state transitions.",
-		}, []string{"from", "to", "cause"}),
+			Name: "payrecon_transitions_total", Help: "Committed state transitions of purchases, by the purchase's account.",
+		}, []string{"from", "to", "cause", "account"}),
 		providerCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payrecon_provider_requests_total", Help: "Provider calls by operation and neutral outcome.",
-		}, []string{"op", "outcome"}),
+			Name: "payrecon_provider_requests_total", Help: "Provider calls by operation, neutral outcome and the account they were made on behalf of.",
+		}, []string{"op", "outcome", "account"}),
 		providerLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "payrecon_provider_request_duration_seconds", Help: "Provider call latency.",
+			Name: "payrecon_provider_request_duration_seconds", Help: "Provider call latency, by operation and account.",
 			Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
-		}, []string{"op"}),
+		}, []string{"op", "account"}),
 		webhookEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_webhook_events_total",
 			Help: "Webhook events at receipt, by type (those payrecon acts on; other for the rest) and outcome (received, duplicate, conflict, rejected).",
@@ -190,16 +210,16 @@ func New() *Metrics {
 		}),
 		budgetRate: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "payrecon_provider_budget",
-			Help: "The provider rate budget's current rate, in calls per second, by class (create, retrieve, search, list, refund, global): the configured limit less the headroom, lowered by 429s.",
-		}, []string{"class"}),
+			Help: "The provider rate budget's current rate, in calls per second, by class (create, retrieve, search, list, refund, global) and account: the configured limit less the headroom, lowered by 429s. Under other, the rate an undeclared account's budget set last.",
+		}, []string{"class", "account"}),
 		budgetThrottled: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_provider_throttled_total",
-			Help: "Provider calls answered 429 (rate limited), by budget class. Each lowers that class's rate.",
-		}, []string{"class"}),
+			Help: "Provider calls answered 429 (rate limited), by budget class and account. Each lowers that class's rate in that account's budget.",
+		}, []string{"class", "account"}),
 		budgetWait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "payrecon_provider_wait_seconds", Help: "How long provider calls waited for the rate budget, by class.",
+			Name: "payrecon_provider_wait_seconds", Help: "How long provider calls waited for the rate budget, by class and account.",
 			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
-		}, []string{"class"}),
+		}, []string{"class", "account"}),
 		sweptEvents: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payrecon_event_sweep_events_total",
 			Help: "Provider events the event sweep read from the provider's event log, by what became of them in the inbox (duplicate: a webhook brought it first; refused: the adapter refused it, as its webhook would be).",
@@ -214,8 +234,8 @@ func New() *Metrics {
 		}, []string{"status"}),
 		disputedAmount: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "payrecon_disputes_open_amount",
-			Help: "Money in the disputes not decided yet, per currency, in the currency's major unit, read from the database.",
-		}, []string{"currency"}),
+			Help: "Money in the disputes not decided yet, per currency and account (the disputed purchase's), in the currency's major unit, read from the database.",
+		}, []string{"currency", "account"}),
 		evidenceDue: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "payrecon_dispute_evidence_due_seconds",
 			Help: "Seconds until the soonest evidence due date of the chargebacks waiting for the merchant's evidence, on the database's clock; negative once past due; absent when none waits.",
@@ -237,9 +257,13 @@ func New() *Metrics {
 	for _, o := range relay.DeliveryOutcomes {
 		m.outboxDelivered.WithLabelValues(string(o))
 	}
-	// The throttling alert takes increase() of every class from the start.
-	for _, c := range reconcile.BudgetClasses {
-		m.budgetThrottled.WithLabelValues(string(c))
+	// The throttling alert takes rate() of every class of every account
+	// from the start, and the operator list shows 0 for each account.
+	for _, a := range m.accounts.values() {
+		for _, c := range reconcile.BudgetClasses {
+			m.budgetThrottled.WithLabelValues(string(c), a)
+		}
+		m.escalationsOpen.WithLabelValues(a)
 	}
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s))
@@ -300,19 +324,34 @@ var appliedOutcomes = []reconcile.EventOutcome{
 	reconcile.EventUnmatched, reconcile.EventFinding, reconcile.EventPending, reconcile.EventFailed,
 }
 
-// BudgetRate implements budget.Observer.
+// BudgetRate implements budget.Observer: the platform's budget.
 func (m *Metrics) BudgetRate(class reconcile.BudgetClass, rate float64) {
-	m.budgetRate.WithLabelValues(string(class)).Set(rate)
+	m.AccountBudgetRate(provider.PlatformAccount, class, rate)
 }
 
-// BudgetThrottled implements budget.Observer.
+// BudgetThrottled implements budget.Observer: the platform's budget.
 func (m *Metrics) BudgetThrottled(class reconcile.BudgetClass) {
-	m.budgetThrottled.WithLabelValues(string(class)).Inc()
+	m.AccountBudgetThrottled(provider.PlatformAccount, class)
 }
 
-// BudgetWait implements budget.Observer.
+// BudgetWait implements budget.Observer: the platform's budget.
 func (m *Metrics) BudgetWait(class reconcile.BudgetClass, waited time.Duration) {
-	m.budgetWait.WithLabelValues(string(class)).Observe(waited.Seconds())
+	m.AccountBudgetWait(provider.PlatformAccount, class, waited)
+}
+
+// AccountBudgetRate implements budget.AccountObserver.
+func (m *Metrics) AccountBudgetRate(account string, class reconcile.BudgetClass, rate float64) {
+	m.budgetRate.WithLabelValues(string(class), m.AccountLabel(account)).Set(rate)
+}
+
+// AccountBudgetThrottled implements budget.AccountObserver.
+func (m *Metrics) AccountBudgetThrottled(account string, class reconcile.BudgetClass) {
+	m.budgetThrottled.WithLabelValues(string(class), m.AccountLabel(account)).Inc()
+}
+
+// AccountBudgetWait implements budget.AccountObserver.
+func (m *Metrics) AccountBudgetWait(account string, class reconcile.BudgetClass, waited time.Duration) {
+	m.budgetWait.WithLabelValues(string(class), m.AccountLabel(account)).Observe(waited.Seconds())
 }
 
 // Handler serves the metrics in the Prometheus exposition format.
@@ -323,9 +362,15 @@ func (m *Metrics) Handler() http.Handler {
 // Registry returns the registry, for tests.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Transition implements reconcile.Observer.
+// Transition implements reconcile.Observer: a purchase of the
+// platform's own account.
 func (m *Metrics) Transition(from, to statemachine.State, cause reconcile.Cause) {
-	m.transitions.WithLabelValues(string(from), string(to), string(cause)).Inc()
+	m.AccountTransition(provider.PlatformAccount, from, to, cause)
+}
+
+// AccountTransition implements reconcile.AccountObserver.
+func (m *Metrics) AccountTransition(account string, from, to statemachine.State, cause reconcile.Cause) {
+	m.transitions.WithLabelValues(string(from), string(to), string(cause), m.AccountLabel(account)).Inc()
 }
 
 // RefundTransition implements reconcile.Observer: it counts a refund's
@@ -335,10 +380,17 @@ func (m *Metrics) RefundTransition(from, to statemachine.State, cause reconcile.
 	m.refundMoves.WithLabelValues(string(from), string(to), string(cause)).Inc()
 }
 
-// ProviderCall implements reconcile.Observer.
+// ProviderCall implements reconcile.Observer: a call on behalf of the
+// platform's own account.
 func (m *Metrics) ProviderCall(op provider.Op, outcome provider.Outcome, took time.Duration) {
-	m.providerCalls.WithLabelValues(string(op), string(outcome)).Inc()
-	m.providerLatency.WithLabelValues(string(op)).Observe(took.Seconds())
+	m.AccountProviderCall(provider.PlatformAccount, op, outcome, took)
+}
+
+// AccountProviderCall implements reconcile.AccountObserver.
+func (m *Metrics) AccountProviderCall(account string, op provider.Op, outcome provider.Outcome, took time.Duration) {
+	a := m.AccountLabel(account)
+	m.providerCalls.WithLabelValues(string(op), string(outcome), a).Inc()
+	m.providerLatency.WithLabelValues(string(op), a).Observe(took.Seconds())
 }
 
 // JobsClaimed implements reconcile.Observer.
@@ -414,14 +466,15 @@ func (m *Metrics) OutboxDelivery(outcome relay.DeliveryOutcome, sinceCommit time
 }
 
 // Refresh reads the gauges from the store, in one transaction: purchases
-// and refunds by state, open escalations, open audit findings by kind,
+// and refunds by state, open escalations by account, open audit findings
+// by kind,
 // and the ages of the oldest uncertain purchase and refund, measured on
 // the store's clock (the one that stamped them).
 func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	var (
 		counts       map[statemachine.State]int
 		refunds      map[statemachine.State]int
-		escalated    int
+		escalated    map[string]int
 		findings     map[reconcile.FindingKind]int
 		oldest       time.Time
 		oldestRefund time.Time
@@ -438,7 +491,7 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 		if counts, err = tx.CountByState(ctx); err != nil {
 			return err
 		}
-		if escalated, err = tx.CountEscalated(ctx); err != nil {
+		if escalated, err = tx.CountEscalatedByAccount(ctx); err != nil {
 			return err
 		}
 		if findings, err = tx.CountOpenFindings(ctx); err != nil {
@@ -468,7 +521,7 @@ func (m *Metrics) Refresh(ctx context.Context, st reconcile.Store) error {
 	for _, s := range statemachine.States {
 		m.purchases.WithLabelValues(string(s)).Set(float64(counts[s]))
 	}
-	m.escalationsOpen.Set(float64(escalated))
+	m.setByAccount(m.escalationsOpen, escalated)
 	for _, k := range reconcile.FindingKinds {
 		m.findingsOpen.WithLabelValues(string(k)).Set(float64(findings[k]))
 	}
@@ -495,15 +548,18 @@ var openDisputeStatuses = []string{
 }
 
 // Disputes sets the dispute gauges from the open disputes ds at now, as
-// Refresh does after reading them.
+// Refresh does after reading them: the money per currency and account
+// (each dispute's Account, labelled by AccountLabel), the count per
+// status, and the soonest evidence due date.
 func (m *Metrics) Disputes(ds []reconcile.Dispute, now time.Time) {
+	type currencyOf struct{ currency, account string }
 	byStatus := map[string]int{}
-	amounts := map[string]int64{}
+	amounts := map[currencyOf]int64{}
 	var soonest time.Duration
 	due := false
 	for _, d := range ds {
 		byStatus[d.ProviderStatus]++
-		amounts[d.Currency] += d.Amount
+		amounts[currencyOf{d.Currency, m.AccountLabel(d.Account)}] += d.Amount
 		if left, ok := reconcile.EvidenceTimeLeft(d, now); ok && d.Chargeback() && (!due || left < soonest) {
 			soonest, due = left, true
 		}
@@ -514,7 +570,7 @@ func (m *Metrics) Disputes(ds []reconcile.Dispute, now time.Time) {
 	}
 	m.disputedAmount.Reset()
 	for c, n := range amounts {
-		m.disputedAmount.WithLabelValues(c).Set(majorUnits(n, c))
+		m.disputedAmount.WithLabelValues(c.currency, c.account).Set(majorUnits(n, c.currency))
 	}
 	m.evidenceDue.Reset()
 	if due {

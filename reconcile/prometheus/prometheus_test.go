@@ -110,10 +110,10 @@ func TestOldestUncertainAge(t *testing.T) {
 	if got := scrape(t, m, `payrecon_purchases{state="uncertain"}`); got != "1" {
 		t.Fatalf("uncertain purchases: %s", got)
 	}
-	if got := scrape(t, m, `payrecon_transitions_total{cause="submit_response",from="submitted",to="uncertain"}`); got != "1" {
+	if got := scrape(t, m, `payrecon_transitions_total{account="platform",cause="submit_response",from="submitted",to="uncertain"}`); got != "1" {
 		t.Fatalf("transition counter: %s", got)
 	}
-	if got := scrape(t, m, `payrecon_provider_requests_total{op="create",outcome="unknown"}`); got != "1" {
+	if got := scrape(t, m, `payrecon_provider_requests_total{account="platform",op="create",outcome="unknown"}`); got != "1" {
 		t.Fatalf("provider counter: %s", got)
 	}
 
@@ -397,14 +397,14 @@ func TestRefundGauges(t *testing.T) {
 	clk.Advance(2*time.Hour + 30*time.Second) // nobody ran the worker
 	refresh()
 	want("a refund uncertain for 2h30s", map[string]string{
-		`payrecon_refunds{state="created"}`:                                                          "0",
-		`payrecon_refunds{state="uncertain"}`:                                                        "1",
-		"payrecon_oldest_uncertain_refund_age_seconds":                                               "7230",
-		"payrecon_oldest_uncertain_age_seconds":                                                      "0",
-		`payrecon_refund_transitions_total{cause="submit",from="created",to="submitted"}`:            "1",
-		`payrecon_refund_transitions_total{cause="submit_response",from="submitted",to="uncertain"}`: "1",
-		`payrecon_transitions_total{cause="submit",from="created",to="submitted"}`:                   "1", // the purchase's own
-		`payrecon_provider_requests_total{op="refund_create",outcome="unknown"}`:                     "1",
+		`payrecon_refunds{state="created"}`:                                                           "0",
+		`payrecon_refunds{state="uncertain"}`:                                                         "1",
+		"payrecon_oldest_uncertain_refund_age_seconds":                                                "7230",
+		"payrecon_oldest_uncertain_age_seconds":                                                       "0",
+		`payrecon_refund_transitions_total{cause="submit",from="created",to="submitted"}`:             "1",
+		`payrecon_refund_transitions_total{cause="submit_response",from="submitted",to="uncertain"}`:  "1",
+		`payrecon_transitions_total{account="platform",cause="submit",from="created",to="submitted"}`: "1", // the purchase's own
+		`payrecon_provider_requests_total{account="platform",op="refund_create",outcome="unknown"}`:   "1",
 	})
 
 	p.down.Store(false)
@@ -481,11 +481,11 @@ func TestDisputeGauges(t *testing.T) {
 	}
 	apply()
 	want := map[string]string{
-		`payrecon_disputes_open{status="needs_response"}`:         "2",
-		`payrecon_disputes_open{status="warning_needs_response"}`: "1",
-		`payrecon_disputes_open{status="under_review"}`:           "0",
-		`payrecon_disputes_open_amount{currency="usd"}`:           "30.5",
-		`payrecon_disputes_open_amount{currency="jpy"}`:           "500",
+		`payrecon_disputes_open{status="needs_response"}`:                  "2",
+		`payrecon_disputes_open{status="warning_needs_response"}`:          "1",
+		`payrecon_disputes_open{status="under_review"}`:                    "0",
+		`payrecon_disputes_open_amount{account="platform",currency="usd"}`: "30.5",
+		`payrecon_disputes_open_amount{account="platform",currency="jpy"}`: "500",
 		// The first chargeback opened an hour and a minute ago, due 7 days
 		// after it opened.
 		"payrecon_dispute_evidence_due_seconds": fmt.Sprint((7*24*time.Hour - time.Hour - time.Minute).Seconds()),

@@ -16,14 +16,15 @@ const ListUnmatchedEventsSQL = listUnmatchedEventsSQL
 
 // The queries payrecon runs on a schedule, for the tests of their plans.
 const (
-	CountByStateSQL         = countByStateSQL
-	CountEscalatedSQL       = countEscalatedSQL
-	OldestUncertainSinceSQL = oldestUncertainSinceSQL
-	CountOpenFindingsSQL    = countOpenFindingsSQL
-	ListOverdueUncertainSQL = listOverdueUncertainSQL
-	ListEscalatedSQL        = listEscalatedSQL
-	ListSubmittedBetweenSQL = listSubmittedBetweenSQL
-	GetAuditRunSQL          = getAuditRunSQL
+	CountByStateSQL            = countByStateSQL
+	CountEscalatedSQL          = countEscalatedSQL
+	CountEscalatedByAccountSQL = countEscalatedByAccountSQL
+	OldestUncertainSinceSQL    = oldestUncertainSinceSQL
+	CountOpenFindingsSQL       = countOpenFindingsSQL
+	ListOverdueUncertainSQL    = listOverdueUncertainSQL
+	ListEscalatedSQL           = listEscalatedSQL
+	ListSubmittedBetweenSQL    = listSubmittedBetweenSQL
+	GetAuditRunSQL             = getAuditRunSQL
 )
 
 // ListFindingsSQL is the query of ListFindings and its arguments.

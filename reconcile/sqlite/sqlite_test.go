@@ -596,6 +596,7 @@ func TestPeriodicQueriesUseTheirIndexes(t *testing.T) {
 	}{
 		{"CountByState", sqlite.CountByStateSQL, nil, "purchase_state_counts", true},
 		{"CountEscalated", sqlite.CountEscalatedSQL, nil, "purchases_escalated_at_idx", true},
+		{"CountEscalatedByAccount", sqlite.CountEscalatedByAccountSQL, nil, "purchases_escalated_at_idx", false},
 		{"OldestUncertainSince", sqlite.OldestUncertainSinceSQL, nil, "purchases_uncertain_since_idx", true},
 		{"CountOpenFindings", sqlite.CountOpenFindingsSQL, nil, "audit_findings_open_idx", false},
 		{"ListOverdueUncertain", sqlite.ListOverdueUncertainSQL, []any{base.UnixMicro(), 500}, "purchases_overdue_idx", true},

@@ -147,3 +147,69 @@ func nilIfEmpty(s []string) []string {
 	}
 	return s
 }
+
+// testCountEscalatedByAccount: the operator list counted by account, the
+// platform's under "", an account with none absent; a resolution takes
+// a purchase off its account's count, and the counts always add up to
+// CountEscalated.
+func testCountEscalatedByAccount(t *testing.T, s *testStore) {
+	const a, b = "acct_1CountA", "acct_1CountB"
+	counts := func(when string) map[string]int {
+		t.Helper()
+		var (
+			byAccount map[string]int
+			total     int
+		)
+		inTx(t, s, func(tx reconcile.Tx) error {
+			var err error
+			if byAccount, err = tx.CountEscalatedByAccount(t.Context()); err != nil {
+				return err
+			}
+			total, err = tx.CountEscalated(t.Context())
+			return err
+		})
+		sum := 0
+		for _, n := range byAccount {
+			sum += n
+		}
+		if sum != total {
+			t.Errorf("%s: CountEscalatedByAccount %v adds up to %d, CountEscalated says %d", when, byAccount, sum, total)
+		}
+		return byAccount
+	}
+	equal(t, "CountEscalatedByAccount on an empty store", counts("empty"), map[string]int{})
+
+	escalated := map[string]reconcile.Purchase{}
+	for _, r := range []struct {
+		id, account string
+		state       statemachine.State
+	}{
+		{"pur_a1", a, statemachine.Uncertain}, {"pur_a2", a, statemachine.Declined}, {"pur_a3", a, statemachine.Created},
+		{"pur_p1", "", statemachine.Uncertain}, {"pur_b1", b, statemachine.Submitted},
+	} {
+		p := newPurchase(r.id)
+		p.Account = r.account
+		insertPurchase(t, s, p)
+		p = walkTo(t, s, r.id, r.state)
+		p.EscalatedAt, p.EscalationReason, p.UpdatedAt = at(time.Hour), reconcile.EscalationContradiction, at(time.Hour)
+		escalated[r.id] = update(t, s, p, r.state)
+	}
+	// Not on the list: they count nowhere.
+	for _, id := range []string{"pur_p2", "pur_b2"} {
+		p := newPurchase(id)
+		if id == "pur_b2" {
+			p.Account = b
+		}
+		insertPurchase(t, s, p)
+		walkTo(t, s, id, statemachine.Uncertain)
+	}
+	equal(t, "CountEscalatedByAccount", counts("five escalated"), map[string]int{a: 3, "": 1, b: 1})
+
+	// Resolved: off the list, and b, with none left, absent.
+	for _, id := range []string{"pur_a2", "pur_b1"} {
+		p := escalated[id]
+		p.EscalatedAt, p.EscalationReason, p.UpdatedAt = time.Time{}, "", at(2*time.Hour)
+		update(t, s, p, p.State)
+	}
+	equal(t, "CountEscalatedByAccount after two resolutions", counts("two resolved"), map[string]int{a: 2, "": 1})
+}

@@ -97,6 +97,7 @@ func Run(t *testing.T, newStore func(t *testing.T, now func() time.Time) reconci
 		// account_lists.go
 		{"AccountLists", withStore(testAccountLists)},
 		{"AccountClaims", withStore(testAccountClaims)},
+		{"CountEscalatedByAccount", withStore(testCountEscalatedByAccount)},
 		// purchase_counts.go
 		{"CountByState", withStore(testCountByState)},
 		{"CountByStateFollowsWrites", withStore(testCountByStateFollowsWrites)},
