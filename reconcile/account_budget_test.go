@@ -161,3 +161,58 @@ func TestClaimsShareTheWorkerAmongAccounts(t *testing.T) {
 		}
 	})
 }
+
+func TestHotAccountHoldsAboutASecondOfSlots(t *testing.T) {
+	// Account A has a backlog of 100 new purchases and a budget of 10
+	// calls a second; B has one new purchase. A worker with 64 free slots
+	// claims once: B's purchase is among the jobs, and A takes no more
+	// than about a second of its budget, however many slots are free, so
+	// that A's backlog never holds the slots B's next purchase needs (a
+	// claim reserving a quarter of the lease ahead would take 64).
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		st := newStore(t, nil)
+		limitA := budget.Limits{Global: 10, Create: 10, Retrieve: 10, Search: 10, List: 10, Refund: 10}
+		fake := fakeprovider.New(fakeprovider.Config{})
+		platform, err := budget.New(st.(budget.Store), budget.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		accounts, err := budget.NewAccounts(st.(budget.Store), budget.Config{}, map[string]budget.Limits{acctA: limitA})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := accountsConfig()
+		cfg.WorkerID, cfg.Concurrency, cfg.BatchSize, cfg.Logger = "w1", 64, 64, discardLogger()
+		cfg.Budget, cfg.AccountBudgets = platform, accounts
+		svc, err := reconcile.New(st, fake, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 100 {
+			if _, err := svc.CreatePurchase(t.Context(), reconcile.NewPurchase{Customer: "hot", Amount: 300, Currency: "usd", Account: acctA}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		quiet, err := svc.CreatePurchase(t.Context(), reconcile.NewPurchase{Customer: "quiet", Amount: 300, Currency: "usd", Account: acctB})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := svc.RunOnce(t.Context())
+		if err != nil {
+			t.Fatalf("RunOnce: %v", err)
+		}
+		hot := fake.Account(acctA).Calls(provider.OpCreate)
+		t.Logf("one claim of 64 slots: %d jobs, %d of them A's (10 calls a second)", n, hot)
+		if got := fake.Account(acctB).MoneyTaken(quiet.ID); got != 1 {
+			t.Errorf("B's purchase: %d charges after the claim, want 1", got)
+		}
+		// A second of A's budget, its first token at once, and the one
+		// early token the budget allows.
+		if hot < 1 || hot > 12 {
+			t.Errorf("A's jobs in one claim: %d creates, want 1 to 12 (a second of its budget)", hot)
+		}
+		if n != hot+1 {
+			t.Errorf("claimed %d jobs, want A's %d and B's one", n, hot)
+		}
+	})
+}

@@ -159,6 +159,14 @@ func (s *Service) reserveHorizon() time.Duration {
 	return (s.cfg.LeaseDuration - s.leaseCommitMargin()) / 4
 }
 
+// accountReserveHorizon caps how far ahead a claim of one connected
+// account's jobs reserves that account's tokens. A job claimed for a token
+// due later holds a worker's slot until then: with the whole horizon, an
+// account with a deep backlog would hold every slot, and another
+// account's new purchase would wait for one. A second of an account's
+// budget keeps its calls flowing from one claim to the next.
+const accountReserveHorizon = time.Second
+
 // reserve reserves the tokens of up to n creates from account's budget
 // (see grants): nil when the budget does not reserve.
 func (s *Service) reserve(ctx context.Context, account string, n int) (*grants, error) {
@@ -167,6 +175,9 @@ func (s *Service) reserve(ctx context.Context, account string, n int) (*grants, 
 		return nil, nil
 	}
 	horizon := s.reserveHorizon()
+	if s.cfg.servesConnected() {
+		horizon = min(horizon, accountReserveHorizon)
+	}
 	lead := min(time.Duration(s.reserveLead.Load()), horizon/2)
 	if lead == 0 {
 		lead = horizon / 20 // no claim measured yet

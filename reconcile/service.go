@@ -36,6 +36,11 @@ type Service struct {
 	// claimCursor is the last account the worker claimed for (a string),
 	// when it serves connected accounts: the next claim starts after it.
 	claimCursor atomic.Value
+	// spokenFor holds, by account, until when the worker's last
+	// reservation found that account's budget spoken for (a time.Time):
+	// its claims skip the account until then, rather than spend a
+	// transaction to reserve nothing.
+	spokenFor sync.Map
 	// restoreHorizon is the books' send horizon as the first
 	// CheckRestore read it; nil before.
 	restoreMu      sync.Mutex

@@ -190,6 +190,9 @@ func (s *Service) claim(ctx context.Context, n int) ([]batch, error) {
 		if n == 0 {
 			break
 		}
+		if s.isSpokenFor(a) {
+			continue
+		}
 		want := min(share, n)
 		b, err := s.claimOf(ctx, a, true, want)
 		s.claimCursor.Store(a)
@@ -249,6 +252,9 @@ func (s *Service) claimOf(ctx context.Context, account string, ofAccount bool, n
 	if g != nil {
 		n = len(g.due)
 		if n == 0 {
+			if ofAccount && g.retry > 0 {
+				s.spokenFor.Store(account, s.cfg.Now().Add(g.retry))
+			}
 			return batch{g: g}, nil
 		}
 	}
@@ -264,6 +270,20 @@ func (s *Service) claimOf(ctx context.Context, account string, ofAccount bool, n
 	}
 	s.claimed(leases)
 	return batch{leases: leases, g: g}, nil
+}
+
+// isSpokenFor reports whether the worker's last reservation found
+// account's budget spoken for until later than now.
+func (s *Service) isSpokenFor(account string) bool {
+	until, ok := s.spokenFor.Load(account)
+	if !ok {
+		return false
+	}
+	if s.cfg.Now().Before(until.(time.Time)) {
+		return true
+	}
+	s.spokenFor.Delete(account)
+	return false
 }
 
 // claimed notes the worker's own clock reading of a claim on each lease
