@@ -504,6 +504,15 @@ type Finding struct {
 	CloseNote string
 }
 
+// AccountLabel names the account of f's purchase as the operator lists
+// show it (see AccountLabel), "" for a finding about no purchase.
+func (f Finding) AccountLabel() string {
+	if f.PurchaseID == "" {
+		return ""
+	}
+	return AccountLabel(f.Account)
+}
+
 // NoPaymentID is the PaymentID of a missing_at_provider finding about a
 // purchase the books hold succeeded without any payment id: "none:" and
 // the purchase id. A finding is unique by (Provider, PaymentID, Kind), so

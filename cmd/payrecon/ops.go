@@ -295,7 +295,7 @@ func toFindingsJSON(fs []reconcile.Finding) []findingJSON {
 	for _, f := range fs {
 		j := findingJSON{
 			ID: f.ID, Provider: f.Provider, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
-			Account: findingAccount(f), Amount: f.Amount, Currency: f.Currency, Status: f.Status, Evidence: f.Evidence, FoundAt: f.FoundAt,
+			Account: f.AccountLabel(), Amount: f.Amount, Currency: f.Currency, Status: f.Status, Evidence: f.Evidence, FoundAt: f.FoundAt,
 			Open: f.Open(), ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
 		}
 		if !f.Open() {
@@ -307,15 +307,6 @@ func toFindingsJSON(fs []reconcile.Finding) []findingJSON {
 	return out
 }
 
-// findingAccount names the account of a finding's purchase, "" for a
-// finding about no purchase.
-func findingAccount(f reconcile.Finding) string {
-	if f.PurchaseID == "" {
-		return ""
-	}
-	return reconcile.AccountLabel(f.Account)
-}
-
 // printFindings writes one line per finding.
 func printFindings(e *env, fs []reconcile.Finding) error {
 	w := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
@@ -325,7 +316,7 @@ func printFindings(e *env, fs []reconcile.Finding) error {
 		if !f.Open() {
 			evidence = fmt.Sprintf("closed %s by %s: %s | %s", stamp(f.ClosedAt), f.ClosedBy, f.CloseNote, evidence)
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Kind, f.PaymentID, dash(f.PurchaseID), dash(findingAccount(f)),
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", f.ID, f.Kind, f.PaymentID, dash(f.PurchaseID), dash(f.AccountLabel()),
 			provider.FormatAmount(f.Amount, f.Currency), dash(f.Status), stamp(f.FoundAt), evidence)
 	}
 	return w.Flush()

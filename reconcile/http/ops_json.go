@@ -74,19 +74,10 @@ type opsFindingJSON struct {
 func opsFindingToJSON(f reconcile.Finding) opsFindingJSON {
 	return opsFindingJSON{
 		ID: f.ID, Provider: f.Provider, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID,
-		Account: opsFindingAccount(f), Amount: f.Amount, Currency: f.Currency, AmountDisplay: provider.FormatAmount(f.Amount, f.Currency), Status: f.Status,
+		Account: f.AccountLabel(), Amount: f.Amount, Currency: f.Currency, AmountDisplay: provider.FormatAmount(f.Amount, f.Currency), Status: f.Status,
 		Evidence: f.Evidence, FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: opsTimePtr(f.ClosedAt),
 		ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
 	}
-}
-
-// opsFindingAccount names the account of a finding's purchase as the
-// pages show it, "" for a finding about no purchase.
-func opsFindingAccount(f reconcile.Finding) string {
-	if f.PurchaseID == "" {
-		return ""
-	}
-	return reconcile.AccountLabel(f.Account)
 }
 
 func opsFindingsToJSON(fs []reconcile.Finding) []opsFindingJSON {

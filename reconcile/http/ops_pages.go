@@ -155,7 +155,7 @@ func opsFindingRows(fs []reconcile.Finding) []opsFindingRow {
 	out := make([]opsFindingRow, 0, len(fs))
 	for _, f := range fs {
 		out = append(out, opsFindingRow{
-			ID: f.ID, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID, Account: opsFindingAccount(f),
+			ID: f.ID, Kind: string(f.Kind), PaymentID: f.PaymentID, PurchaseID: f.PurchaseID, Account: f.AccountLabel(),
 			Amount: provider.FormatAmount(f.Amount, f.Currency), Status: f.Status, Evidence: f.Evidence, Provider: f.Provider,
 			FoundAt: f.FoundAt, Open: f.Open(), ClosedAt: f.ClosedAt, ClosedBy: f.ClosedBy, CloseNote: f.CloseNote,
 		})
