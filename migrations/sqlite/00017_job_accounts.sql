@@ -1,7 +1,8 @@
 -- jobs.account is the provider account of the job's purchase, copied at
 -- insert, for the claims of one account (jobs_account_due_idx) and the
 -- accounts with work (DueAccounts). The Up copies the account of every
--- open job's purchase; a done job is never claimed again.
+-- job's purchase, done ones included, since a done job may be reopened
+-- (ReopenJob, which copies it again).
 --
 -- The Down drops the column (SQLite 3.35 or later).
 
@@ -12,7 +13,7 @@ ALTER TABLE jobs ADD COLUMN account TEXT NOT NULL DEFAULT ''
         AND length(account) <= 255));
 
 UPDATE jobs SET account = (SELECT p.account FROM purchases AS p WHERE p.id = jobs.purchase_id)
-WHERE done_at IS NULL AND EXISTS (SELECT 1 FROM purchases AS p WHERE p.id = jobs.purchase_id AND p.account <> '');
+WHERE EXISTS (SELECT 1 FROM purchases AS p WHERE p.id = jobs.purchase_id AND p.account <> '');
 
 CREATE INDEX jobs_account_due_idx ON jobs (account, (lease_token <> 0), run_at, id)
     WHERE done_at IS NULL AND lease_owner IS NULL;

@@ -325,7 +325,9 @@ func (t *txn) CompleteJob(ctx context.Context, jobID string, now time.Time) erro
 // ReopenJob implements reconcile.Tx.
 func (t *txn) ReopenJob(ctx context.Context, jobID string, runAt time.Time) error {
 	return t.execOne(ctx, "reopen job "+jobID,
-		`UPDATE jobs SET done_at = NULL, run_at = $2 WHERE id = $1`,
+		`UPDATE jobs SET done_at = NULL, run_at = $2,
+    account = COALESCE((SELECT p.account FROM purchases AS p WHERE p.id = jobs.purchase_id), '')
+WHERE id = $1`,
 		jobID, nullTime(runAt))
 }
 
