@@ -216,3 +216,38 @@ func TestHotAccountHoldsAboutASecondOfSlots(t *testing.T) {
 		}
 	})
 }
+
+func TestClaimsTakeAccountsInTurn(t *testing.T) {
+	// The platform, A and B each have a backlog, and the worker has one
+	// free slot a claim: the claims take the accounts in turn, the
+	// platform's (which sorts first) included, so that none waits while
+	// another's backlog drains.
+	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
+		cfg := accountsConfig()
+		cfg.BatchSize, cfg.Concurrency = 1, 1
+		f := setup(t, newStore, fakeprovider.Config{}, cfg)
+		accounts := []string{provider.PlatformAccount, acctA, acctB}
+		for range 3 {
+			for _, a := range accounts {
+				f.createIn(a, "turn")
+			}
+		}
+		var order []string
+		creates := map[string]int{}
+		for range 6 {
+			if n, err := f.svc.RunOnce(t.Context()); err != nil || n != 1 {
+				t.Fatalf("RunOnce: %d claimed, %v; want 1", n, err)
+			}
+			for _, a := range accounts {
+				if k := f.fake.Account(a).Calls(provider.OpCreate); k > creates[a] {
+					creates[a] = k
+					order = append(order, reconcile.AccountLabel(a))
+				}
+			}
+		}
+		want := []string{reconcile.PlatformName, acctA, acctB, reconcile.PlatformName, acctA, acctB}
+		if !slices.Equal(order, want) {
+			t.Errorf("claims took %v, want each account in turn %v", order, want)
+		}
+	})
+}

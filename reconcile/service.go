@@ -33,9 +33,10 @@ type Service struct {
 	// take to be ready after its tokens were reserved (see reserveLeadOf);
 	// 0 before the first claim.
 	reserveLead atomic.Int64
-	// claimCursor is the last account the worker claimed for (a string),
-	// when it serves connected accounts: the next claim starts after it.
-	claimCursor atomic.Value
+	// claimCursor is the last account the worker claimed for, when it
+	// serves connected accounts: the next claim starts after it. Nil
+	// before the first.
+	claimCursor atomic.Pointer[string]
 	// spokenFor holds, by account, until when the worker's last
 	// reservation found that account's budget spoken for (a time.Time):
 	// its claims skip the account until then, rather than spend a

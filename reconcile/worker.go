@@ -179,9 +179,29 @@ func (s *Service) claim(ctx context.Context, n int) ([]batch, error) {
 		b, err := s.claimOf(ctx, provider.PlatformAccount, false, n)
 		return []batch{b}, err
 	}
-	accounts, err := s.dueAccounts(ctx, n)
-	if err != nil || len(accounts) == 0 {
+	// The accounts whose budget the worker found spoken for are listed
+	// too, and passed over, so that n others can still be offered a share.
+	listed, err := s.dueAccounts(ctx, n+s.countSpokenFor())
+	if err != nil || len(listed) == 0 {
 		return nil, err
+	}
+	var accounts []string
+	var wait time.Duration // until the first passed-over account has a token
+	for _, a := range listed {
+		if d := s.spokenForLeft(a); d > 0 {
+			if wait == 0 || d < wait {
+				wait = d
+			}
+			continue
+		}
+		if len(accounts) < n {
+			accounts = append(accounts, a)
+		}
+	}
+	if len(accounts) == 0 {
+		// Every account with work is spoken for: ask again when the
+		// first has a token (Work waits for a batch's retry).
+		return []batch{{g: &grants{retry: wait}}}, nil
 	}
 	share := (n + len(accounts) - 1) / len(accounts)
 	var out []batch
@@ -190,12 +210,9 @@ func (s *Service) claim(ctx context.Context, n int) ([]batch, error) {
 		if n == 0 {
 			break
 		}
-		if s.isSpokenFor(a) {
-			continue
-		}
 		want := min(share, n)
 		b, err := s.claimOf(ctx, a, true, want)
-		s.claimCursor.Store(a)
+		s.claimCursor.Store(&a)
 		out = append(out, b)
 		if err != nil {
 			return out, err
@@ -219,23 +236,50 @@ func (s *Service) claim(ctx context.Context, n int) ([]batch, error) {
 	return out, nil
 }
 
-// dueAccounts returns up to n accounts with jobs due, in turn: those after
-// the last one the worker claimed for first, then from the start.
+// dueAccounts returns up to n accounts with jobs due, each once, in turn:
+// those after the last one the worker claimed for first, then from the
+// start. The store orders accounts; this compares none, so that its
+// collation decides alone.
 func (s *Service) dueAccounts(ctx context.Context, n int) ([]string, error) {
-	cursor, _ := s.claimCursor.Load().(string)
-	accounts, err := s.store.DueAccounts(ctx, cursor, n)
-	if err != nil {
-		return nil, fmt.Errorf("reconcile: claim: the accounts with jobs due: %w", err)
-	}
-	if len(accounts) == n || cursor == "" {
+	list := func(after string, limit int) ([]string, error) {
+		accounts, err := s.store.DueAccounts(ctx, after, limit)
+		if err != nil {
+			return nil, fmt.Errorf("reconcile: claim: the accounts with jobs due: %w", err)
+		}
 		return accounts, nil
 	}
-	first, err := s.store.DueAccounts(ctx, "", n-len(accounts))
+	cursor := s.claimCursor.Load()
+	if cursor == nil {
+		return list("", n)
+	}
+	var accounts []string
+	var err error
+	if *cursor == provider.PlatformAccount {
+		// After "" means from the start (DueAccounts): the platform's
+		// own sorts first, so the accounts after it are the others.
+		if accounts, err = list("", n+1); err == nil && len(accounts) > 0 && accounts[0] == provider.PlatformAccount {
+			accounts = accounts[1:]
+		}
+		accounts = accounts[:min(len(accounts), n)]
+	} else {
+		accounts, err = list(*cursor, n)
+	}
+	if err != nil || len(accounts) == n {
+		return accounts, err
+	}
+	first, err := list("", n)
 	if err != nil {
-		return nil, fmt.Errorf("reconcile: claim: the accounts with jobs due: %w", err)
+		return nil, err
+	}
+	listed := make(map[string]bool, len(accounts))
+	for _, a := range accounts {
+		listed[a] = true
 	}
 	for _, a := range first {
-		if a <= cursor { // the later ones are listed already
+		if len(accounts) == n {
+			break
+		}
+		if !listed[a] {
 			accounts = append(accounts, a)
 		}
 	}
@@ -272,18 +316,31 @@ func (s *Service) claimOf(ctx context.Context, account string, ofAccount bool, n
 	return batch{leases: leases, g: g}, nil
 }
 
-// isSpokenFor reports whether the worker's last reservation found
-// account's budget spoken for until later than now.
-func (s *Service) isSpokenFor(account string) bool {
+// spokenForLeft returns how long the worker's last reservation found
+// account's budget spoken for from now: 0 once it has a token.
+func (s *Service) spokenForLeft(account string) time.Duration {
 	until, ok := s.spokenFor.Load(account)
 	if !ok {
-		return false
+		return 0
 	}
-	if s.cfg.Now().Before(until.(time.Time)) {
-		return true
+	if d := until.(time.Time).Sub(s.cfg.Now()); d > 0 {
+		return d
 	}
 	s.spokenFor.Delete(account)
-	return false
+	return 0
+}
+
+// countSpokenFor counts the accounts whose budget the worker found spoken
+// for, forgetting those that have a token again.
+func (s *Service) countSpokenFor() int {
+	k := 0
+	s.spokenFor.Range(func(a, _ any) bool {
+		if s.spokenForLeft(a.(string)) > 0 {
+			k++
+		}
+		return true
+	})
+	return k
 }
 
 // claimed notes the worker's own clock reading of a claim on each lease

@@ -244,4 +244,13 @@ func testAccountClaims(t *testing.T, s *testStore) {
 			t.Errorf("lease of %s after its lease expired: TakenOver false", l.JobID())
 		}
 	}
+
+	// Accounts sort bytewise, whatever the database's locale: an upper
+	// case letter before every lower case one, as the workers' cursor
+	// expects.
+	const lower, upper = "acct_1a", "acct_1Z"
+	of("pur_lower", lower, at(0))
+	of("pur_upper", upper, at(0))
+	equal(t, "the accounts with work, mixed case", due(later, "", 10), []string{"", b, upper, lower})
+	equal(t, "the accounts with work after the upper case one", due(later, upper, 10), []string{lower})
 }
