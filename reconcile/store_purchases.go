@@ -55,10 +55,6 @@ type PurchaseStore interface {
 	// state is present, with 0 when it has none.
 	CountByState(ctx context.Context) (map[statemachine.State]int, error)
 
-	// CountEscalated returns how many purchases are on the operator list
-	// (those ListEscalated returns).
-	CountEscalated(ctx context.Context) (int, error)
-
 	// CountEscalatedByAccount returns how many purchases are on the
 	// operator list (those ListEscalated returns) of each provider
 	// account, keyed by the account (provider.PlatformAccount for the

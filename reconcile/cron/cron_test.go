@@ -124,7 +124,7 @@ func TestConcurrentRunsAcrossReplicas(t *testing.T) {
 		runs.Add(1)
 		// Hold the lock across a database round trip so that the others'
 		// attempts overlap it.
-		err := st.InTx(ctx, func(tx reconcile.Tx) error { _, err := tx.CountEscalated(ctx); return err })
+		err := st.InTx(ctx, func(tx reconcile.Tx) error { _, err := tx.CountEscalatedByAccount(ctx); return err })
 		return 1, err
 	}
 	var schedulers []*cron.Scheduler

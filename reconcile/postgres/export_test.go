@@ -24,7 +24,6 @@ var ClaimDueSQL = claimDueSQL
 // and BenchmarkPeriodicQueries.
 const (
 	CountByStateSQL            = countByStateSQL
-	CountEscalatedSQL          = countEscalatedSQL
 	CountEscalatedByAccountSQL = countEscalatedByAccountSQL
 	OldestUncertainSinceSQL    = oldestUncertainSinceSQL
 	CountOpenFindingsSQL       = countOpenFindingsSQL

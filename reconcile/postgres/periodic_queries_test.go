@@ -39,7 +39,6 @@ func periodicPlanCases() []planCase {
 	accountFindings, _ := postgres.ListFindingsSQL("", reconcile.OnlyAccount("acct_1A"), false, 0)
 	return []planCase{
 		{name: "CountByState", sql: postgres.CountByStateSQL, index: "purchase_state_counts"},
-		{name: "CountEscalated", sql: postgres.CountEscalatedSQL, index: "purchases_escalated_at_idx"},
 		{name: "CountEscalatedByAccount", sql: postgres.CountEscalatedByAccountSQL, index: "purchases_escalated_at_idx"},
 		{name: "OldestUncertainSince", sql: postgres.OldestUncertainSinceSQL, index: "purchases_uncertain_since_idx"},
 		{name: "CountOpenFindings", sql: postgres.CountOpenFindingsSQL, index: "audit_findings_open_idx"},
@@ -230,8 +229,8 @@ WHERE state = 'succeeded' AND first_attempt_at >= $1 AND first_attempt_at < $2`,
 			_, err := tx.CountByState(ctx)
 			return err
 		})},
-		{"gauges/CountEscalated", inTx(func(ctx context.Context, tx reconcile.Tx) error {
-			_, err := tx.CountEscalated(ctx)
+		{"gauges/CountEscalatedByAccount", inTx(func(ctx context.Context, tx reconcile.Tx) error {
+			_, err := tx.CountEscalatedByAccount(ctx)
 			return err
 		})},
 		{"gauges/CountEscalatedByAccount", inTx(func(ctx context.Context, tx reconcile.Tx) error {

@@ -144,19 +144,6 @@ func (t *txn) CountByState(ctx context.Context) (map[statemachine.State]int, err
 // countByStateSQL is CountByState's query.
 const countByStateSQL = `SELECT state, sum(n)::bigint FROM purchase_state_counts GROUP BY state`
 
-// CountEscalated implements reconcile.Tx.
-func (t *txn) CountEscalated(ctx context.Context) (int, error) {
-	var n int
-	if err := t.tx.QueryRow(ctx, countEscalatedSQL).Scan(&n); err != nil {
-		return 0, wrap(err, "count escalated purchases")
-	}
-	return n, nil
-}
-
-// countEscalatedSQL is CountEscalated's query, an index-only scan of
-// purchases_escalated_at_idx.
-const countEscalatedSQL = `SELECT count(*) FROM purchases WHERE escalated_at IS NOT NULL`
-
 // CountEscalatedByAccount implements reconcile.Tx.
 func (t *txn) CountEscalatedByAccount(ctx context.Context) (map[string]int, error) {
 	counts := map[string]int{}

@@ -17,7 +17,6 @@ const ListUnmatchedEventsSQL = listUnmatchedEventsSQL
 // The queries payrecon runs on a schedule, for the tests of their plans.
 const (
 	CountByStateSQL            = countByStateSQL
-	CountEscalatedSQL          = countEscalatedSQL
 	CountEscalatedByAccountSQL = countEscalatedByAccountSQL
 	OldestUncertainSinceSQL    = oldestUncertainSinceSQL
 	CountOpenFindingsSQL       = countOpenFindingsSQL

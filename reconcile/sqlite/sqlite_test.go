@@ -595,7 +595,6 @@ func TestPeriodicQueriesUseTheirIndexes(t *testing.T) {
 		noSort bool   // and needs no sort
 	}{
 		{"CountByState", sqlite.CountByStateSQL, nil, "purchase_state_counts", true},
-		{"CountEscalated", sqlite.CountEscalatedSQL, nil, "purchases_escalated_at_idx", true},
 		{"CountEscalatedByAccount", sqlite.CountEscalatedByAccountSQL, nil, "purchases_escalated_at_idx", false},
 		{"OldestUncertainSince", sqlite.OldestUncertainSinceSQL, nil, "purchases_uncertain_since_idx", true},
 		{"CountOpenFindings", sqlite.CountOpenFindingsSQL, nil, "audit_findings_open_idx", false},
