@@ -128,13 +128,14 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 	// within their leases, so none waits for a token past its lease: no
 	// purchase is left submitted for another worker to take over as
 	// uncertain (lease_lost), and no call is answered 429. The leases are
-	// short, so that the queue behind the budget outlasts them many times
-	// over: 4 × 32 purchases in flight are 5 s of budget, a lease 6 s.
+	// short, so that the queue behind the budget outlasts them: 240
+	// purchases are 9.6 s of budget, and the 4 × 64 that claims without
+	// the limit would take wait up to that long; a lease is 9 s.
 	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		st := newStore(t, nil)
 		limits := fakeprovider.RateLimits{Global: 25, Create: 25, Retrieve: 25, Search: 20, List: 25, Refund: 25}
 		fake := fakeprovider.New(fakeprovider.Config{RateLimits: limits})
-		const n = 160
+		const n = 240
 		obs := &finalCounter{done: make(chan struct{})}
 		obs.n.Store(n)
 		var workers []*reconcile.Service
@@ -144,7 +145,7 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 				t.Fatal(err)
 			}
 			svc, err := reconcile.New(st, fake, reconcile.Config{
-				WorkerID: id, Concurrency: 32, BatchSize: 64, LeaseDuration: 6 * time.Second, ProviderTimeout: 2 * time.Second,
+				WorkerID: id, Concurrency: 32, BatchSize: 64, LeaseDuration: 9 * time.Second, ProviderTimeout: 2 * time.Second,
 				PollInterval: 20 * time.Millisecond, Logger: discardLogger(), Budget: b, Observer: obs,
 			})
 			if err != nil {
