@@ -166,14 +166,49 @@ func (r *demoRun) dispute(ctx context.Context, i int, c reconcile.Case) (reconci
 }
 
 // delivered waits until the webhooks of a change at the provider, what,
-// are delivered, and returns scenario i's case as it stands then.
+// are delivered and judged, and returns scenario i's case as it stands
+// then. The endpoint acknowledges an event once the inbox holds it and
+// the applier judges it after, so the pending events are applied here
+// too: on a loaded machine the clock would otherwise move on first, and
+// the purchase's next check would race the verdict.
 func (r *demoRun) delivered(ctx context.Context, i int, what string) (reconcile.Case, error) {
 	dctx, cancel := context.WithTimeout(ctx, drainTimeout)
 	defer cancel()
 	if err := r.stk.FakeServer.Drain(dctx); err != nil {
 		return reconcile.Case{}, fmt.Errorf("deliver the webhooks of %s: %w", what, err)
 	}
+	if err := r.judged(dctx); err != nil {
+		return reconcile.Case{}, fmt.Errorf("judge the webhooks of %s: %w", what, err)
+	}
 	return r.stk.Service.Case(ctx, r.results[i].PurchaseID)
+}
+
+// judged applies the inbox's pending events until none is left, waiting
+// for those the applier holds in its own transaction.
+func (r *demoRun) judged(ctx context.Context) error {
+	for {
+		n, err := r.stk.Service.ApplyPending(ctx)
+		if err != nil {
+			return err
+		}
+		var backlog reconcile.InboxBacklog
+		err = r.stk.Service.Store().InTx(ctx, func(tx reconcile.Tx) error {
+			var err error
+			backlog, err = tx.InboxBacklog(ctx)
+			return err
+		})
+		if err != nil || backlog.Pending == 0 {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d events still pending: %w", backlog.Pending, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // observeDispute adds to o what checkDispute looks at for scenario i:
