@@ -45,9 +45,12 @@ func (e InboxEvent) OutcomeText() string {
 
 // InboxBacklog is what waits in the inbox (Tx.InboxBacklog).
 type InboxBacklog struct {
-	Pending int       // events received and not yet applied
-	Failed  int       // events the applier gave up on, for an operator
-	Oldest  time.Time // when the oldest pending event was received; zero if none
+	Pending int // events received and not yet applied
+	// Retrying counts the pending events whose application failed and
+	// that wait out a backoff (they are among Pending).
+	Retrying int
+	Failed   int       // events the applier gave up on, for an operator
+	Oldest   time.Time // when the oldest pending event was received; zero if none
 }
 
 // ReceiveEvent stores a verified provider event in the inbox as pending,

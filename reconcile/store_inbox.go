@@ -80,8 +80,9 @@ type InboxStore interface {
 	// operator (outcome EventFailed, retryAt ignored). Returns ErrNotFound
 	// if there is no such event.
 	RecordInboxFailure(ctx context.Context, f InboxFailure) error
-	// InboxBacklog counts the pending and the failed events and finds
-	// when the oldest pending one was received.
+	// InboxBacklog counts the pending events, those of them that wait out
+	// a retry, and the failed ones, and finds when the oldest pending one
+	// was received.
 	InboxBacklog(ctx context.Context) (InboxBacklog, error)
 	// ListFailedEvents returns up to limit failed events, most recently
 	// failed first. limit must be positive (ErrInvalid otherwise).

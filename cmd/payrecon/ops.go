@@ -224,6 +224,7 @@ type opsListJSON struct {
 // gave up on, most recent first.
 type inboxJSON struct {
 	Pending        int               `json:"pending"`
+	Retrying       int               `json:"retrying"` // of the pending, those due again after a failure
 	OldestReceived *time.Time        `json:"oldest_pending_received_at,omitempty"`
 	Failed         int               `json:"failed"`
 	FailedEvents   []failedEventJSON `json:"failed_events"`
@@ -239,7 +240,7 @@ type failedEventJSON struct {
 }
 
 func toInboxJSON(failed []reconcile.InboxEvent, b reconcile.InboxBacklog) inboxJSON {
-	out := inboxJSON{Pending: b.Pending, Failed: b.Failed, FailedEvents: make([]failedEventJSON, 0, len(failed))}
+	out := inboxJSON{Pending: b.Pending, Retrying: b.Retrying, Failed: b.Failed, FailedEvents: make([]failedEventJSON, 0, len(failed))}
 	if !b.Oldest.IsZero() {
 		out.OldestReceived = &b.Oldest
 	}
@@ -256,6 +257,9 @@ func printInbox(e *env, failed []reconcile.InboxEvent, b reconcile.InboxBacklog)
 	line := "webhook inbox: every event received is applied"
 	if b.Pending > 0 {
 		line = fmt.Sprintf("webhook inbox: %d received and not yet applied, the oldest since %s", b.Pending, stamp(b.Oldest))
+		if b.Retrying > 0 {
+			line += fmt.Sprintf("; %d of them failed to apply and will be tried again", b.Retrying)
+		}
 	}
 	fmt.Fprintln(e.stdout, line)
 	if b.Failed == 0 {

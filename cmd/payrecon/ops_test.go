@@ -990,13 +990,31 @@ func TestOpsRetryEvent(t *testing.T) {
 				return err
 			}
 		}
+		if err := tx.RecordInboxFailure(ctx, reconcile.InboxFailure{Provider: "stripe", EventID: "evt_waiting", Attempts: 1, Error: "busy",
+			At: f.now, RetryAt: f.now.Add(time.Second), Outcome: reconcile.EventPending}); err != nil {
+			return err
+		}
 		return tx.RecordInboxFailure(ctx, reconcile.InboxFailure{Provider: "stripe", EventID: "evt_broken", Attempts: 8, Error: "boom", At: f.now, Outcome: reconcile.EventFailed})
 	})
 	done()
 	if err != nil {
 		t.Fatal(err)
 	}
-	code, out, stderr := run(t, nil, "ops", "retry-event", "evt_broken", "--operator", "alice", "--database-url", f.db)
+	// The operator's list tells the event waiting out a retry from the
+	// one given up on.
+	code, out, stderr := run(t, nil, "ops", "list", "--database-url", f.db)
+	if code != 0 || !strings.Contains(out, "webhook inbox: 1 received and not yet applied") ||
+		!strings.Contains(out, "1 of them failed to apply and will be tried again") || !strings.Contains(out, "evt_broken") {
+		t.Fatalf("ops list: exit %d: %s%s", code, out, stderr)
+	}
+	code, out, stderr = run(t, nil, "ops", "list", "--json", "--database-url", f.db)
+	var list struct {
+		Inbox struct{ Pending, Retrying, Failed int } `json:"webhook_inbox"`
+	}
+	if code != 0 || json.Unmarshal([]byte(out), &list) != nil || list.Inbox.Pending != 1 || list.Inbox.Retrying != 1 || list.Inbox.Failed != 1 {
+		t.Fatalf("ops list --json: exit %d, inbox %+v: %s%s", code, list.Inbox, out, stderr)
+	}
+	code, out, stderr = run(t, nil, "ops", "retry-event", "evt_broken", "--operator", "alice", "--database-url", f.db)
 	if code != 0 || !strings.Contains(out, "webhook event evt_broken is pending again") {
 		t.Fatalf("exit %d: %s%s", code, out, stderr)
 	}

@@ -30,6 +30,10 @@ func TestOpsWebhookInbox(t *testing.T) {
 				return err
 			}
 		}
+		if err := tx.RecordInboxFailure(ctx, reconcile.InboxFailure{Provider: "stripe", EventID: "evt_waiting", Attempts: 1,
+			Error: "busy", At: now, RetryAt: now.Add(time.Second), Outcome: reconcile.EventPending}); err != nil {
+			return err
+		}
 		return tx.RecordInboxFailure(ctx, reconcile.InboxFailure{Provider: "stripe", EventID: "evt_broken", Attempts: 8,
 			Error: "the database refused <it>", At: now, Outcome: reconcile.EventFailed})
 	}); err != nil {
@@ -38,7 +42,8 @@ func TestOpsWebhookInbox(t *testing.T) {
 
 	cookie, _ := f.login("alice")
 	page := f.do("GET", "/ops", nil, nil, cookie)
-	for _, want := range []string{"<strong>1</strong> event(s) received and not yet applied; the oldest has waited 2m", `id="event-evt_broken"`,
+	for _, want := range []string{"<strong>1</strong> event(s) received and not yet applied; the oldest has waited 2m",
+		"1 of them failed to apply and will be tried again.", `id="event-evt_broken"`,
 		"the database refused &lt;it&gt;", `action="/ops/events/evt_broken/retry"`} {
 		if !strings.Contains(page.body, want) {
 			t.Fatalf("list page lacks %q:\n%s", want, page.body)

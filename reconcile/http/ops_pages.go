@@ -126,10 +126,11 @@ type opsListData struct {
 
 // opsInbox is what waits in the webhook inbox, as the list page shows it.
 type opsInbox struct {
-	Pending int
-	Oldest  string // the oldest pending event's age; "" if none
-	Failed  int
-	Events  []opsFailedEvent // the most recent failed ones
+	Pending  int
+	Retrying int    // of the pending, those due again after a failure
+	Oldest   string // the oldest pending event's age; "" if none
+	Failed   int
+	Events   []opsFailedEvent // the most recent failed ones
 }
 
 // opsFailedEvent is an event the applier gave up on.
@@ -204,7 +205,7 @@ func (o *Ops) listPage(w http.ResponseWriter, r *http.Request, who opsWho) {
 	data := opsListData{
 		opsBase: o.base("Operator list", who), Account: string(account), Now: o.cfg.Now().UTC(),
 		Findings: opsFindingRows(findings), MoneyAtRisk: opsMoneyAtRisk(findings, disputes),
-		Inbox: opsInbox{Pending: backlog.Pending, Failed: backlog.Failed},
+		Inbox: opsInbox{Pending: backlog.Pending, Retrying: backlog.Retrying, Failed: backlog.Failed},
 	}
 	for _, d := range disputes {
 		data.Disputes = append(data.Disputes, opsDisputeRowOf(d, now))

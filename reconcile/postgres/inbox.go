@@ -361,13 +361,14 @@ func (t *txn) InboxBacklog(ctx context.Context) (reconcile.InboxBacklog, error) 
 	return queryOne(ctx, t, func(row sqlstore.Row) (reconcile.InboxBacklog, error) {
 		var b reconcile.InboxBacklog
 		var oldest *time.Time
-		err := row.Scan(&b.Pending, &oldest, &b.Failed)
+		err := row.Scan(&b.Pending, &oldest, &b.Failed, &b.Retrying)
 		b.Oldest = derefTime(oldest)
 		return b, err
 	}, "inbox backlog", `SELECT
     (SELECT count(*) FROM webhook_inbox WHERE outcome = 'pending'),
     (SELECT min(received_at) FROM webhook_inbox WHERE outcome = 'pending'),
-    (SELECT count(*) FROM webhook_inbox WHERE outcome = 'failed')`)
+    (SELECT count(*) FROM webhook_inbox WHERE outcome = 'failed'),
+    (SELECT count(*) FROM webhook_inbox WHERE outcome = 'pending' AND retry_at IS NOT NULL)`)
 }
 
 // ListFailedEvents implements reconcile.Tx.

@@ -105,8 +105,13 @@ func testPendingInbox(t *testing.T, newStore func(*testing.T) *testStore) {
 		})
 		equal(t, "failed", eventIDs(failed), []string{"evt_2", "evt_1"})
 		b := backlog(t, s)
-		if b.Pending != 1 || b.Failed != 2 || !b.Oldest.Equal(at(2*time.Second)) {
+		if b.Pending != 1 || b.Retrying != 0 || b.Failed != 2 || !b.Oldest.Equal(at(2*time.Second)) {
 			t.Fatalf("backlog = %+v, want 1 pending since %s, 2 failed", b, at(2*time.Second))
+		}
+		recordFailure(t, s, reconcile.InboxFailure{Provider: "stripe", EventID: "evt_3", Attempts: 1,
+			Error: "busy", At: at(4 * time.Minute), RetryAt: at(5 * time.Minute), Outcome: reconcile.EventPending})
+		if b := backlog(t, s); b.Pending != 1 || b.Retrying != 1 || b.Failed != 2 {
+			t.Fatalf("backlog = %+v, want 1 pending, retrying, 2 failed", b)
 		}
 		err := txErr(t, s, func(tx reconcile.Tx) error {
 			return tx.RecordInboxFailure(t.Context(), reconcile.InboxFailure{Provider: "stripe", EventID: "evt_none", Outcome: reconcile.EventPending, At: base})
