@@ -183,8 +183,10 @@ func (r *demoRun) delivered(ctx context.Context, i int, what string) (reconcile.
 	return r.stk.Service.Case(ctx, r.results[i].PurchaseID)
 }
 
-// judged applies the inbox's pending events until none is left, waiting
-// for those the applier holds in its own transaction.
+// judged applies the inbox's pending events until none is left but
+// those waiting out a retry after a failure (due again only once the
+// clock moves), waiting for those the applier holds in its own
+// transaction.
 func (r *demoRun) judged(ctx context.Context) error {
 	for {
 		n, err := r.stk.Service.ApplyPending(ctx)
@@ -197,7 +199,7 @@ func (r *demoRun) judged(ctx context.Context) error {
 			backlog, err = tx.InboxBacklog(ctx)
 			return err
 		})
-		if err != nil || backlog.Pending == 0 {
+		if err != nil || backlog.Pending == backlog.Retrying {
 			return err
 		}
 		if n > 0 {
@@ -205,7 +207,7 @@ func (r *demoRun) judged(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%d events still pending: %w", backlog.Pending, ctx.Err())
+			return fmt.Errorf("%d events still pending: %w", backlog.Pending-backlog.Retrying, ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
