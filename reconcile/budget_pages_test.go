@@ -129,7 +129,7 @@ func TestBudgetDrainLosesNoLease(t *testing.T) {
 	// purchase is left submitted for another worker to take over as
 	// uncertain (lease_lost), and no call is answered 429. The leases are
 	// short, so that the queue behind the budget outlasts them: 240
-	// purchases are 9.6 s of budget, and the 4 × 64 that claims without
+	// purchases are about 10 s of budget, and the 4 × 64 that claims without
 	// the limit would take wait up to that long; a lease is 9 s.
 	stores.ForEach(t, func(t *testing.T, newStore stores.Factory) {
 		st := newStore(t, nil)
